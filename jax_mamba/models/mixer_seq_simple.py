@@ -1,0 +1,134 @@
+"""mamba-ssm's ``models/mixer_seq_simple``: ``MixerModel`` (embedding, blocks, final norm) and
+``MambaLMHeadModel`` (tied LM head, vocab padded to a multiple), built from a ``ModelConfig``."""
+
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from jax_mamba.configs.schema import ModelConfig
+from jax_mamba.modules.block import Block
+from jax_mamba.modules.layers import LayerNorm, RMSNorm, embedding, linear
+from jax_mamba.modules.mamba2 import Mamba2
+from jax_mamba.modules.mamba_simple import Mamba
+from jax_mamba.modules.mha import MHA
+from jax_mamba.modules.mlp import GatedMLP
+
+
+def compute_dtype_for(cfg: ModelConfig):
+    """bfloat16 on GPU and float32 on CPU for "auto"; otherwise the named dtype."""
+    if cfg.compute_dtype == "auto":
+        return jnp.bfloat16 if jax.default_backend() == "gpu" else jnp.float32
+    return jnp.dtype(cfg.compute_dtype)
+
+
+def _mixer(cfg: ModelConfig, layer_idx: int, dtype, rngs: nnx.Rngs) -> nnx.Module:
+    if layer_idx in cfg.attn_layer_idx:
+        return MHA(cfg.d_model, **dataclasses.asdict(cfg.attn_cfg), dtype=dtype, impl=cfg.impl, rngs=rngs)
+    s = cfg.ssm_cfg
+    common = dict(
+        d_state=s.resolved_d_state(),
+        d_conv=s.d_conv,
+        expand=s.expand,
+        dt_min=s.dt_min,
+        dt_max=s.dt_max,
+        dt_init_floor=s.dt_init_floor,
+        conv_bias=s.conv_bias,
+        bias=s.bias,
+        dtype=dtype,
+        impl=cfg.impl,
+        rngs=rngs,
+    )
+    if s.layer == "Mamba1":
+        return Mamba(cfg.d_model, dt_rank=s.dt_rank, dt_init=s.dt_init, dt_scale=s.dt_scale, **common)
+    return Mamba2(
+        cfg.d_model,
+        conv_init=s.conv_init,
+        headdim=s.headdim,
+        d_ssm=s.d_ssm,
+        ngroups=s.ngroups,
+        A_init_range=s.A_init_range,
+        D_has_hdim=s.D_has_hdim,
+        rmsnorm=s.rmsnorm,
+        norm_before_gate=s.norm_before_gate,
+        dt_limit=s.dt_limit,
+        chunk_size=s.chunk_size,
+        **common,
+    )
+
+
+class MixerModel(nnx.Module):
+    """embedding -> n_layer Blocks -> final add + norm_f. input_ids (batch, L) int -> (batch, L, d_model)."""
+
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        dtype = compute_dtype_for(cfg)
+        norm_cls = RMSNorm if cfg.rms_norm else LayerNorm
+        self.cfg = cfg
+        self.embedding = embedding(
+            cfg.padded_vocab_size(), cfg.d_model, std=cfg.initializer_range, dtype=dtype, rngs=rngs
+        )
+        layers = []
+        for i in range(cfg.n_layer):
+            mlp = norm2 = None
+            if cfg.d_intermediate > 0:
+                mlp = GatedMLP(cfg.d_model, cfg.d_intermediate, dtype=dtype, rngs=rngs)
+                norm2 = norm_cls(cfg.d_model, cfg.norm_epsilon, impl=cfg.impl)
+            layers.append(
+                Block(
+                    _mixer(cfg, i, dtype, rngs),
+                    norm_cls(cfg.d_model, cfg.norm_epsilon, impl=cfg.impl),
+                    mlp,
+                    norm2,
+                    residual_in_fp32=cfg.residual_in_fp32,
+                )
+            )
+        self.layers = nnx.List(layers)
+        self.norm_f = norm_cls(cfg.d_model, cfg.norm_epsilon, impl=cfg.impl)
+        self._rescale_residual_projections()
+
+    def _rescale_residual_projections(self) -> None:
+        """mamba-ssm's ``_init_weights(rescale_prenorm_residual=True)``: out_proj and fc2 kernels / sqrt(n_layer).
+
+        (mamba-ssm applies its init twice, MixerModel then MambaLMHeadModel; the second pass, with one residual per
+        layer, is the one that lands, so the divisor is sqrt(n_layer) with or without MLPs.)"""
+        scale = 1.0 / math.sqrt(self.cfg.n_layer)
+        for block in self.layers:
+            projections = [block.mixer.out_proj] + ([block.mlp.fc2] if block.mlp is not None else [])
+            for proj in projections:
+                proj.kernel[...] = proj.kernel[...] * scale
+
+    def __call__(self, input_ids: jax.Array, seq_idx: jax.Array | None = None) -> jax.Array:
+        if seq_idx is not None and self.cfg.ssm_cfg.layer == "Mamba1":
+            raise ValueError("seq_idx (packed sequences) is supported by Mamba2 and attention layers, not Mamba1")
+        mixer_kwargs = {} if seq_idx is None else {"seq_idx": seq_idx}
+        hidden = self.embedding(input_ids)
+        residual = None
+        for block in self.layers:
+            if self.cfg.remat:
+                hidden, residual = nnx.remat(lambda b, h, r: b(h, r, **mixer_kwargs))(block, hidden, residual)
+            else:
+                hidden, residual = block(hidden, residual, **mixer_kwargs)
+        residual = hidden if residual is None else hidden + residual
+        return self.norm_f(residual.astype(jnp.float32)).astype(hidden.dtype)
+
+
+class MambaLMHeadModel(nnx.Module):
+    """backbone (MixerModel) + LM head tied to the embedding (or its own lm_head.kernel when not tied).
+
+    input_ids (batch, L) int32 -> logits (batch, L, padded vocab) in the compute dtype."""
+
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        self.cfg = cfg
+        self.backbone = MixerModel(cfg, rngs=rngs)
+        if not cfg.tie_embeddings:
+            self.lm_head = linear(
+                cfg.d_model, cfg.padded_vocab_size(), bias=False, dtype=compute_dtype_for(cfg), rngs=rngs
+            )
+
+    def __call__(self, input_ids: jax.Array, seq_idx: jax.Array | None = None) -> jax.Array:
+        hidden = self.backbone(input_ids, seq_idx)
+        if self.cfg.tie_embeddings:
+            return self.backbone.embedding.attend(hidden)
+        return self.lm_head(hidden)

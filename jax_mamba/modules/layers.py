@@ -1,0 +1,110 @@
+"""Building blocks with mamba-ssm's parameter names and torch's initial distributions: Linear, Embedding, norms,
+depthwise causal conv. Parameters are float32; ``dtype`` is the compute dtype."""
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from jax_mamba.modules.init import torch_default_uniform, uniform
+from pallas_kernels import causal_conv1d_fn, rmsnorm_fn
+
+
+def linear(in_features: int, out_features: int, *, bias: bool, dtype, rngs: nnx.Rngs) -> nnx.Linear:
+    """torch.nn.Linear under mamba-ssm's init: kernel U(+-1/sqrt(in)), bias zeros. kernel is (in, out) = weight.T."""
+    return nnx.Linear(
+        in_features,
+        out_features,
+        use_bias=bias,
+        dtype=dtype,
+        param_dtype=jnp.float32,
+        kernel_init=torch_default_uniform(in_features),
+        bias_init=nnx.initializers.zeros_init(),
+        rngs=rngs,
+    )
+
+
+def embedding(num_embeddings: int, features: int, *, std: float, dtype, rngs: nnx.Rngs) -> nnx.Embed:
+    return nnx.Embed(
+        num_embeddings,
+        features,
+        dtype=dtype,
+        param_dtype=jnp.float32,
+        embedding_init=nnx.initializers.normal(std),
+        rngs=rngs,
+    )
+
+
+class RMSNorm(nnx.Module):
+    """RMSNorm over the last axis with a float32 weight; statistics in float32; output has the input's dtype."""
+
+    def __init__(self, dim: int, eps: float = 1e-5, *, impl: str = "reference"):
+        self.weight = nnx.Param(jnp.ones((dim,), jnp.float32))
+        self.eps = eps
+        self.impl = impl
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return rmsnorm_fn(x, self.weight[...], eps=self.eps, impl=self.impl)
+
+
+class LayerNorm(nnx.Module):
+    """LayerNorm over the last axis (weight and bias, float32 statistics); for ``rms_norm=False`` configs."""
+
+    def __init__(self, dim: int, eps: float = 1e-5, **_):
+        self.weight = nnx.Param(jnp.ones((dim,), jnp.float32))
+        self.bias = nnx.Param(jnp.zeros((dim,), jnp.float32))
+        self.eps = eps
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        h = x.astype(jnp.float32)
+        mean = jnp.mean(h, axis=-1, keepdims=True)
+        var = jnp.mean(jnp.square(h - mean), axis=-1, keepdims=True)
+        out = (h - mean) * jax.lax.rsqrt(var + self.eps) * self.weight[...] + self.bias[...]
+        return out.astype(x.dtype)
+
+
+class RMSNormGated(nnx.Module):
+    """mamba-ssm's gated RMSNorm (``ops.triton.layernorm_gated.RMSNorm``): weight ones, no bias."""
+
+    def __init__(
+        self,
+        dim: int,
+        eps: float = 1e-5,
+        group_size: int | None = None,
+        norm_before_gate: bool = True,
+        *,
+        impl: str = "reference",
+    ):
+        self.weight = nnx.Param(jnp.ones((dim,), jnp.float32))
+        self.eps = eps
+        self.group_size = group_size
+        self.norm_before_gate = norm_before_gate
+        self.impl = impl
+
+    def __call__(self, x: jax.Array, z: jax.Array | None = None) -> jax.Array:
+        return rmsnorm_fn(
+            x, self.weight[...], None, z, self.eps, self.group_size, self.norm_before_gate, impl=self.impl
+        )
+
+
+class CausalConv1d(nnx.Module):
+    """Depthwise causal conv over (batch, L, channels). ``weight`` is (channels, width) = torch's (c, 1, w)
+    squeezed; torch's default init U(+-1/sqrt(width)) for weight and bias (``weight_bound`` overrides the weight's)."""
+
+    def __init__(
+        self,
+        channels: int,
+        width: int,
+        *,
+        bias: bool,
+        rngs: nnx.Rngs,
+        impl: str = "reference",
+        weight_bound: float | None = None,
+    ):
+        weight_init = torch_default_uniform(width) if weight_bound is None else uniform(-weight_bound, weight_bound)
+        self.weight = nnx.Param(weight_init(rngs.params(), (channels, width)))
+        self.bias = nnx.Param(torch_default_uniform(width)(rngs.params(), (channels,))) if bias else None
+        self.impl = impl
+
+    def __call__(self, x: jax.Array, *, activation: str | None = None, seq_idx: jax.Array | None = None) -> jax.Array:
+        bias = None if self.bias is None else self.bias[...]
+        return causal_conv1d_fn(x, self.weight[...], bias, seq_idx=seq_idx, activation=activation, impl=self.impl)

@@ -1,0 +1,82 @@
+"""Mamba-1 mixer: mamba-ssm's ``modules/mamba_simple.Mamba`` (names, shapes, initialization, slow-path math)."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from jax_mamba.modules.init import dt_bias_init, uniform
+from jax_mamba.modules.layers import CausalConv1d, linear
+from pallas_kernels import selective_scan_fn
+
+
+class Mamba(nnx.Module):
+    """in_proj -> [x, z]; x -> causal conv + SiLU -> x_proj -> [dt (dt_rank), B, C]; dt -> dt_proj (its bias enters
+    the scan as delta_bias, softplus inside); selective scan with D and silu(z) gating; out_proj.
+
+    Parameters: in_proj.kernel (d_model, 2 d_inner), conv1d.weight (d_inner, d_conv), conv1d.bias,
+    x_proj.kernel (d_inner, dt_rank + 2 d_state), dt_proj.kernel (dt_rank, d_inner), dt_proj.bias (d_inner,),
+    A_log (d_inner, d_state), D (d_inner,), out_proj.kernel (d_inner, d_model).
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        d_state: int = 16,
+        d_conv: int = 4,
+        expand: int = 2,
+        dt_rank: int | str = "auto",
+        dt_min: float = 0.001,
+        dt_max: float = 0.1,
+        dt_init: str = "random",
+        dt_scale: float = 1.0,
+        dt_init_floor: float = 1e-4,
+        conv_bias: bool = True,
+        bias: bool = False,
+        *,
+        dtype=jnp.float32,
+        impl: str = "reference",
+        rngs: nnx.Rngs,
+    ):
+        self.d_model, self.d_state, self.d_conv, self.expand = d_model, d_state, d_conv, expand
+        self.d_inner = expand * d_model
+        self.dt_rank = math.ceil(d_model / 16) if dt_rank == "auto" else dt_rank
+        self.impl = impl
+        self.in_proj = linear(d_model, 2 * self.d_inner, bias=bias, dtype=dtype, rngs=rngs)
+        self.conv1d = CausalConv1d(self.d_inner, d_conv, bias=conv_bias, rngs=rngs, impl=impl)
+        self.x_proj = linear(self.d_inner, self.dt_rank + 2 * d_state, bias=False, dtype=dtype, rngs=rngs)
+        self.dt_proj = linear(self.dt_rank, self.d_inner, bias=True, dtype=dtype, rngs=rngs)
+        std = self.dt_rank**-0.5 * dt_scale
+        if dt_init == "constant":
+            self.dt_proj.kernel[...] = jnp.full((self.dt_rank, self.d_inner), std, jnp.float32)
+        else:
+            self.dt_proj.kernel[...] = uniform(-std, std)(rngs.params(), (self.dt_rank, self.d_inner))
+        self.dt_proj.bias[...] = dt_bias_init(dt_min, dt_max, dt_init_floor)(rngs.params(), (self.d_inner,))
+        A = jnp.broadcast_to(jnp.arange(1, d_state + 1, dtype=jnp.float32), (self.d_inner, d_state))
+        self.A_log = nnx.Param(jnp.log(A))
+        self.D = nnx.Param(jnp.ones((self.d_inner,), jnp.float32))
+        self.out_proj = linear(self.d_inner, d_model, bias=bias, dtype=dtype, rngs=rngs)
+
+    def __call__(self, hidden_states: jax.Array) -> jax.Array:
+        """hidden_states (batch, L, d_model) -> (batch, L, d_model) in the compute dtype."""
+        xz = self.in_proj(hidden_states)
+        x, z = jnp.split(xz, 2, axis=-1)
+        x = self.conv1d(x, activation="silu")
+        x_dbl = self.x_proj(x)
+        dt, B, C = jnp.split(x_dbl, [self.dt_rank, self.dt_rank + self.d_state], axis=-1)
+        dt = dt @ self.dt_proj.kernel[...].astype(dt.dtype)  # bias enters the scan as delta_bias
+        A = -jnp.exp(self.A_log[...].astype(jnp.float32))
+        y = selective_scan_fn(
+            x,
+            dt,
+            A,
+            B[:, :, None, :],
+            C[:, :, None, :],
+            self.D[...],
+            z,
+            delta_bias=self.dt_proj.bias[...],
+            delta_softplus=True,
+            impl=self.impl,
+        )
+        return self.out_proj(y)

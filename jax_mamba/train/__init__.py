@@ -1,0 +1,1 @@
+"""Training: ``python -m jax_mamba.train --config NAME [--key=value ...]`` (see ``cli``)."""

@@ -1,0 +1,77 @@
+"""Command line: ``python -m jax_mamba.train --config NAME [--data PATH] [--resume] [--key=value ...]``."""
+
+import argparse
+import sys
+from pathlib import Path
+
+from jax_mamba.configs.loader import ConfigError, available_configs, load_config
+from jax_mamba.data import DataError
+from jax_mamba.train import run_dir as runs
+from jax_mamba.train.loop import TrainingDiverged, train
+
+EPILOG = """\
+overrides: any config field as --section.field=value, or --field=value when the name is unique, e.g.
+  --train.batch_size=8 --seq_len=2048 --model.ssm_cfg.d_state=64 --lr=3e-3 --compute_dtype=bfloat16
+outputs (in the run folder, default runs/<config>/<timestamp>/): config.yaml, run.json, metrics.jsonl,
+  loss_curve.png, checkpoints/<step>/.
+bundled configs: """
+
+
+def _run_dir_override(overrides: list[str]) -> str | None:
+    for item in overrides:
+        key, _, value = item.removeprefix("--").partition("=")
+        if key in ("run_dir", "train.run_dir") and value:
+            return value
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m jax_mamba.train",
+        description="Train a Mamba-family language model (or synthetic task).",
+        epilog=EPILOG + ", ".join(available_configs()),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--config", help="bundled config name or YAML path (default: 'default')")
+    parser.add_argument("--data", metavar="PATH", help="train on your text file or folder (byte level)")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue --run_dir=DIR, or the latest run of --config, from its last checkpoint",
+    )
+    parser.add_argument("--list-configs", action="store_true", help="print the bundled config names and exit")
+    args, rest = parser.parse_known_args(argv)
+    if args.list_configs:
+        print("\n".join(available_configs()))
+        return 0
+    bad = [item for item in rest if not (item.startswith("--") and "=" in item)]
+    if bad:
+        parser.error(f"unrecognized arguments {bad}: overrides look like --key=value")
+    overrides: list = list(rest)
+    if args.data is not None:
+        overrides += [("data.kind", "text"), ("data.path", args.data)]
+    try:
+        if args.resume:
+            explicit = _run_dir_override(rest)
+            run_dir = Path(explicit) if explicit else runs.latest_run(load_config(args.config or "default").name)
+            runs.prepare_resume(run_dir)
+            cfg = load_config(str(run_dir / runs.CONFIG_FILE), overrides)
+        else:
+            cfg = load_config(args.config or "default", overrides)
+            run_dir = runs.new_run_dir(cfg)
+        result = train(cfg, resume=args.resume, run_dir=run_dir)
+    except (ConfigError, DataError, runs.RunDirError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except TrainingDiverged as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    tok_s = f"{result.tokens_per_s:,.0f} tokens/s" if result.tokens_per_s else "n/a tokens/s"
+    peak = f", peak device memory {result.peak_memory_bytes / 2**30:.2f} GiB" if result.peak_memory_bytes else ""
+    print(f"done: step {result.step}, train loss {result.loss:.4f}, {tok_s}{peak}")
+    print(f"run folder {result.run_dir}: metrics.jsonl, loss_curve.png, checkpoints/")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,59 @@
+"""Metrics: one JSON object per line in ``metrics.jsonl`` (append-only, so a resumed run continues the file), and
+the loss-curve PNG drawn from it."""
+
+import json
+import math
+from pathlib import Path
+
+
+class MetricsLog:
+    def __init__(self, path: Path):
+        self.path = Path(path)
+
+    def write(self, record: dict) -> None:
+        clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
+        with self.path.open("a") as f:
+            f.write(json.dumps(clean) + "\n")
+
+    def read(self) -> list[dict]:
+        if not self.path.exists():
+            return []
+        return [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
+
+
+def _last_per_step(records: list[dict], key: str) -> tuple[list[int], list[float]]:
+    """Values of ``key`` by step; where a resumed run logged a step again, its later value wins."""
+    by_step = {r["step"]: r[key] for r in records if r.get(key) is not None and "step" in r}
+    steps = sorted(by_step)
+    return steps, [by_step[s] for s in steps]
+
+
+def plot_loss_curve(records: list[dict], path: Path, title: str) -> None:
+    """Train and eval loss against step (plus eval accuracy for synthetic tasks) into a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    has_accuracy = any(r.get("eval_accuracy") is not None for r in records)
+    fig, axes = plt.subplots(1, 2 if has_accuracy else 1, figsize=(11 if has_accuracy else 6.5, 4), squeeze=False)
+    ax = axes[0, 0]
+    for key, label in (("loss", "train"), ("eval_loss", "eval")):
+        steps, values = _last_per_step(records, key)
+        if steps:
+            ax.plot(steps, values, marker="o" if key == "eval_loss" else None, ms=3, label=label)
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss (nats / token)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    if has_accuracy:
+        steps, values = _last_per_step(records, "eval_accuracy")
+        axes[0, 1].plot(steps, values, marker="o", ms=3)
+        axes[0, 1].set_xlabel("step")
+        axes[0, 1].set_ylabel("eval accuracy")
+        axes[0, 1].set_ylim(0, 1.02)
+        axes[0, 1].grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

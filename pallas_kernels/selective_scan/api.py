@@ -1,0 +1,106 @@
+"""Public selective scan (Mamba-1): mamba-ssm's ``selective_scan_fn`` names, argument order and semantics."""
+
+import math
+from typing import Literal
+
+import jax
+import jax.numpy as jnp
+
+from pallas_kernels._checks import check_array, check_divides, check_impl, check_shape
+from pallas_kernels.selective_scan import reference
+
+Layout = Literal["channels_last", "channels_first"]
+_AVAILABLE_IMPLS = ("reference",)
+
+
+def selective_scan_fn(
+    u: jax.Array,
+    delta: jax.Array,
+    A: jax.Array,
+    B: jax.Array,
+    C: jax.Array,
+    D: jax.Array | None = None,
+    z: jax.Array | None = None,
+    delta_bias: jax.Array | None = None,
+    delta_softplus: bool = False,
+    return_last_state: bool = False,
+    *,
+    layout: Layout = "channels_last",
+    impl: str = "reference",
+) -> jax.Array | tuple[jax.Array, jax.Array]:
+    """Selective scan: h_t = exp(delta_t A) h_{t-1} + delta_t B_t u_t,  y_t = C_t h_t + D u_t,  out = y * silu(z).
+
+    delta is first shifted by ``delta_bias`` and passed through softplus if ``delta_softplus``.
+
+    Layouts (G groups of channels; channel d reads group d // (dim // G)):
+      - ``channels_last`` (the Flax models' layout, no transposes): u, delta, z (batch, L, dim);
+        B, C (batch, L, G, N), (batch, L, N) for G = 1, or time-invariant (dim, N).
+      - ``channels_first`` (mamba-ssm's layout): u, delta, z (batch, dim, L); B, C (batch, G, N, L),
+        (batch, N, L) or (dim, N). Costs a transpose in and out.
+    A: (dim, N) float32 (negative for a decaying state). D, delta_bias: (dim,).
+
+    Returns out with u's dtype and u's layout, plus the float32 last state (batch, dim, N) if ``return_last_state``.
+    State and arithmetic are float32 whatever the input dtype.
+    """
+    check_impl("selective_scan_fn", impl, _AVAILABLE_IMPLS)
+    if layout not in ("channels_last", "channels_first"):
+        raise ValueError(f"layout must be 'channels_last' or 'channels_first', got {layout!r}")
+    check_array("u", u, 3)
+    axes = "(batch, L, dim)" if layout == "channels_last" else "(batch, dim, L)"
+    check_array("delta", delta, 3)
+    check_shape("delta", delta, u.shape, axes)
+    if z is not None:
+        check_array("z", z, 3)
+        check_shape("z", z, u.shape, axes)
+    if layout == "channels_first":
+        u, delta, z = (None if t is None else jnp.swapaxes(t, 1, 2) for t in (u, delta, z))
+        B, C = (_bc_to_channels_last(name, t) for name, t in (("B", B), ("C", C)))
+    batch, seqlen, dim = u.shape
+    check_array("A", A, 2)
+    if A.dtype != jnp.float32:
+        raise ValueError(f"A must be float32, got {A.dtype}")
+    if A.shape[0] != dim:
+        raise ValueError(f"A must have shape (dim, N) with dim={dim}, got {tuple(A.shape)}")
+    dstate = A.shape[1]
+    B = _check_bc("B", B, batch, seqlen, dim, dstate, layout)
+    C = _check_bc("C", C, batch, seqlen, dim, dstate, layout)
+    if B.shape[2] != C.shape[2]:  # e.g. time-invariant B with input-dependent C: bring both to lcm(G_B, G_C) groups.
+        groups = math.lcm(B.shape[2], C.shape[2])
+        B, C = (jnp.repeat(t, groups // t.shape[2], axis=2) for t in (B, C))
+    for name, vec in (("D", D), ("delta_bias", delta_bias)):
+        if vec is not None:
+            check_array(name, vec, 1)
+            check_shape(name, vec, (dim,), "(dim,)")
+
+    out, last_state = reference.selective_scan(u, delta, A, B, C, D, z, delta_bias, bool(delta_softplus))
+    if layout == "channels_first":
+        out = jnp.swapaxes(out, 1, 2)
+    return (out, last_state) if return_last_state else out
+
+
+def _bc_to_channels_last(name: str, x: jax.Array) -> jax.Array:
+    """(batch, G, N, L) -> (batch, L, G, N); (batch, N, L) -> (batch, L, 1, N); (dim, N) unchanged."""
+    check_array(name, x, (2, 3, 4))
+    if x.ndim == 4:
+        return jnp.transpose(x, (0, 3, 1, 2))
+    if x.ndim == 3:
+        return jnp.transpose(x, (0, 2, 1))[:, :, None, :]
+    return x
+
+
+def _check_bc(name: str, x: jax.Array, batch: int, seqlen: int, dim: int, dstate: int, layout: str) -> jax.Array:
+    """Validate B or C and return it as (batch, L, G, N); time-invariant (dim, N) becomes G = dim."""
+    check_array(name, x, (2, 3, 4))
+    if x.ndim == 2:
+        check_shape(name, x, (dim, dstate), "(dim, N)")
+        return jnp.broadcast_to(x[None, None], (batch, seqlen, dim, dstate))
+    if x.ndim == 3:
+        x = x[:, :, None, :]
+    if x.shape[0] != batch or x.shape[1] != seqlen or x.shape[3] != dstate:
+        expected = "(batch, L, G, N)" if layout == "channels_last" else "(batch, G, N, L)"
+        raise ValueError(
+            f"{name} must have shape {expected} with batch={batch}, L={seqlen}, N={dstate} (layout={layout}), "
+            f"got {tuple(x.shape)} after conversion to (batch, L, G, N)"
+        )
+    check_divides(f"{name} groups", dim, x.shape[2], "dim")
+    return x

@@ -1,0 +1,104 @@
+"""Public chunked SSD (Mamba-2): mamba-ssm's ``mamba_chunk_scan_combined`` names, argument order and semantics."""
+
+import jax
+import jax.numpy as jnp
+
+from pallas_kernels._checks import (
+    check_array,
+    check_divides,
+    check_impl,
+    check_positive_int,
+    check_seq_idx,
+    check_shape,
+)
+from pallas_kernels.ssd import reference
+
+_AVAILABLE_IMPLS = ("reference",)
+
+
+def mamba_chunk_scan_combined(
+    x: jax.Array,
+    dt: jax.Array,
+    A: jax.Array,
+    B: jax.Array,
+    C: jax.Array,
+    chunk_size: int,
+    D: jax.Array | None = None,
+    z: jax.Array | None = None,
+    dt_bias: jax.Array | None = None,
+    initial_states: jax.Array | None = None,
+    seq_idx: jax.Array | None = None,
+    cu_seqlens: jax.Array | None = None,
+    dt_softplus: bool = False,
+    dt_limit: tuple[float, float] = (0.0, float("inf")),
+    return_final_states: bool = False,
+    return_varlen_states: bool = False,
+    *,
+    impl: str = "reference",
+) -> jax.Array | tuple[jax.Array, jax.Array]:
+    """SSD scan, per head h: state_t = exp(dt_t A_h) state_{t-1} + dt_t x_t ⊗ B_t,  y_t = state_t C_t + D x_t.
+
+    dt is first shifted by ``dt_bias``, passed through softplus if ``dt_softplus`` and clamped to ``dt_limit``
+    (always, so without softplus negative dt become 0, as in mamba-ssm). ``out = y * silu(z)`` if z is given.
+
+    Layout (channels last, no transposes): x, z (batch, L, H, P); dt (batch, L, H); A (H,) float32;
+    B, C (batch, L, G, N), head h reads group h // (H // G); D (H,) or (H, P); dt_bias (H,);
+    initial_states (batch, H, P, N); seq_idx int (batch, L), non-decreasing: packed sequences, the state resets
+    where it changes, and ``initial_states`` applies to sequence 0 only (as in mamba-ssm).
+
+    Returns out (batch, L, H, P) in x's dtype, plus final_states (batch, H, P, N) float32 if
+    ``return_final_states``. ``cu_seqlens``/``return_varlen_states`` keep mamba-ssm's argument order but are not
+    supported yet (use seq_idx). Chunking changes only the float rounding, never the result's meaning.
+    """
+    check_impl("mamba_chunk_scan_combined", impl, _AVAILABLE_IMPLS)
+    if cu_seqlens is not None or return_varlen_states:
+        raise NotImplementedError("cu_seqlens / return_varlen_states are not supported yet; pass seq_idx instead")
+    check_array("x", x, 4)
+    batch, seqlen, nheads, headdim = x.shape
+    check_positive_int("chunk_size", chunk_size)
+    check_array("dt", dt, 3)
+    check_shape("dt", dt, (batch, seqlen, nheads), "(batch, L, H)")
+    check_array("A", A, 1)
+    check_shape("A", A, (nheads,), "(H,)")
+    if A.dtype != jnp.float32:
+        raise ValueError(f"A must be float32, got {A.dtype}")
+    check_array("B", B, 4)
+    if B.shape[:2] != (batch, seqlen):
+        raise ValueError(f"B must have shape (batch, L, G, N) with batch={batch}, L={seqlen}, got {tuple(B.shape)}")
+    check_divides("B groups (G)", nheads, B.shape[2], "H")
+    check_array("C", C, 4)
+    check_shape("C", C, B.shape, "(batch, L, G, N) like B")
+    if D is not None:
+        check_array("D", D, (1, 2))
+        if tuple(D.shape) not in ((nheads,), (nheads, headdim)):
+            raise ValueError(f"D must have shape (H,) = ({nheads},) or (H, P) = {(nheads, headdim)}, got {D.shape}")
+    if z is not None:
+        check_array("z", z, 4)
+        check_shape("z", z, x.shape, "(batch, L, H, P) like x")
+    if dt_bias is not None:
+        check_array("dt_bias", dt_bias, 1)
+        check_shape("dt_bias", dt_bias, (nheads,), "(H,)")
+    if initial_states is not None:
+        check_array("initial_states", initial_states, 4)
+        check_shape("initial_states", initial_states, (batch, nheads, headdim, B.shape[3]), "(batch, H, P, N)")
+    if seq_idx is not None:
+        check_seq_idx(seq_idx, batch, seqlen)
+    if len(dt_limit) != 2 or not dt_limit[0] <= dt_limit[1]:
+        raise ValueError(f"dt_limit must be a pair (min, max) with min <= max, got {dt_limit!r}")
+
+    out, final_states = reference.chunk_scan(
+        x,
+        dt,
+        A,
+        B,
+        C,
+        int(chunk_size),
+        D,
+        z,
+        dt_bias,
+        initial_states,
+        seq_idx,
+        bool(dt_softplus),
+        (float(dt_limit[0]), float(dt_limit[1])),
+    )
+    return (out, final_states) if return_final_states else out

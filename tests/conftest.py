@@ -1,0 +1,37 @@
+"""Shared fixtures: fresh random inputs every run (reproducible through TEST_SEED), GPU-marker skipping."""
+
+import os
+import secrets
+import zlib
+
+import jax
+import numpy as np
+import pytest
+
+SESSION_SEED = int(os.environ.get("TEST_SEED", secrets.randbelow(2**31)))
+
+
+def pytest_report_header(config):
+    return f"TEST_SEED={SESSION_SEED} (set TEST_SEED to replay these random inputs)"
+
+
+def _has_gpu() -> bool:
+    try:
+        return bool(jax.devices("gpu"))
+    except RuntimeError:
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    if _has_gpu():
+        return
+    skip = pytest.mark.skip(reason="needs a GPU; JAX found none")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def rng(request) -> np.random.Generator:
+    """A generator seeded by the session seed and the test's id: new inputs each run, distinct per test case."""
+    return np.random.default_rng([SESSION_SEED, zlib.crc32(request.node.nodeid.encode())])

@@ -1,0 +1,58 @@
+"""float64 NumPy forward passes of mamba-ssm's Mamba and Mamba2 mixers, written from mamba-ssm's slow paths on top
+of the op oracles, reading parameters by their mamba-ssm names. They check the modules' wiring (split orders,
+where biases enter, gating) independently of the module code."""
+
+import numpy as np
+
+from tests.pallas_kernels import naive
+
+
+def _linear(x, p, name):
+    out = x @ p[f"{name}.kernel"]
+    return out + p[f"{name}.bias"] if f"{name}.bias" in p else out
+
+
+def mamba1(p: dict, hidden: np.ndarray, d_state: int, dt_rank: int) -> np.ndarray:
+    d_inner = p["D"].shape[0]
+    xz = _linear(hidden, p, "in_proj")
+    x, z = xz[..., :d_inner], xz[..., d_inner:]
+    x, _ = naive.conv_forward(x, p["conv1d.weight"], p.get("conv1d.bias"), silu_act=True)
+    x_dbl = x @ p["x_proj.kernel"]
+    dt, B, C = x_dbl[..., :dt_rank], x_dbl[..., dt_rank : dt_rank + d_state], x_dbl[..., dt_rank + d_state :]
+    delta = naive.softplus(dt @ p["dt_proj.kernel"] + p["dt_proj.bias"])
+    expand = lambda t: np.broadcast_to(t[:, :, None, :], (*t.shape[:2], d_inner, d_state))  # noqa: E731
+    y, _, _ = naive.scan_forward(x, delta, -np.exp(p["A_log"]), expand(B), expand(C), p["D"], z)
+    return _linear(y, p, "out_proj")
+
+
+def mamba2(
+    p: dict,
+    hidden: np.ndarray,
+    *,
+    d_state: int,
+    headdim: int,
+    ngroups: int,
+    d_ssm: int,
+    norm_before_gate: bool = False,
+    dt_limit=(0.0, np.inf),
+) -> np.ndarray:
+    d_inner = p["out_proj.kernel"].shape[0]
+    d_mlp = d_inner - d_ssm
+    gn = ngroups * d_state
+    zxbcdt = _linear(hidden, p, "in_proj")
+    cuts = np.cumsum([d_mlp, d_mlp, d_ssm, d_ssm + 2 * gn])
+    z0, x0, z, xbc, dt = np.split(zxbcdt, cuts, axis=-1)
+    xbc, _ = naive.conv_forward(xbc, p["conv1d.weight"], p.get("conv1d.bias"), silu_act=True)
+    x, B, C = np.split(xbc, [d_ssm, d_ssm + gn], axis=-1)
+    batch, seqlen = x.shape[:2]
+    dt = np.clip(naive.softplus(dt + p["dt_bias"]), *dt_limit)
+    groups = lambda t: naive.expand_groups(t.reshape(batch, seqlen, ngroups, d_state), d_ssm)  # noqa: E731
+    A = np.repeat(-np.exp(p["A_log"]), headdim)[:, None] * np.ones((1, d_state))
+    D = p["D"] if p["D"].shape[0] == d_ssm else np.repeat(p["D"], headdim)
+    y, _, _ = naive.scan_forward(x, np.repeat(dt, headdim, axis=2), A, groups(B), groups(C), D)
+    y = naive.rmsnorm_forward(
+        y, p["norm.weight"], z=z, eps=1e-5, group_size=d_ssm // ngroups, norm_before_gate=norm_before_gate
+    )
+    if d_mlp > 0:
+        y = np.concatenate([naive.silu(z0) * x0, y], axis=-1)
+    return _linear(y, p, "out_proj")

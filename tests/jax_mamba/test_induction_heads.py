@@ -1,0 +1,14 @@
+"""The Mamba paper's induction-heads task: tiny Mamba-1 and Mamba-2 models must solve it on CPU (accuracy > 0.9 on
+held-out sequences) with the bundled configs, in about a minute each."""
+
+import pytest
+
+from jax_mamba.configs import load_config
+from jax_mamba.train.loop import train
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["induction-heads-mamba1", "induction-heads-mamba2"])
+def test_tiny_models_solve_induction_heads(tmp_path, name):
+    result = train(load_config(name, ["--progress=false"]), run_dir=tmp_path, echo=lambda *_: None)
+    assert result.eval["eval_accuracy"] > 0.9, result.eval

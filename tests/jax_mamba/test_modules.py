@@ -1,0 +1,227 @@
+"""Flax mixers and blocks: mamba-ssm's parameter names/shapes/initialization, forward math against float64 NumPy
+re-derivations of mamba-ssm's slow paths, causality, packed sequences and mixed precision."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from jax_mamba.configs.schema import AttnConfig, ModelConfig, SSMConfig
+from jax_mamba.models import MambaLMHeadModel, ParamLayout
+from jax_mamba.modules.mamba2 import Mamba2
+from jax_mamba.modules.mamba_simple import Mamba
+from jax_mamba.modules.mha import MHA
+from tests.jax_mamba import naive_mixers
+from tests.tolerances import assert_close
+
+
+def params64(module) -> dict[str, np.ndarray]:
+    return {k: np.asarray(v, np.float64) for k, v in ParamLayout.split(module)[1].items()}
+
+
+def perturb(module, rng, scale=0.3):
+    """Random values on every parameter (so zero-initialized biases and ones-initialized D/norms are exercised)."""
+    layout, params = ParamLayout.split(module)
+    noisy = {k: v + jnp.asarray(rng.normal(0, scale, v.shape), v.dtype) for k, v in params.items()}
+    return layout.merge(noisy)
+
+
+def test_mamba1_names_shapes_and_init():
+    m = Mamba(32, d_state=8, rngs=nnx.Rngs(0))  # d_inner 64, dt_rank 2
+    p = params64(m)
+    expected = {
+        "in_proj.kernel": (32, 128),
+        "conv1d.weight": (64, 4),
+        "conv1d.bias": (64,),
+        "x_proj.kernel": (64, 18),
+        "dt_proj.kernel": (2, 64),
+        "dt_proj.bias": (64,),
+        "A_log": (64, 8),
+        "D": (64,),
+        "out_proj.kernel": (64, 32),
+    }
+    assert {k: v.shape for k, v in p.items()} == expected
+    np.testing.assert_allclose(p["A_log"], np.log(np.tile(np.arange(1, 9), (64, 1))), rtol=1e-6)
+    np.testing.assert_array_equal(p["D"], 1.0)
+    dt = np.logaddexp(p["dt_proj.bias"], 0.0)
+    assert dt.min() >= 1e-3 * 0.999 and dt.max() <= 0.1 * 1.001
+    assert np.abs(p["dt_proj.kernel"]).max() <= 2**-0.5
+    assert np.abs(p["in_proj.kernel"]).max() <= 1 / math.sqrt(32)
+    assert np.abs(p["conv1d.weight"]).max() <= 0.5 and np.abs(p["conv1d.bias"]).max() <= 0.5
+
+
+def test_mamba2_names_shapes_and_init():
+    m = Mamba2(32, d_state=8, headdim=16, ngroups=2, rngs=nnx.Rngs(0))  # d_inner 64, 4 heads
+    p = params64(m)
+    expected = {
+        "in_proj.kernel": (32, 2 * 64 + 2 * 2 * 8 + 4),
+        "conv1d.weight": (64 + 32, 4),
+        "conv1d.bias": (96,),
+        "dt_bias": (4,),
+        "A_log": (4,),
+        "D": (4,),
+        "norm.weight": (64,),
+        "out_proj.kernel": (64, 32),
+    }
+    assert {k: v.shape for k, v in p.items()} == expected
+    A = np.exp(p["A_log"])
+    assert A.min() >= 1.0 and A.max() <= 16.0
+    dt = np.logaddexp(p["dt_bias"], 0.0)
+    assert dt.min() >= 1e-3 * 0.999 and dt.max() <= 0.1 * 1.001
+    np.testing.assert_array_equal(p["norm.weight"], 1.0)
+
+
+@pytest.mark.parametrize("d_model,d_state,dt_rank,bias", [(16, 4, "auto", False), (24, 8, 5, True)])
+def test_mamba1_forward_matches_numpy_slow_path(rng, d_model, d_state, dt_rank, bias):
+    m = perturb(Mamba(d_model, d_state=d_state, dt_rank=dt_rank, bias=bias, rngs=nnx.Rngs(1)), rng)
+    x = rng.normal(size=(2, 13, d_model))
+    out = m(jnp.asarray(x, jnp.float32))
+    want = naive_mixers.mamba1(params64(m), x, d_state, m.dt_rank)
+    assert_close("Mamba output", out, want, jnp.float32)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(d_state=8, headdim=8, ngroups=1, chunk_size=8),
+        dict(d_state=4, headdim=8, ngroups=2, chunk_size=4, D_has_hdim=True, norm_before_gate=True, bias=True),
+        dict(d_state=8, headdim=8, ngroups=2, chunk_size=16, d_ssm=32, dt_limit=(0.01, 0.5)),
+    ],
+)
+def test_mamba2_forward_matches_numpy_slow_path(rng, kw):
+    m = perturb(Mamba2(24, rngs=nnx.Rngs(2), **kw), rng)
+    x = rng.normal(size=(2, 19, 24))
+    out = m(jnp.asarray(x, jnp.float32))
+    want = naive_mixers.mamba2(
+        params64(m),
+        x,
+        d_state=kw["d_state"],
+        headdim=kw["headdim"],
+        ngroups=kw["ngroups"],
+        d_ssm=m.d_ssm,
+        norm_before_gate=kw.get("norm_before_gate", False),
+        dt_limit=kw.get("dt_limit", (0.0, np.inf)),
+    )
+    assert_close("Mamba2 output", out, want, jnp.float32)
+
+
+def test_mha_gqa_rotary_matches_numpy(rng):
+    """Causal GQA attention with rotary, written out in NumPy (kv head j serves q heads 2j, 2j + 1)."""
+    m = perturb(MHA(16, num_heads=4, num_heads_kv=2, rotary_emb_dim=4, rngs=nnx.Rngs(3)), rng)
+    x = rng.normal(size=(1, 7, 16))
+    out = m(jnp.asarray(x, jnp.float32))
+    p = params64(m)
+    qkv = x @ p["in_proj.kernel"] + p["in_proj.bias"]
+    q = qkv[..., :16].reshape(1, 7, 4, 4)
+    k, v = qkv[..., 16:24].reshape(1, 7, 2, 4), qkv[..., 24:].reshape(1, 7, 2, 4)
+    pos = np.arange(7)[:, None] * (1.0 / 10000 ** (np.arange(0, 4, 2) / 4))
+
+    def rope(t):
+        x1, x2 = t[..., :2], t[..., 2:4]
+        c, s = np.cos(pos)[None, :, None], np.sin(pos)[None, :, None]
+        return np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)
+
+    q, k = rope(q), rope(k)
+    k, v = np.repeat(k, 2, axis=2), np.repeat(v, 2, axis=2)
+    scores = np.einsum("bthd,bshd->bhts", q, k) / 2.0
+    scores = np.where(np.tril(np.ones((7, 7), bool)), scores, -np.inf)
+    weights = np.exp(scores - scores.max(-1, keepdims=True))
+    weights /= weights.sum(-1, keepdims=True)
+    context = np.einsum("bhts,bshd->bthd", weights, v).reshape(1, 7, 16)
+    assert_close("MHA output", out, context @ p["out_proj.kernel"] + p["out_proj.bias"], jnp.float32)
+
+
+def tiny_model_config(layer: str, **model_kw) -> ModelConfig:
+    return ModelConfig(
+        d_model=32,
+        n_layer=3,
+        vocab_size=50,
+        ssm_cfg=SSMConfig(layer=layer, d_state=8, headdim=8, chunk_size=8),
+        **model_kw,
+    )
+
+
+HYBRID = dict(attn_layer_idx=[1], attn_cfg=AttnConfig(num_heads=4, rotary_emb_dim=8), d_intermediate=40)
+
+
+@pytest.mark.parametrize("layer,extra", [("Mamba1", {}), ("Mamba2", {}), ("Mamba2", HYBRID)])
+def test_lm_is_causal(rng, layer, extra):
+    model = perturb(MambaLMHeadModel(tiny_model_config(layer, **extra), rngs=nnx.Rngs(4)), rng, 0.05)
+    ids = rng.integers(0, 50, size=(2, 21))
+    changed = ids.copy()
+    changed[:, 12:] = rng.integers(0, 50, size=(2, 9))
+    a, b = model(jnp.asarray(ids)), model(jnp.asarray(changed))
+    np.testing.assert_array_equal(np.asarray(a[:, :12]), np.asarray(b[:, :12]))
+    assert not np.allclose(np.asarray(a[:, 12:]), np.asarray(b[:, 12:]))
+
+
+@pytest.mark.parametrize("extra", [{}, HYBRID])
+def test_packed_sequences_equal_separate_runs(rng, extra):
+    """seq_idx through conv, SSD and attention: packing is exactly running each sequence alone."""
+    model = perturb(MambaLMHeadModel(tiny_model_config("Mamba2", **extra), rngs=nnx.Rngs(5)), rng, 0.05)
+    lengths = [9, 4, 12]
+    ids = rng.integers(0, 50, size=(1, sum(lengths)))
+    seq_idx = jnp.asarray(np.repeat(np.arange(3), lengths)[None], jnp.int32)
+    packed = model(jnp.asarray(ids), seq_idx)
+    start = 0
+    for length in lengths:
+        alone = model(jnp.asarray(ids[:, start : start + length]))
+        assert_close("packed segment", packed[:, start : start + length], alone, jnp.float32)
+        start += length
+
+
+def test_mamba1_refuses_seq_idx():
+    model = MambaLMHeadModel(tiny_model_config("Mamba1"), rngs=nnx.Rngs(0))
+    with pytest.raises(ValueError, match="seq_idx"):
+        model(jnp.zeros((1, 4), jnp.int32), jnp.zeros((1, 4), jnp.int32))
+
+
+def test_lm_head_tied_padded_and_rescaled():
+    cfg = tiny_model_config("Mamba2", pad_vocab_size_multiple=16)
+    model = MambaLMHeadModel(cfg, rngs=nnx.Rngs(6))
+    p = params64(model)
+    assert p["backbone.embedding.embedding"].shape == (64, 32)  # 50 padded to a multiple of 16
+    assert not any(k.startswith("lm_head") for k in p)
+    assert abs(p["backbone.embedding.embedding"].std() - 0.02) < 0.004
+    bound = 1 / math.sqrt(64) / math.sqrt(cfg.n_layer)  # out_proj: torch init / sqrt(n_layer)
+    for i in range(cfg.n_layer):
+        kernel = p[f"backbone.layers.{i}.mixer.out_proj.kernel"]
+        assert np.abs(kernel).max() <= bound and np.abs(kernel).max() > 0.8 * bound
+    ids = jnp.asarray([[1, 2, 3]])
+    hidden = model.backbone(ids)
+    np.testing.assert_allclose(
+        np.asarray(model(ids)), np.asarray(hidden @ model.backbone.embedding.embedding[...].T), rtol=1e-5, atol=1e-6
+    )
+    untied = MambaLMHeadModel(tiny_model_config("Mamba2", tie_embeddings=False), rngs=nnx.Rngs(6))
+    assert params64(untied)["lm_head.kernel"].shape == (32, 56)
+
+
+def test_bf16_compute_keeps_fp32_params_and_residual(rng):
+    model = MambaLMHeadModel(tiny_model_config("Mamba2", compute_dtype="bfloat16"), rngs=nnx.Rngs(7))
+    assert all(v.dtype == jnp.float32 for v in ParamLayout.split(model)[1].values())
+    ids = jnp.asarray(rng.integers(0, 50, size=(2, 10)))
+    hidden = model.backbone.embedding(ids)
+    out, residual = model.backbone.layers[0](hidden)
+    assert out.dtype == jnp.bfloat16 and residual.dtype == jnp.float32
+    logits = model(ids)
+    assert logits.dtype == jnp.bfloat16 and bool(jnp.all(jnp.isfinite(logits.astype(jnp.float32))))
+    ref = MambaLMHeadModel(tiny_model_config("Mamba2", compute_dtype="float32"), rngs=nnx.Rngs(7))(ids)
+    assert_close("bf16 vs fp32 logits", logits, ref, jnp.bfloat16)
+
+
+def test_remat_gives_same_loss_and_gradients(rng):
+    ids = jnp.asarray(rng.integers(0, 50, size=(2, 12)))
+
+    def loss_and_grads(remat):
+        layout, params = ParamLayout.split(
+            MambaLMHeadModel(tiny_model_config("Mamba2", remat=remat, **HYBRID), rngs=nnx.Rngs(8))
+        )
+        return jax.value_and_grad(lambda p: jnp.mean(layout.merge(p)(ids) ** 2))(params)
+
+    (l0, g0), (l1, g1) = loss_and_grads(False), loss_and_grads(True)
+    np.testing.assert_allclose(float(l0), float(l1), rtol=1e-6)
+    for k in g0:
+        assert_close(f"d{k}", g1[k], g0[k], jnp.float32)

@@ -1,0 +1,127 @@
+"""Training: outputs and falling loss, no retracing, exact resume, checkpoint retention, NaN stop that keeps the last
+good checkpoint, no overwriting, gradient accumulation, the command line."""
+
+import hashlib
+import json
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+
+from jax_mamba.configs import load_config
+from jax_mamba.models import MambaLMHeadModel, ParamLayout
+from jax_mamba.train.__main__ import main
+from jax_mamba.train.loop import TrainingDiverged, train
+from jax_mamba.train.run_dir import RunDirError
+from jax_mamba.train.step import make_train_step
+
+QUIET = ["--progress=false"]
+
+
+def records(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def losses(run_dir: Path) -> dict[int, float]:
+    return {r["step"]: r["loss"] for r in records(run_dir) if "loss" in r and "event" not in r}
+
+
+def tree_digest(folder: Path) -> str:
+    h = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        h.update(str(path.relative_to(folder)).encode() + path.read_bytes())
+    return h.hexdigest()
+
+
+def test_training_writes_outputs_and_loss_falls(tmp_path):
+    cfg = load_config("mamba2-tiny", [*QUIET, "--max_steps=24", "--log_every=1", "--eval_every=12", "--save_every=12"])
+    result = train(cfg, run_dir=tmp_path, echo=lambda *_: None)
+    assert result.step == 24 and result.traces == 1  # traced once: no retracing after step 1
+    steps = losses(tmp_path)
+    assert np.mean([steps[s] for s in (21, 22, 23, 24)]) < np.mean([steps[s] for s in (1, 2, 3, 4)]) - 0.5
+    assert {"eval_loss", "eval_bits_per_byte"} <= set(result.eval)
+    for name in ("config.yaml", "run.json", "metrics.jsonl", "loss_curve.png"):
+        assert (tmp_path / name).stat().st_size > 0, name
+    assert sorted(int(p.name) for p in (tmp_path / "checkpoints").iterdir()) == [12, 24]
+
+
+def test_resume_continues_the_same_trajectory(tmp_path):
+    base = [*QUIET, "--max_steps=8", "--log_every=1", "--eval_every=4", "--save_every=4", "--grad_accum_steps=2"]
+    whole, parts = tmp_path / "whole", tmp_path / "parts"
+    train(load_config("hybrid-tiny", base), run_dir=whole, echo=lambda *_: None)
+    first = train(load_config("hybrid-tiny", [*base, "--stop_after_steps=5"]), run_dir=parts, echo=lambda *_: None)
+    assert first.step == 5
+    train(load_config(str(parts / "config.yaml"), QUIET), resume=True, run_dir=parts, echo=lambda *_: None)
+    assert losses(parts) == losses(whole)  # bit-identical: same data order, same state
+    assert sorted(losses(parts)) == list(range(1, 9))
+    assert any(r.get("event") == "resume" and r["step"] == 5 for r in records(parts))
+
+
+def test_keeps_the_last_k_checkpoints(tmp_path):
+    cfg = load_config("mamba1-tiny", [*QUIET, "--max_steps=6", "--save_every=1", "--keep_checkpoints=2",
+                                      "--eval_every=6"])
+    train(cfg, run_dir=tmp_path, echo=lambda *_: None)
+    assert sorted(int(p.name) for p in (tmp_path / "checkpoints").iterdir()) == [5, 6]
+
+
+def test_divergence_stops_and_keeps_the_last_good_checkpoint(tmp_path):
+    train(load_config("mamba2-tiny", [*QUIET, "--max_steps=4", "--save_every=2"]), run_dir=tmp_path,
+          echo=lambda *_: None)
+    before = tree_digest(tmp_path / "checkpoints")
+    blow_up = load_config(str(tmp_path / "config.yaml"), [*QUIET, "--max_steps=12", "--lr=1e30", "--min_lr=0",
+                                                         "--warmup_steps=0"])
+    with pytest.raises(TrainingDiverged, match=r"diverged at step \d+.*last good checkpoint is step 4"):
+        train(blow_up, resume=True, run_dir=tmp_path, echo=lambda *_: None)
+    assert tree_digest(tmp_path / "checkpoints") == before
+    assert any(r.get("event") == "diverged" for r in records(tmp_path))
+
+
+def test_a_new_run_never_overwrites_checkpoints(tmp_path):
+    cfg = load_config("mamba2-tiny", [*QUIET, "--max_steps=2", "--save_every=1"])
+    train(cfg, run_dir=tmp_path, echo=lambda *_: None)
+    before = tree_digest(tmp_path)
+    with pytest.raises(RunDirError, match="already holds checkpoints"):
+        train(cfg, run_dir=tmp_path, echo=lambda *_: None)
+    assert tree_digest(tmp_path) == before
+    with pytest.raises(RunDirError, match="no checkpoint to resume"):
+        train(cfg, resume=True, run_dir=tmp_path / "elsewhere", echo=lambda *_: None)
+
+
+def test_gradient_accumulation_equals_one_big_batch(rng):
+    cfg = load_config("mamba2-tiny")
+    layout, params = ParamLayout.split(MambaLMHeadModel(cfg.model, rngs=nnx.Rngs(0)))
+    tx = optax.sgd(0.1)
+    ids = rng.integers(0, 256, size=(2, 3, 17)).astype(np.int32)
+    mask = rng.integers(0, 2, size=(2, 3, 16)).astype(np.float32)
+    batch = {"inputs": ids[..., :-1], "targets": ids[..., 1:], "mask": mask}
+    one = {k: v.reshape(1, 6, *v.shape[2:]) for k, v in batch.items()}
+    copy = lambda t: jax.tree.map(jnp.array, t)  # noqa: E731  (the step donates its inputs)
+    accum_step, _ = make_train_step(layout, tx, 2)
+    single_step, _ = make_train_step(layout, tx, 1)
+    p2, _, m2 = accum_step(copy(params), tx.init(params), batch)
+    p1, _, m1 = single_step(copy(params), tx.init(params), one)
+    np.testing.assert_allclose(float(m2["loss"]), float(m1["loss"]), rtol=1e-5)
+    for k in p1:
+        np.testing.assert_allclose(np.asarray(p2[k]), np.asarray(p1[k]), rtol=1e-4, atol=1e-6, err_msg=k)
+
+
+def test_command_line(tmp_path, capsys):
+    run = tmp_path / "cli"
+    assert main(["--config", "mamba1-tiny", f"--run_dir={run}", "--max_steps=3", *QUIET]) == 0
+    assert "done: step 3" in capsys.readouterr().out
+    assert main(["--resume", f"--run_dir={run}", "--max_steps=5", *QUIET]) == 0
+    assert sorted(losses(run)) == [3, 5]
+    assert main(["--config", "mamba1-tiny", "--data", str(tmp_path / "nope.txt"), *QUIET]) == 2
+    assert "data.path" in capsys.readouterr().err
+    assert main(["--config", "mamba1-tiny", "--model.d_model=0"]) == 2
+    assert "model.d_model" in capsys.readouterr().err
+
+
+def test_bf16_compute_trains_on_cpu(tmp_path):
+    cfg = load_config("hybrid-tiny", [*QUIET, "--max_steps=3", "--compute_dtype=bfloat16"])
+    result = train(cfg, run_dir=tmp_path, echo=lambda *_: None)
+    assert np.isfinite(result.loss) and result.traces == 1

@@ -1,0 +1,209 @@
+"""Selective-scan reference (pallas_kernels.selective_scan) against the float64 NumPy oracle: forward, last state
+and every input gradient, over awkward shapes, both layouts, and argument checks."""
+
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from pallas_kernels import selective_scan_fn
+from pallas_kernels.selective_scan import reference
+from tests.pallas_kernels import naive
+from tests.tolerances import assert_close
+
+
+def make_inputs(rng, batch, seqlen, dim, dstate, groups, dtype, *, D=True, z=True, bias=True, softplus=True):
+    """Random inputs: activations in ``dtype``; A, D, delta_bias float32 (as the models hold them).
+
+    Returns (jax kwargs, float64 copies of exactly those values)."""
+    raw_delta = (
+        rng.normal(-1.0, 0.7, (batch, seqlen, dim)) if softplus else np.abs(rng.normal(0, 0.4, (batch, seqlen, dim)))
+    )
+    values = {
+        "u": (rng.normal(size=(batch, seqlen, dim)), dtype),
+        "delta": (raw_delta, dtype),
+        "A": (-np.exp(rng.uniform(-4.0, 1.0, (dim, dstate))), jnp.float32),
+        "B": (rng.normal(size=(batch, seqlen, groups, dstate)), dtype),
+        "C": (rng.normal(size=(batch, seqlen, groups, dstate)), dtype),
+        "D": (rng.normal(size=dim), jnp.float32) if D else None,
+        "z": (rng.normal(size=(batch, seqlen, dim)), dtype) if z else None,
+        "delta_bias": (rng.uniform(-2.0, 0.5, dim), jnp.float32) if bias else None,
+    }
+    arrays = {k: None if v is None else jnp.asarray(v[0], v[1]) for k, v in values.items()}
+    exact = {k: None if v is None else np.asarray(v.astype(jnp.float32), np.float64) for k, v in arrays.items()}
+    return arrays, exact
+
+
+def oracle(exact, softplus, dout=None, dlast=None):
+    """Forward (out, last) and, given cotangents, the gradients of every input, from the NumPy adjoint."""
+    dim = exact["u"].shape[-1]
+    pre = exact["delta"] + (0.0 if exact["delta_bias"] is None else exact["delta_bias"])
+    delta = naive.softplus(pre) if softplus else pre
+    args = (exact["u"], delta, exact["A"], naive.expand_groups(exact["B"], dim), naive.expand_groups(exact["C"], dim))
+    out, last, _ = naive.scan_forward(*args, exact["D"], exact["z"])
+    if dout is None:
+        return out, last, None
+    g = naive.scan_backward(dout, dlast, *args, exact["D"], exact["z"])
+    ddelta = g.delta * naive.sigmoid(pre) if softplus else g.delta
+    groups = exact["B"].shape[2]
+    grads = {
+        "u": g.u,
+        "delta": ddelta,
+        "A": g.A,
+        "B": naive.reduce_groups(g.B, groups),
+        "C": naive.reduce_groups(g.C, groups),
+        "D": g.D,
+        "z": g.z,
+        "delta_bias": None if exact["delta_bias"] is None else ddelta.sum(axis=(0, 1)),
+    }
+    return out, last, grads
+
+
+CASES = [  # batch, L, dim, N, G, dtype, D, z, delta_bias, softplus
+    (2, 1, 8, 4, 1, jnp.float32, True, True, True, True),
+    (1, 7, 6, 1, 2, jnp.float32, False, False, False, False),
+    (2, 64, 8, 16, 2, jnp.float32, True, False, True, True),
+    (2, 129, 4, 4, 1, jnp.float32, False, True, False, False),
+    (3, 33, 12, 16, 3, jnp.bfloat16, True, True, True, True),
+    (1, 129, 8, 16, 1, jnp.bfloat16, True, True, False, True),
+    (2, 7, 8, 4, 4, jnp.float16, True, True, True, True),
+]
+
+
+@pytest.mark.parametrize("batch,seqlen,dim,dstate,groups,dtype,has_D,has_z,has_bias,softplus", CASES)
+def test_forward_and_gradients_match_oracle(
+    rng, batch, seqlen, dim, dstate, groups, dtype, has_D, has_z, has_bias, softplus
+):
+    arrays, exact = make_inputs(
+        rng, batch, seqlen, dim, dstate, groups, dtype, D=has_D, z=has_z, bias=has_bias, softplus=softplus
+    )
+    names = [k for k, v in arrays.items() if v is not None]
+
+    def run(*xs):
+        kw = dict(zip(names, xs, strict=True))
+        return selective_scan_fn(**kw, delta_softplus=softplus, return_last_state=True)
+
+    (out, last), vjp = jax.vjp(jax.jit(run), *[arrays[k] for k in names])
+    dout = jnp.asarray(rng.normal(size=out.shape), dtype)
+    dlast = jnp.asarray(rng.normal(size=last.shape), jnp.float32)
+    grads = dict(zip(names, vjp((dout, dlast)), strict=True))
+    want_out, want_last, want_grads = oracle(
+        exact, softplus, np.asarray(dout.astype(jnp.float32), np.float64), np.asarray(dlast, np.float64)
+    )
+
+    assert out.dtype == dtype and last.dtype == jnp.float32
+    assert_close("out", out, want_out, dtype)
+    assert_close("last_state", last, want_last, jnp.float32)
+    for name in names:
+        assert grads[name].dtype == arrays[name].dtype, name
+        assert_close(f"d{name}", grads[name], want_grads[name], arrays[name].dtype)
+
+
+@pytest.mark.parametrize("chunk_len", [1, 5, 16])
+def test_chunking_does_not_change_result(rng, chunk_len):
+    arrays, exact = make_inputs(rng, 2, 50, 8, 4, 2, jnp.float32)
+    A, B, C, D, z, bias = (arrays[k] for k in ("A", "B", "C", "D", "z", "delta_bias"))
+    out, last = reference.selective_scan(arrays["u"], arrays["delta"], A, B, C, D, z, bias, True, chunk_len=chunk_len)
+    want_out, want_last, _ = oracle(exact, True)
+    assert_close("out", out, want_out, jnp.float32)
+    assert_close("last_state", last, want_last, jnp.float32)
+
+
+def test_channels_first_layout_matches_mamba_ssm_shapes(rng):
+    """(batch, dim, L) with B/C as (batch, G, N, L) or (batch, N, L), as mamba-ssm's selective_scan_fn takes them."""
+    arrays, exact = make_inputs(rng, 2, 19, 8, 4, 1, jnp.float32)
+    to_cf = lambda t: jnp.swapaxes(t, 1, 2)  # noqa: E731
+    b4 = jnp.transpose(arrays["B"], (0, 2, 3, 1))  # (batch, G, N, L)
+    c3 = jnp.transpose(arrays["C"][:, :, 0], (0, 2, 1))  # (batch, N, L)
+    out, last = selective_scan_fn(
+        to_cf(arrays["u"]),
+        to_cf(arrays["delta"]),
+        arrays["A"],
+        b4,
+        c3,
+        arrays["D"],
+        to_cf(arrays["z"]),
+        arrays["delta_bias"],
+        True,
+        True,
+        layout="channels_first",
+    )
+    want_out, want_last, _ = oracle(exact, True)
+    assert out.shape == (2, 8, 19)
+    assert_close("out", jnp.swapaxes(out, 1, 2), want_out, jnp.float32)
+    assert_close("last_state", last, want_last, jnp.float32)
+
+
+def test_time_invariant_B_with_input_dependent_C(rng):
+    """B of shape (dim, N) (an S4-style fixed B) mixed with a grouped, input-dependent C."""
+    arrays, exact = make_inputs(rng, 2, 11, 6, 3, 2, jnp.float32, z=False)
+    b_fixed = rng.normal(size=(6, 3))
+    out = selective_scan_fn(
+        arrays["u"],
+        arrays["delta"],
+        arrays["A"],
+        jnp.asarray(b_fixed, jnp.float32),
+        arrays["C"],
+        arrays["D"],
+        None,
+        arrays["delta_bias"],
+        True,
+    )
+    delta = naive.softplus(exact["delta"] + exact["delta_bias"])
+    b_full = np.broadcast_to(b_fixed, (2, 11, 6, 3))
+    want, _, _ = naive.scan_forward(
+        exact["u"], delta, exact["A"], b_full, naive.expand_groups(exact["C"], 6), exact["D"]
+    )
+    assert_close("out", out, want, jnp.float32)
+
+
+def test_jit_and_grad_are_finite_on_long_sequences(rng):
+    arrays, _ = make_inputs(rng, 1, 300, 4, 16, 1, jnp.bfloat16)
+    loss = jax.jit(
+        jax.grad(
+            lambda u: jnp.sum(
+                selective_scan_fn(
+                    u, *[arrays[k] for k in ("delta", "A", "B", "C", "D", "z", "delta_bias")], True
+                ).astype(jnp.float32)
+                ** 2
+            )
+        )
+    )
+    assert bool(jnp.all(jnp.isfinite(loss(arrays["u"]).astype(jnp.float32))))
+
+
+def _good(rng):
+    arrays, _ = make_inputs(rng, 2, 5, 4, 3, 2, jnp.float32)
+    return arrays
+
+
+BAD = [  # (override, expected message fragment)
+    ({"u": jnp.zeros((2, 5))}, "u must have rank 3"),
+    ({"delta": jnp.zeros((2, 5, 3))}, "delta must have shape"),
+    ({"A": jnp.zeros((4, 3), jnp.bfloat16)}, "A must be float32"),
+    ({"A": jnp.zeros((5, 3))}, "A must have shape"),
+    ({"B": jnp.zeros((2, 5, 3, 3))}, "B groups=3 must be positive and divide dim=4"),
+    ({"C": jnp.zeros((2, 6, 2, 3))}, "C must have shape"),
+    ({"D": jnp.zeros((3,))}, "D must have shape"),
+    ({"z": jnp.zeros((2, 5, 4), jnp.int32)}, "z must be float32, bfloat16 or float16"),
+    ({"delta_bias": jnp.zeros((4, 1))}, "delta_bias must have rank 1"),
+]
+
+
+@pytest.mark.parametrize("override,message", BAD)
+def test_bad_arguments_name_the_argument(rng, override, message):
+    kwargs = {**_good(rng), **override}
+    with pytest.raises(ValueError, match=re.escape(message)):
+        selective_scan_fn(**kwargs)
+
+
+def test_bad_impl_and_layout(rng):
+    kwargs = _good(rng)
+    with pytest.raises(ValueError, match="impl must be one of"):
+        selective_scan_fn(**kwargs, impl="cuda")
+    with pytest.raises(NotImplementedError, match="impl='pallas' is not available yet"):
+        selective_scan_fn(**kwargs, impl="pallas")
+    with pytest.raises(ValueError, match="layout must be"):
+        selective_scan_fn(**kwargs, layout="bdl")
