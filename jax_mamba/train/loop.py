@@ -109,8 +109,10 @@ def train(cfg: RunConfig, *, resume: bool = False, run_dir: Path | None = None, 
         try:
             params, opt_state, _ = store.restore(start, params, opt_state)
         except ValueError as err:
-            raise runs.RunDirError(f"--resume: checkpoint {start} in {store.directory} does not fit this run's model "
-                                   f"and optimizer (was an optim setting such as grad_clip switched?): {err}") from err
+            raise runs.RunDirError(
+                f"--resume: checkpoint {start} in {store.directory} does not fit this run's model "
+                f"and optimizer (was an optim setting such as grad_clip switched?): {err}"
+            ) from err
         metrics.write({"event": "resume", "step": start, "time": time.time()})
         echo(f"resumed {run_dir} at step {start}")
     else:

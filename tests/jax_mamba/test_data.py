@@ -1,5 +1,7 @@
 """Data: the embedded stdlib corpus, user text files/folders, synthetic tasks, determinism and clear errors."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -26,7 +28,9 @@ def test_batches_are_a_function_of_seed_and_step():
     assert not np.array_equal(ds.train_batch(8, 1)["inputs"], b1["inputs"][:1])
     assert np.array_equal(b1["inputs"][..., 1:], b1["targets"][..., :-1])  # targets are inputs shifted by one
     evals = ds.eval_batches()
-    assert len(evals) == 2 and np.array_equal(evals[0]["inputs"], make_dataset(DataConfig(), TRAIN).eval_batches()[0]["inputs"])
+    assert len(evals) == 2 and np.array_equal(
+        evals[0]["inputs"], make_dataset(DataConfig(), TRAIN).eval_batches()[0]["inputs"]
+    )
 
 
 def test_text_file_and_folder(tmp_path):
@@ -101,5 +105,5 @@ def test_induction_heads_layout():
 
 
 def test_synthetic_tasks_reject_too_short_sequences():
-    with pytest.raises(DataError, match="seq_len >= 2 \\* data.num_tokens_to_copy"):
+    with pytest.raises(DataError, match=re.escape("seq_len >= 2 * data.num_tokens_to_copy")):
         make_dataset(DataConfig(kind="selective_copying", num_tokens_to_copy=16), TrainConfig(seq_len=20))

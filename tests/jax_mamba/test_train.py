@@ -62,18 +62,21 @@ def test_resume_continues_the_same_trajectory(tmp_path):
 
 
 def test_keeps_the_last_k_checkpoints(tmp_path):
-    cfg = load_config("mamba1-tiny", [*QUIET, "--max_steps=6", "--save_every=1", "--keep_checkpoints=2",
-                                      "--eval_every=6"])
+    cfg = load_config(
+        "mamba1-tiny", [*QUIET, "--max_steps=6", "--save_every=1", "--keep_checkpoints=2", "--eval_every=6"]
+    )
     train(cfg, run_dir=tmp_path, echo=lambda *_: None)
     assert sorted(int(p.name) for p in (tmp_path / "checkpoints").iterdir()) == [5, 6]
 
 
 def test_divergence_stops_and_keeps_the_last_good_checkpoint(tmp_path):
-    train(load_config("mamba2-tiny", [*QUIET, "--max_steps=4", "--save_every=2"]), run_dir=tmp_path,
-          echo=lambda *_: None)
+    train(
+        load_config("mamba2-tiny", [*QUIET, "--max_steps=4", "--save_every=2"]), run_dir=tmp_path, echo=lambda *_: None
+    )
     before = tree_digest(tmp_path / "checkpoints")
-    blow_up = load_config(str(tmp_path / "config.yaml"), [*QUIET, "--max_steps=12", "--lr=1e30", "--min_lr=0",
-                                                         "--warmup_steps=0"])
+    blow_up = load_config(
+        str(tmp_path / "config.yaml"), [*QUIET, "--max_steps=12", "--lr=1e30", "--min_lr=0", "--warmup_steps=0"]
+    )
     with pytest.raises(TrainingDiverged, match=r"diverged at step \d+.*last good checkpoint is step 4"):
         train(blow_up, resume=True, run_dir=tmp_path, echo=lambda *_: None)
     assert tree_digest(tmp_path / "checkpoints") == before
