@@ -2,6 +2,7 @@
 ``MambaLMHeadModel`` (tied LM head, vocab padded to a multiple), built from a ``ModelConfig``."""
 
 import dataclasses
+import inspect
 import math
 
 import jax
@@ -27,36 +28,12 @@ def compute_dtype_for(cfg: ModelConfig):
 def _mixer(cfg: ModelConfig, layer_idx: int, dtype, rngs: nnx.Rngs) -> nnx.Module:
     if layer_idx in cfg.attn_layer_idx:
         return MHA(cfg.d_model, **dataclasses.asdict(cfg.attn_cfg), dtype=dtype, impl=cfg.impl, rngs=rngs)
-    s = cfg.ssm_cfg
-    common = dict(
-        d_state=s.resolved_d_state(),
-        d_conv=s.d_conv,
-        expand=s.expand,
-        dt_min=s.dt_min,
-        dt_max=s.dt_max,
-        dt_init_floor=s.dt_init_floor,
-        conv_bias=s.conv_bias,
-        bias=s.bias,
-        dtype=dtype,
-        impl=cfg.impl,
-        rngs=rngs,
-    )
-    if s.layer == "Mamba1":
-        return Mamba(cfg.d_model, dt_rank=s.dt_rank, dt_init=s.dt_init, dt_scale=s.dt_scale, **common)
-    return Mamba2(
-        cfg.d_model,
-        conv_init=s.conv_init,
-        headdim=s.headdim,
-        d_ssm=s.d_ssm,
-        ngroups=s.ngroups,
-        A_init_range=s.A_init_range,
-        D_has_hdim=s.D_has_hdim,
-        rmsnorm=s.rmsnorm,
-        norm_before_gate=s.norm_before_gate,
-        dt_limit=s.dt_limit,
-        chunk_size=s.chunk_size,
-        **common,
-    )
+    # ssm_cfg fields are named as the mixers' arguments (mamba-ssm passes **ssm_cfg); each mixer takes its own.
+    fields = {**dataclasses.asdict(cfg.ssm_cfg), "d_state": cfg.ssm_cfg.resolved_d_state()}
+    cls = Mamba if cfg.ssm_cfg.layer == "Mamba1" else Mamba2
+    accepted = inspect.signature(cls.__init__).parameters
+    kwargs = {k: v for k, v in fields.items() if k in accepted}
+    return cls(cfg.d_model, **kwargs, dtype=dtype, impl=cfg.impl, rngs=rngs)
 
 
 class MixerModel(nnx.Module):

@@ -225,3 +225,22 @@ def test_remat_gives_same_loss_and_gradients(rng):
     np.testing.assert_allclose(float(l0), float(l1), rtol=1e-6)
     for k in g0:
         assert_close(f"d{k}", g1[k], g0[k], jnp.float32)
+
+
+def test_ssm_cfg_fields_reach_the_mixers():
+    """Non-default ssm_cfg values show up in the built mixers' parameter shapes and settings."""
+    m1 = tiny_model_config("Mamba1")
+    m1.ssm_cfg.d_state, m1.ssm_cfg.d_conv, m1.ssm_cfg.expand, m1.ssm_cfg.dt_rank = 4, 2, 3, 3
+    p = params64(MambaLMHeadModel(m1, rngs=nnx.Rngs(0)))
+    assert p["backbone.layers.0.mixer.A_log"].shape == (96, 4)
+    assert p["backbone.layers.0.mixer.conv1d.weight"].shape == (96, 2)
+    assert p["backbone.layers.0.mixer.dt_proj.kernel"].shape == (3, 96)
+    m2 = tiny_model_config("Mamba2")
+    s = m2.ssm_cfg
+    s.d_state, s.d_conv, s.expand, s.ngroups, s.D_has_hdim, s.chunk_size, s.dt_limit = 6, 3, 3, 2, True, 4, (0.0, 0.2)
+    model = MambaLMHeadModel(m2, rngs=nnx.Rngs(0))
+    p = params64(model)
+    assert p["backbone.layers.0.mixer.conv1d.weight"].shape == (96 + 2 * 2 * 6, 3)
+    assert p["backbone.layers.0.mixer.D"].shape == (96,)
+    mixer = model.backbone.layers[0].mixer
+    assert (mixer.chunk_size, mixer.dt_limit, mixer.ngroups, mixer.headdim) == (4, (0.0, 0.2), 2, 8)
