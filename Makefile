@@ -1,14 +1,19 @@
-# make train  -> set up .venv (Python 3.12) and train the default model; extra CLI flags via ARGS="--key=value ..."
-# make test   -> set up .venv and run the CPU test suite
-# make lint   -> ruff
+# make train        -> set up .venv (Python 3.12) and train the default model; CLI flags via ARGS="--key=value ..."
+# make test         -> set up .venv with the PyTorch side too, and run the test suite (parity tests included)
+# make setup-torch  -> add PyTorch and mamba-ssm (from its sdist, CUDA build skipped) to .venv
+# make lint         -> ruff
 VENV := .venv
 PY := $(VENV)/bin/python
 CONFIG ?= default
 ARGS ?=
 
-.PHONY: setup train test lint clean-venv
+MAMBA_SSM := mamba-ssm==2.3.2.post1
+
+.PHONY: setup setup-torch train test lint clean-venv
 
 setup: $(VENV)/.installed
+
+setup-torch: $(VENV)/.installed-torch
 
 $(VENV)/.installed: pyproject.toml
 	@PY312=$$(tools/find-python312.sh) && echo "using $$PY312" && $$PY312 -m venv $(VENV)
@@ -16,10 +21,17 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet -e ".[dev]"
 	touch $@
 
+# mamba-ssm's setup.py needs torch importable (no build isolation); CUDA kernels are skipped here and built on a GPU
+# machine by `python -m torch_reference.build`.
+$(VENV)/.installed-torch: $(VENV)/.installed
+	$(PY) -m pip install --quiet -e ".[dev,torch]"
+	MAMBA_SKIP_CUDA_BUILD=TRUE MAMBA_FORCE_BUILD=TRUE $(PY) -m pip install --quiet --no-build-isolation --no-deps "$(MAMBA_SSM)"
+	touch $@
+
 train: setup
 	$(PY) -m jax_mamba.train --config $(CONFIG) $(ARGS)
 
-test: setup
+test: setup-torch
 	$(PY) -m pytest -q tests $(ARGS)
 
 lint: setup

@@ -60,6 +60,25 @@ def run_one(config: str, steps: int, batch_size: int, seq_len: int, extra: list[
     return result
 
 
+def run_torch(config: str, steps: int, batch_size: int, seq_len: int, extra: list[str]) -> dict:
+    """mamba-ssm on the same config and batches, in its own process (torch_reference.train_bench)."""
+    command = [
+        sys.executable,
+        "-m",
+        "torch_reference.train_bench",
+        "--config",
+        config,
+        f"--steps={steps}",
+        f"--batch_size={batch_size}",
+        f"--seq_len={seq_len}",
+        *extra,
+    ]
+    proc = subprocess.run(command, capture_output=True, text=True)
+    if proc.returncode != 0:
+        return {"returncode": proc.returncode, "error": proc.stderr[-2000:]}
+    return {"returncode": 0, **json.loads(proc.stdout.strip().splitlines()[-1])}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--configs", nargs="+", default=["mamba1-130m", "mamba2-130m"])
@@ -67,6 +86,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch_size", type=int, default=8)
     parser.add_argument("--seq_len", type=int, default=2048)
     parser.add_argument("--out", required=True, help="output path without suffix (writes .json and .md)")
+    parser.add_argument(
+        "--torch",
+        action="store_true",
+        help="also time mamba-ssm on the same configs (needs a GPU and python -m torch_reference.build)",
+    )
     args, extra = parser.parse_known_args(argv)  # the rest: --key=value overrides for every config
     bad = [item for item in extra if not (item.startswith("--") and "=" in item)]
     if bad:
@@ -87,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for config in args.configs:
             row = run_one(config, args.steps, args.batch_size, args.seq_len, extra, Path(tmp))
+            if args.torch:
+                row["torch"] = run_torch(config, args.steps, args.batch_size, args.seq_len, extra)
             rows.append(row)
             print(json.dumps(row), flush=True)
     out = Path(args.out)
@@ -98,20 +124,32 @@ def main(argv: list[str] | None = None) -> int:
         f"jax {header['jax']}, batch {args.batch_size} x length {args.seq_len}, {args.steps} steps "
         f"(mean over steps 2..N), overrides {extra or 'none'}.",
         "",
-        "| config | params | compute | tokens/s | peak memory (GiB) | final loss |",
-        "|---|---|---|---|---|---|",
+        "| config | params | compute | tokens/s | peak memory (GiB) | final loss "
+        "| mamba-ssm tokens/s | mamba-ssm peak (GiB) | JAX / mamba-ssm |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         if r["returncode"]:
-            lines.append(f"| {r['config']} | failed (exit {r['returncode']}) | | | | |")
+            lines.append(f"| {r['config']} | failed (exit {r['returncode']}) | | | | | | | |")
+            continue
+        ours = (
+            f"| {r['config']} | {r['parameters'] / 1e6:.1f}M | {r['compute_dtype']} | {r['tokens_per_s']:,.0f} "
+            f"| {r['peak_memory_gib']:.1f} | {r['final_loss']:.3f} "
+        )
+        t = r.get("torch")
+        if t is None:
+            theirs = "| not run | | |"
+        elif t["returncode"]:
+            theirs = f"| failed (exit {t['returncode']}) | | |"
         else:
-            lines.append(
-                f"| {r['config']} | {r['parameters'] / 1e6:.1f}M | {r['compute_dtype']} | "
-                f"{r['tokens_per_s']:,.0f} | {r['peak_memory_gib']:.1f} | {r['final_loss']:.3f} |"
+            theirs = (
+                f"| {t['tokens_per_s']:,.0f} | {t['peak_memory_gib']:.1f} "
+                f"| {r['tokens_per_s'] / t['tokens_per_s']:.2f}x |"
             )
+        lines.append(ours + theirs)
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
-    return 0 if all(r["returncode"] == 0 for r in rows) else 1
+    return 0 if all(r["returncode"] == 0 and r.get("torch", {}).get("returncode", 0) == 0 for r in rows) else 1
 
 
 if __name__ == "__main__":

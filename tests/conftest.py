@@ -4,6 +4,8 @@ import os
 import secrets
 import zlib
 
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # leave GPU memory for torch in the parity tests
+
 import jax
 import numpy as np
 import pytest
@@ -35,3 +37,19 @@ def pytest_collection_modifyitems(config, items):
 def rng(request) -> np.random.Generator:
     """A generator seeded by the session seed and the test's id: new inputs each run, distinct per test case."""
     return np.random.default_rng([SESSION_SEED, zlib.crc32(request.node.nodeid.encode())])
+
+
+@pytest.fixture(scope="session")
+def cpu_reference():
+    """mamba-ssm with its CPU fallbacks (stub CUDA module, its own torch reference functions)."""
+    from tests.reference_fixtures import reference_for
+
+    return reference_for("cpu")
+
+
+@pytest.fixture(scope="session")
+def cuda_reference():
+    """mamba-ssm at its best on the GPU (built CUDA extensions, Triton); skips without a GPU build."""
+    from tests.reference_fixtures import reference_for
+
+    return reference_for("cuda")

@@ -157,9 +157,9 @@ def _positive(path: str, value) -> None:
     _require(isinstance(value, int) and value > 0, path, "a positive integer", value)
 
 
-def validate(cfg: RunConfig) -> RunConfig:
-    """Check the semantic constraints of a whole run; raise ValueError naming the field. Returns ``cfg``."""
-    m, s, a = cfg.model, cfg.model.ssm_cfg, cfg.model.attn_cfg
+def validate_model(m: ModelConfig) -> ModelConfig:
+    """Check a model section; raise ValueError naming the field (as ``model.<path>``). Returns ``m``."""
+    s, a = m.ssm_cfg, m.attn_cfg
     for name in ("d_model", "n_layer", "vocab_size", "pad_vocab_size_multiple"):
         _positive(f"model.{name}", getattr(m, name))
     _require(m.d_intermediate >= 0, "model.d_intermediate", "an integer >= 0", m.d_intermediate)
@@ -227,7 +227,12 @@ def validate(cfg: RunConfig) -> RunConfig:
             f"an even number <= head_dim={head_dim}",
             a.rotary_emb_dim,
         )
+    return m
 
+
+def validate(cfg: RunConfig) -> RunConfig:
+    """Check the semantic constraints of a whole run; raise ValueError naming the field. Returns ``cfg``."""
+    validate_model(cfg.model)
     o = cfg.optim
     _require(o.lr > 0, "optim.lr", "a positive float", o.lr)
     _require(0 <= o.min_lr <= o.lr, "optim.min_lr", "in [0, lr]", o.min_lr)

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from jax_mamba.configs.schema import ModelConfig
+from jax_mamba.configs.schema import ModelConfig, SSMConfig
 from jax_mamba.modules.block import Block
 from jax_mamba.modules.layers import LayerNorm, RMSNorm, embedding, linear
 from jax_mamba.modules.mamba2 import Mamba2
@@ -25,15 +25,20 @@ def compute_dtype_for(cfg: ModelConfig):
     return jnp.dtype(cfg.compute_dtype)
 
 
+def ssm_layer_kwargs(ssm_cfg: SSMConfig) -> dict:
+    """The ``ssm_cfg`` fields the configured mixer takes, by argument name (as mamba-ssm passes ``**ssm_cfg``), with
+    d_state resolved to the layer's default when unset."""
+    fields = {**dataclasses.asdict(ssm_cfg), "d_state": ssm_cfg.resolved_d_state()}
+    cls = Mamba if ssm_cfg.layer == "Mamba1" else Mamba2
+    accepted = inspect.signature(cls.__init__).parameters
+    return {k: v for k, v in fields.items() if k in accepted}
+
+
 def _mixer(cfg: ModelConfig, layer_idx: int, dtype, rngs: nnx.Rngs) -> nnx.Module:
     if layer_idx in cfg.attn_layer_idx:
         return MHA(cfg.d_model, **dataclasses.asdict(cfg.attn_cfg), dtype=dtype, impl=cfg.impl, rngs=rngs)
-    # ssm_cfg fields are named as the mixers' arguments (mamba-ssm passes **ssm_cfg); each mixer takes its own.
-    fields = {**dataclasses.asdict(cfg.ssm_cfg), "d_state": cfg.ssm_cfg.resolved_d_state()}
     cls = Mamba if cfg.ssm_cfg.layer == "Mamba1" else Mamba2
-    accepted = inspect.signature(cls.__init__).parameters
-    kwargs = {k: v for k, v in fields.items() if k in accepted}
-    return cls(cfg.d_model, **kwargs, dtype=dtype, impl=cfg.impl, rngs=rngs)
+    return cls(cfg.d_model, **ssm_layer_kwargs(cfg.ssm_cfg), dtype=dtype, impl=cfg.impl, rngs=rngs)
 
 
 class MixerModel(nnx.Module):

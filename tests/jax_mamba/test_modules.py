@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from compare.tolerances import assert_close
 from jax_mamba.configs.schema import AttnConfig, ModelConfig, SSMConfig
 from jax_mamba.models import MambaLMHeadModel, ParamLayout
 from jax_mamba.modules.mamba2 import Mamba2
 from jax_mamba.modules.mamba_simple import Mamba
 from jax_mamba.modules.mha import MHA
 from tests.jax_mamba import naive_mixers
-from tests.tolerances import assert_close
 
 
 def params64(module) -> dict[str, np.ndarray]:
@@ -209,7 +209,7 @@ def test_bf16_compute_keeps_fp32_params_and_residual(rng):
     logits = model(ids)
     assert logits.dtype == jnp.bfloat16 and bool(jnp.all(jnp.isfinite(logits.astype(jnp.float32))))
     ref = MambaLMHeadModel(tiny_model_config("Mamba2", compute_dtype="float32"), rngs=nnx.Rngs(7))(ids)
-    assert_close("bf16 vs fp32 logits", logits, ref, jnp.bfloat16)
+    assert_close("bf16 vs fp32 logits", logits, ref, jnp.bfloat16, scale=2.0)  # bf16 rounding in every matmul
 
 
 def test_remat_gives_same_loss_and_gradients(rng):

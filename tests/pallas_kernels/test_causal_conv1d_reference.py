@@ -8,10 +8,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from compare.tolerances import assert_close
 from pallas_kernels import causal_conv1d_fn
 from tests.pallas_kernels import naive
 from tests.pallas_kernels.test_ssd_reference import random_seq_idx
-from tests.tolerances import assert_close
 
 CASES = [  # batch, L, dim, width, dtype, bias, silu, initial_states, seq_idx
     (2, 1, 8, 4, jnp.float32, True, True, False, False),

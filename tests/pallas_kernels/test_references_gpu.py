@@ -6,10 +6,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from compare.tolerances import assert_close
 from pallas_kernels import mamba_chunk_scan_combined, selective_scan_fn
 from tests.pallas_kernels import test_selective_scan_reference as ss
 from tests.pallas_kernels import test_ssd_reference as ssd
-from tests.tolerances import assert_close
 
 pytestmark = pytest.mark.gpu
 

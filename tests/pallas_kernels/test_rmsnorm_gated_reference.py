@@ -8,9 +8,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from compare.tolerances import assert_close
 from pallas_kernels import rmsnorm_fn
 from tests.pallas_kernels import naive
-from tests.tolerances import assert_close
 
 CASES = [  # shape, dtype, group_size, norm_before_gate, gated, bias
     ((3, 16), jnp.float32, None, True, True, True),

@@ -8,10 +8,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from compare.tolerances import assert_close
 from pallas_kernels import selective_scan_fn
 from pallas_kernels.selective_scan import reference
 from tests.pallas_kernels import naive
-from tests.tolerances import assert_close
 
 
 def make_inputs(rng, batch, seqlen, dim, dstate, groups, dtype, *, D=True, z=True, bias=True, softplus=True):

@@ -8,9 +8,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from compare.tolerances import assert_close
 from pallas_kernels import mamba_chunk_scan_combined, selective_scan_fn
 from tests.pallas_kernels import naive
-from tests.tolerances import assert_close
 
 INF = float("inf")
 

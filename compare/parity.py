@@ -1,0 +1,332 @@
+"""JAX vs PyTorch mamba-ssm parity: ``python -m compare.parity --config NAME [--dtype bfloat16] [--ops-only]``.
+
+Model level: a mamba-ssm ``MambaLMHeadModel`` is built from the config (random init, seeded), its weights converted
+into our model; the same batch gives logits, loss and every parameter gradient on both sides, then one AdamW step
+with the same settings (weight-decay groups, lr, betas, eps) on the same gradients gives the new parameters.
+Op level: our ``pallas_kernels`` ops (every available ``impl``) against mamba-ssm's at the config's layer shapes,
+outputs and every input gradient. mamba-ssm runs at its best on a
+GPU (CUDA/Triton) or as its CPU fallback; the report names which. Prints a table, writes JSON with every row.
+Other ``--key=value`` arguments override the config (e.g. ``--model.attn_cfg.rotary_emb_dim=0``).
+"""
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+from functools import partial
+from pathlib import Path
+
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # JAX and torch share the GPU here
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from compare.tolerances import Comparison, compare, compare_to_reference_noise
+from jax_mamba.configs import load_config
+from jax_mamba.configs.schema import ModelConfig, OptimConfig
+from jax_mamba.models import MambaLMHeadModel, ParamLayout
+from jax_mamba.train.optim import make_optimizer, weight_decay_mask
+from jax_mamba.train.step import loss_terms
+from pallas_kernels import causal_conv1d_fn, mamba_chunk_scan_combined, rmsnorm_fn, selective_scan_fn
+
+IMPLS = ("reference",)  # pallas_kernels implementations to check; "pallas" joins once its kernels exist
+
+
+def rounded(x: np.ndarray, dtype: str) -> np.ndarray:
+    """float32 values exactly representable in ``dtype``, so both frameworks start from identical inputs."""
+    return np.asarray(jnp.asarray(x, dtype).astype(jnp.float32))
+
+
+# ----------------------------------------------------------------------------------------------- model level
+
+
+def model_parity(
+    ref,
+    cfg: ModelConfig,
+    *,
+    compute_dtype: str = "float32",
+    batch: int = 2,
+    seq_len: int = 64,
+    seed: int = 0,
+    lr: float = 1e-3,
+    gradients: bool = True,
+) -> list[Comparison]:
+    """Logits, loss, every parameter gradient and one AdamW step (``gradients=False``: logits and loss only).
+
+    In bf16 (torch autocast vs our compute_dtype) mamba-ssm also runs in float32, and the bounds are relative to its
+    own bf16 error (see ``compare.tolerances``)."""
+    from torch_reference.convert import from_torch_state_dict, to_torch_state_dict, torch_name
+    from torch_reference.lm import TorchLM
+
+    torch_lm = TorchLM(ref, cfg, seed)
+    params = {k: jnp.asarray(v) for k, v in from_torch_state_dict(torch_lm.state_dict(), cfg).items()}
+    jax_cfg = dataclasses.replace(cfg, compute_dtype=compute_dtype)
+    layout = ParamLayout.split(nnx.eval_shape(lambda: MambaLMHeadModel(jax_cfg, rngs=nnx.Rngs(0))))[0]
+    ids = np.random.default_rng(seed).integers(0, cfg.vocab_size, size=(batch, seq_len + 1)).astype(np.int32)
+    data = {"inputs": ids[:, :-1], "targets": ids[:, 1:], "mask": np.ones((batch, seq_len), np.float32)}
+
+    dtype = jnp.dtype(compute_dtype)
+    fp32 = (None, None, {})
+    if compute_dtype != "float32":  # mamba-ssm's own bf16 error, measured against its float32 run
+        fp32 = torch_lm.loss_and_grads(data["inputs"], data["targets"], "float32")
+
+    def check(name, ours, theirs, theirs_fp32):
+        if compute_dtype == "float32":
+            return compare(name, ours, theirs, dtype)
+        return compare_to_reference_noise(name, ours, theirs, theirs_fp32, dtype)
+
+    t_logits, t_loss, t_grads = torch_lm.loss_and_grads(data["inputs"], data["targets"], compute_dtype)
+
+    def loss_fn(p):
+        total, (count, _) = loss_terms(layout, p, data)
+        return total / count
+
+    logits = jax.jit(lambda p: layout.merge(p)(data["inputs"]))(params)
+    rows = [check("logits", np.asarray(logits.astype(jnp.float32)), t_logits, fp32[0])]
+    if not gradients:
+        return [*rows, check("loss", np.float64(jax.jit(loss_fn)(params)), np.float64(t_loss), fp32[1])]
+    loss, grads = jax.jit(jax.value_and_grad(loss_fn))(params)
+    rows.append(check("loss", np.float64(loss), np.float64(t_loss), fp32[1]))
+    ours = to_torch_state_dict({k: np.asarray(v) for k, v in grads.items()}, cfg)
+    rows += [check(f"grad {name}", ours[name], g, fp32[2].get(name)) for name, g in t_grads.items()]
+
+    # The optimizer step runs on the same gradients (torch's) on both sides: AdamW's first step is about
+    # lr * sign(g), so gradients that are zero up to rounding (e.g. an attention key bias) would otherwise turn
+    # rounding noise into lr-sized differences; the gradient rows above already compare gradients.
+    optim = OptimConfig(lr=lr, min_lr=lr, warmup_steps=0, weight_decay=0.1, grad_clip=0.0)
+    tx = make_optimizer(optim, 100, params)
+    same_grads = {k: jnp.asarray(v) for k, v in from_torch_state_dict(t_grads, cfg).items()}
+    updates, _ = tx.update(same_grads, tx.init(params), params)
+    stepped = to_torch_state_dict({k: np.asarray(params[k] + updates[k]) for k in params}, cfg)
+    mask = {torch_name(k): v for k, v in weight_decay_mask(params).items()}
+    t_stepped = torch_lm.adamw_step(
+        lr=lr,
+        betas=(optim.beta1, optim.beta2),
+        eps=optim.eps,
+        weight_decay=optim.weight_decay,
+        decayed={k for k in t_grads if mask[k]},
+    )
+    rows += [compare(f"adamw {name}", stepped[name], t_stepped[name], jnp.float32) for name in t_grads]
+    return rows
+
+
+# ----------------------------------------------------------------------------------------------- op level
+
+
+def _check_op(name: str, jax_fn, torch_fn, arrays: dict, dtype: str, rng: np.random.Generator) -> list[Comparison]:
+    """Run ``jax_fn(**arrays, impl=...)`` and ``torch_fn(arrays, dtypes, cotangent)`` on the same inputs and output
+    cotangent; compare the output and every input gradient."""
+    names = [k for k, v in arrays.items() if v is not None]
+    dtypes = {k: dtype if k in _ACTIVATIONS else "float32" for k in names}  # params stay float32, as in the models
+    rows = []
+    for impl in IMPLS:
+        inputs = [jnp.asarray(arrays[k], dtypes[k]) for k in names]
+
+        def run(*xs, impl=impl):
+            return jax_fn(**dict(zip(names, xs, strict=True)), impl=impl)
+
+        out, vjp = jax.vjp(run, *inputs)
+        cotangent = rounded(rng.normal(size=out.shape), dtype)
+        grads = dict(zip(names, vjp(jnp.asarray(cotangent, out.dtype)), strict=True))
+        (t_out,), t_grads = torch_fn(arrays, dtypes, cotangent)
+        tag = f"{name} [{impl}]"
+        rows.append(compare(f"{tag} out", np.asarray(out.astype(jnp.float32)), t_out, jnp.dtype(dtype)))
+        for k in names:
+            rows.append(compare(f"{tag} d{k}", np.asarray(grads[k].astype(jnp.float32)), t_grads[k], jnp.dtype(dtype)))
+    return rows
+
+
+_ACTIVATIONS = {"u", "delta", "z", "B", "C", "x", "dt"}  # inputs in the compute dtype; the rest are float32 params
+
+
+def op_parity(
+    ref, cfg: ModelConfig, *, dtype: str = "float32", batch: int = 2, seq_len: int = 64, seed: int = 0
+) -> list[Comparison]:
+    """Our ops vs mamba-ssm's at the layer shapes of ``cfg``: the SSM op of its layer type (plus, for Mamba-2,
+    ``ssd_minimal_discrete`` and the gated norm), and the causal conv."""
+    from torch_reference import ops
+
+    rng = np.random.default_rng(seed)
+    s = cfg.ssm_cfg
+    n = s.resolved_d_state()
+    act = lambda *shape: rounded(rng.normal(size=shape), dtype)  # noqa: E731
+    f32 = lambda x: np.asarray(x, np.float32)  # noqa: E731
+    rows: list[Comparison] = []
+    if s.layer == "Mamba1":
+        d = s.expand * cfg.d_model
+        scan = {
+            "u": act(batch, seq_len, d),
+            "delta": rounded(rng.normal(-1, 0.7, (batch, seq_len, d)), dtype),
+            "A": f32(-np.exp(rng.uniform(-4, 1, (d, n)))),
+            "B": act(batch, seq_len, 1, n),
+            "C": act(batch, seq_len, 1, n),
+            "D": f32(rng.normal(size=d)),
+            "z": act(batch, seq_len, d),
+            "delta_bias": f32(rng.uniform(-3, -1, d)),
+        }
+        rows += _check_op(
+            "selective_scan",
+            partial(selective_scan_fn, delta_softplus=True),
+            partial(ops.run_selective_scan, ref, delta_softplus=True),
+            scan,
+            dtype,
+            rng,
+        )
+        conv_channels = d
+    else:
+        d_ssm = s.expand * cfg.d_model if s.d_ssm is None else s.d_ssm
+        h, p, g, q = d_ssm // s.headdim, s.headdim, s.ngroups, s.chunk_size
+        if ref.mamba_chunk_scan_combined is None and seq_len % q:
+            raise ValueError(
+                f"the CPU fallback (ssd_chunk_scan_combined_ref) needs seq_len ({seq_len}) to be a "
+                f"multiple of chunk_size ({q})"
+            )
+        ssd = {
+            "x": act(batch, seq_len, h, p),
+            "dt": act(batch, seq_len, h),
+            "A": f32(-np.exp(rng.uniform(-3, 1, h))),
+            "B": act(batch, seq_len, g, n),
+            "C": act(batch, seq_len, g, n),
+            "D": f32(rng.normal(size=h)),
+            "dt_bias": f32(rng.uniform(-3, -1, h)),
+        }
+        rows += _check_op(
+            "ssd",
+            partial(mamba_chunk_scan_combined, chunk_size=q, dt_softplus=True),
+            partial(ops.run_ssd, ref, chunk_size=q, dt_softplus=True),
+            ssd,
+            dtype,
+            rng,
+        )
+        if seq_len % q == 0:
+            plain = {k: ssd[k] for k in ("x", "A", "B", "C")} | {"dt": rounded(np.abs(ssd["dt"]) * 0.1, dtype)}
+            rows += _check_op(
+                "ssd vs ssd_minimal_discrete",
+                partial(mamba_chunk_scan_combined, chunk_size=q),
+                partial(ops.run_ssd, ref, chunk_size=q, dt_softplus=False, minimal=True),
+                plain,
+                dtype,
+                rng,
+            )
+        norm = {
+            "x": act(batch, seq_len, d_ssm),
+            "weight": rounded(rng.normal(1, 0.2, d_ssm), dtype),
+            "z": act(batch, seq_len, d_ssm),
+        }
+        options = dict(eps=1e-5, group_size=d_ssm // g, norm_before_gate=s.norm_before_gate)
+        rows += _check_op(
+            "rmsnorm_gated",
+            partial(rmsnorm_fn, **options),
+            partial(ops.run_rmsnorm_gated, ref, **options),
+            norm,
+            dtype,
+            rng,
+        )
+        conv_channels = d_ssm + 2 * g * n  # the conv runs over xBC
+    conv = {
+        "x": act(batch, seq_len, conv_channels),
+        "weight": rounded(rng.uniform(-0.5, 0.5, (conv_channels, s.d_conv)), dtype),
+        "bias": rounded(rng.uniform(-0.5, 0.5, conv_channels), dtype),
+    }
+    rows += _check_op(
+        "causal_conv1d",
+        partial(causal_conv1d_fn, activation="silu"),
+        partial(ops.run_causal_conv1d, ref, activation="silu"),
+        conv,
+        dtype,
+        rng,
+    )
+    return rows
+
+
+# ----------------------------------------------------------------------------------------------- report
+
+
+def format_table(rows: list[Comparison], limit: int = 40) -> str:
+    shown = (
+        rows
+        if len(rows) <= limit
+        else [r for r in rows if not r.passed][:limit]
+        + sorted((r for r in rows if r.passed), key=lambda r: -r.rel_l2_err / max(r.tolerance, 1e-30))[
+            : max(0, limit - 10)
+        ]
+    )
+    lines = [f"{'quantity':60s} {'max abs err':>12s} {'rel L2 err':>11s} {'tolerance':>9s}  pass"]
+    lines += [
+        f"{r.name[:60]:60s} {r.max_abs_err:12.3e} {r.rel_l2_err:11.3e} {r.tolerance:9.1e}  "
+        f"{'yes' if r.passed else 'NO ' + r.note}"
+        for r in shown
+    ]
+    if len(shown) < len(rows):
+        lines.append(f"... {len(rows) - len(shown)} more rows (all passing) in the JSON")
+    lines.append(f"{sum(r.passed for r in rows)} of {len(rows)} pass")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m compare.parity", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--config", default="mamba2-tiny", help="bundled config name or YAML path")
+    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where mamba-ssm runs")
+    parser.add_argument(
+        "--dtype",
+        default="float32",
+        choices=["float32", "bfloat16"],
+        help="op inputs and model compute dtype (bf16: torch autocast / our compute_dtype)",
+    )
+    parser.add_argument("--batch", type=int, default=2)
+    parser.add_argument("--seq_len", type=int, default=64)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--n_layer", type=int, help="override the config's layer count (e.g. 1 for one layer)")
+    parser.add_argument("--ops-only", action="store_true", help="skip the model-level checks")
+    parser.add_argument("--forward-only", action="store_true", help="model level: logits and loss only")
+    parser.add_argument("--out", type=Path, help="JSON report path (default: parity-<config>-<dtype>.json)")
+    args, overrides = parser.parse_known_args(argv)  # the rest: --key=value config overrides
+    bad = [item for item in overrides if not (item.startswith("--") and "=" in item)]
+    if bad:
+        parser.error(f"unrecognized arguments {bad}: config overrides look like --key=value")
+
+    from torch_reference.backend import load
+
+    ref = load(args.device)
+    cfg = load_config(args.config, [*overrides, *([f"--model.n_layer={args.n_layer}"] if args.n_layer else [])]).model
+    print(ref.describe())
+    began = time.time()
+    rows = op_parity(ref, cfg, dtype=args.dtype, batch=args.batch, seq_len=args.seq_len, seed=args.seed)
+    if not args.ops_only:
+        rows += model_parity(
+            ref,
+            cfg,
+            compute_dtype=args.dtype,
+            batch=args.batch,
+            seq_len=args.seq_len,
+            seed=args.seed,
+            gradients=not args.forward_only,
+        )
+    print(format_table(rows))
+    out = args.out or Path(f"parity-{Path(args.config).stem}-{args.dtype}.json")
+    report = {
+        "config": args.config,
+        "model": dataclasses.asdict(cfg),
+        "reference": ref.describe(),
+        "device": ref.device,
+        "jax_device": str(jax.devices()[0].device_kind),
+        "dtype": args.dtype,
+        "batch": args.batch,
+        "seq_len": args.seq_len,
+        "seed": args.seed,
+        "seconds": round(time.time() - began, 1),
+        "rows": [r.as_dict() for r in rows],
+    }
+    out.write_text(json.dumps(report, indent=2, default=float))
+    print(f"wrote {out}")
+    return 0 if all(r.passed for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

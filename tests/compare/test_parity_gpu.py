@@ -1,0 +1,40 @@
+"""On a GPU (marked ``gpu``; needs ``python -m torch_reference.build`` first): our ops and models against mamba-ssm at
+its best (CUDA selective scan, causal-conv1d, Triton SSD and norms, fused add+norm), in bf16 at 130m-size layers."""
+
+import pytest
+
+from compare.parity import format_table, model_parity, op_parity
+from jax_mamba.configs import load_config
+
+pytestmark = pytest.mark.gpu
+
+
+def _failures(rows):
+    return format_table([r for r in rows if not r.passed])
+
+
+@pytest.mark.parametrize("config", ["mamba1-130m", "mamba2-130m"])
+def test_ops_at_130m_shapes_bf16(cuda_reference, rng, config):
+    rows = op_parity(
+        cuda_reference,
+        load_config(config).model,
+        dtype="bfloat16",
+        batch=2,
+        seq_len=2048,
+        seed=int(rng.integers(1 << 30)),
+    )
+    assert all(r.passed for r in rows), _failures(rows)
+
+
+@pytest.mark.parametrize("config", ["mamba1-130m", "mamba2-130m"])
+def test_130m_size_layers_bf16(cuda_reference, rng, config):
+    cfg = load_config(config, ["--model.n_layer=2"]).model
+    rows = model_parity(
+        cuda_reference, cfg, compute_dtype="bfloat16", batch=2, seq_len=1024, seed=int(rng.integers(1 << 30))
+    )
+    assert all(r.passed for r in rows), _failures(rows)
+
+
+def test_backend_reports_the_fast_paths(cuda_reference):
+    assert cuda_reference.device == "cuda"
+    assert all(cuda_reference.fast_paths.values()), cuda_reference.describe()

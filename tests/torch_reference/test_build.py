@@ -1,0 +1,40 @@
+"""The CUDA builder's machine-independent half: fetching and unpacking the pinned sdists, and refusing to build
+without a GPU. (The build itself runs on the GPU machine: python -m torch_reference.build.)"""
+
+import re
+
+import pytest
+
+pytest.importorskip("torch", reason="the PyTorch side is not installed (make setup-torch)")
+
+
+def test_sources_are_fetched_unpacked_and_complete(tmp_path, monkeypatch):
+    from torch_reference import build
+    from torch_reference.paths import source_dir
+
+    monkeypatch.setenv("JAX_MAMBA_TORCH_CACHE", str(tmp_path))
+    build.prepare_sources(None)  # pip download of the two sdists into the cache, then unpack
+    for name in ("selective_scan_cuda", "causal_conv1d_cuda"):
+        sources, includes = build.extension_sources(name)
+        assert sources and all(s.is_file() for s in sources) and all(i.is_dir() for i in includes)
+    assert (source_dir("mamba_ssm") / "mamba_ssm" / "__init__.py").is_file()
+    build.prepare_sources(None)  # a second call reuses what is there
+
+
+def test_missing_offline_sdist_is_a_clear_error(tmp_path, monkeypatch):
+    from torch_reference import build
+
+    monkeypatch.setenv("JAX_MAMBA_TORCH_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(FileNotFoundError, match=re.escape("expected the PyPI sdist mamba_ssm-2.3.2.post1.tar.gz")):
+        build.prepare_sources(tmp_path / "empty")
+
+
+def test_build_needs_a_gpu():
+    import torch
+
+    from torch_reference import build
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible")
+    with pytest.raises(RuntimeError, match="needs a GPU"):
+        build.build()

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# On a GPU machine: build (or import) mamba-ssm's CUDA extensions, then the parity checks against them.
+# Usage: tools/gpu-parity.sh OUT_DIR SDIST_DIR [STAGE ...]
+#   stages: build | export | import:DIR | layers | full | tests   (default: build layers full tests)
+#   build     python -m torch_reference.build (reuses a build that exists)
+#   export    the built .so files + manifest, xz-compressed in 15 MB parts, to OUT_DIR (to carry to a fresh machine)
+#   import:D  unpack such parts from folder D into the build cache instead of building
+#   layers    compare.parity, 2-layer 130m-width Mamba-1 and Mamba-2, bf16, batch 2 x 2048: ops, logits, loss, grads
+#   full      compare.parity --forward-only on the whole 130m models (24 layers): logits and loss, bf16 and fp32
+#   tests     pytest -m gpu
+set -uo pipefail
+out=${1:?usage: tools/gpu-parity.sh OUT_DIR SDIST_DIR [STAGE ...]}
+sdist=${2:?usage: tools/gpu-parity.sh OUT_DIR SDIST_DIR [STAGE ...]}
+shift 2
+stages=${*:-build layers full tests}
+export PYTHONPATH=. PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
+cache=${JAX_MAMBA_TORCH_CACHE:-$HOME/.cache/jax-mamba/torch}
+log="$out/gpu-parity.log"
+mkdir -p "$out"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee -a "$log"
+parity() {  # name, args...
+    local name=$1; shift
+    echo "== parity $name" >> "$log"
+    timeout "${PARITY_TIMEOUT:-240}" python3 -m compare.parity --device cuda --out "$out/parity-$name.json" "$@" \
+        2>&1 | grep -v -i warning >> "$log"
+    echo "parity $name: exit ${PIPESTATUS[0]}"
+    grep -A 200 "== parity $name" "$log" | grep -E "^(logits|loss) |of .* pass|Error" 
+}
+for stage in $stages; do
+    began=$(date +%s)
+    case $stage in
+        build) python3 -m torch_reference.build --sdist-dir "$sdist" >> "$log" 2>&1 ;;
+        export) (cd "$cache/build" && tar -cf - */manifest.json */*/*.so) | xz -T0 -6 \
+                    | split -b 15M - "$out/torch-build.tar.xz.part-" ;;
+        import:*) mkdir -p "$cache/build" && cat "${stage#import:}"/torch-build.tar.xz.part-* | xz -d \
+                    | tar -C "$cache/build" -xf - && python3 -m torch_reference.build --sdist-dir "$sdist" >> "$log" 2>&1 ;;
+        layers) for c in mamba1-130m mamba2-130m; do
+                    parity "$c-2layers-bf16" --config "$c" --n_layer 2 --dtype bfloat16 --batch 2 --seq_len 2048
+                done ;;
+        full) for c in mamba1-130m mamba2-130m; do
+                  for d in bfloat16 float32; do
+                      parity "$c-full-$d" --config "$c" --dtype "$d" --batch 2 --seq_len 2048 --forward-only
+                  done
+              done ;;
+        tests) echo "== gpu tests" >> "$log"
+               timeout "${TESTS_TIMEOUT:-300}" python3 -m pytest -q -m gpu tests -p no:cacheprovider >> "$log" 2>&1
+               echo "gpu tests: exit $?"; tail -n 4 "$log" ;;
+        *) echo "unknown stage $stage" | tee -a "$log"; exit 2 ;;
+    esac
+    echo "stage $stage: $(( $(date +%s) - began )) s" | tee -a "$log"
+done

@@ -1,0 +1,219 @@
+"""Weight and config conversion between mamba-ssm's ``MambaLMHeadModel`` and ``jax_mamba``'s, both ways.
+
+Parameter names are the same dotted paths on both sides (the Flax modules mirror mamba-ssm's); the table below is the
+whole difference. Conversion is strict: missing or unexpected keys and shape mismatches raise ``ConversionError``
+listing them; values are copied exactly (float32), so a round trip is the identity.
+
+| ours (Flax)                     | mamba-ssm (torch state dict)   | layout change                           |
+|---------------------------------|--------------------------------|-----------------------------------------|
+| ``*.embedding.embedding``       | ``*.embedding.weight``         | none (vocab, d_model)                   |
+| ``*.kernel`` (Linear)           | ``*.weight``                   | transposed: (in, out) <-> (out, in)     |
+| ``*conv1d.weight``              | ``*conv1d.weight``             | (channels, width) <-> (channels, 1, w)  |
+| everything else                 | the same name                  | none                                    |
+| (tied embeddings)               | ``lm_head.weight``             | a copy of the embedding                 |
+
+Configs: ``ModelConfig`` <-> the ``config.json`` dict of mamba-ssm's ``MambaConfig`` (Hugging Face layout of
+state-spaces/mamba-*). Loading a checkpoint folder needs torch only for ``pytorch_model.bin``.
+"""
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+from flax import nnx
+
+from jax_mamba.configs.schema import AttnConfig, ModelConfig, SSMConfig, validate_model
+from jax_mamba.models import MambaLMHeadModel, ParamLayout, ssm_layer_kwargs
+
+_RULES = (  # (our suffix, torch suffix, layout change), first match wins
+    (".embedding.embedding", ".embedding.weight", "none"),
+    (".kernel", ".weight", "transpose"),
+    ("conv1d.weight", "conv1d.weight", "conv"),
+)
+# ssm_cfg / MambaConfig keys that choose kernels or runtime behaviour in mamba-ssm, not the function computed.
+_RUNTIME_KEYS = {
+    "use_fast_path",
+    "use_mem_eff_path",
+    "layer_idx",
+    "device",
+    "dtype",
+    "process_group",
+    "sequence_parallel",
+    "fused_add_norm",
+}
+
+
+class ConversionError(ValueError):
+    """A state dict or config that does not fit the model; the message lists the offending keys."""
+
+
+def _rule(name: str) -> tuple[str, str]:
+    for ours, theirs, change in _RULES:
+        if name.endswith(ours):
+            return name[: len(name) - len(ours)] + theirs, change
+    return name, "none"
+
+
+def torch_name(name: str) -> str:
+    """mamba-ssm's state-dict key for our parameter ``name``."""
+    return _rule(name)[0]
+
+
+def _to_torch_layout(value: np.ndarray, change: str) -> np.ndarray:
+    if change == "transpose":
+        return value.T
+    if change == "conv":
+        return value[:, None, :]
+    return value
+
+
+def _to_flax_layout(value: np.ndarray, change: str) -> np.ndarray:
+    if change == "transpose":
+        return value.T
+    if change == "conv":
+        return value[:, 0, :] if value.ndim == 3 else value
+    return value
+
+
+def expected_params(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Our parameter names and shapes for ``cfg`` (from shapes only; nothing is allocated)."""
+    abstract = nnx.eval_shape(lambda: MambaLMHeadModel(cfg, rngs=nnx.Rngs(0)))
+    return {k: tuple(v.shape) for k, v in ParamLayout.split(abstract)[1].items()}
+
+
+def to_torch_state_dict(params: Mapping[str, np.ndarray], cfg: ModelConfig) -> dict[str, np.ndarray]:
+    """Our flat params -> mamba-ssm state dict (numpy float32, contiguous)."""
+    _check_keys(set(params), expected_params(cfg), lambda k: np.shape(params[k]), "params")
+    state = {}
+    for name, value in params.items():
+        key, change = _rule(name)
+        state[key] = np.ascontiguousarray(_to_torch_layout(np.asarray(value, np.float32), change))
+    if cfg.tie_embeddings:
+        state["lm_head.weight"] = state["backbone.embedding.weight"]
+    return state
+
+
+def from_torch_state_dict(state: Mapping[str, np.ndarray], cfg: ModelConfig) -> dict[str, np.ndarray]:
+    """mamba-ssm state dict (numpy arrays) -> our flat params, strictly checked."""
+    state = dict(state)
+    expected = expected_params(cfg)
+    if cfg.tie_embeddings and "lm_head.weight" in state:
+        lm_head = state.pop("lm_head.weight")
+        embedding = state.get("backbone.embedding.weight")
+        if embedding is not None and not np.array_equal(np.asarray(lm_head), np.asarray(embedding)):
+            raise ConversionError("tie_embeddings is set but lm_head.weight differs from backbone.embedding.weight")
+    by_torch_key = {torch_name(name): name for name in expected}
+    unexpected = sorted(k for k in state if k not in by_torch_key)
+    missing = sorted(k for k in by_torch_key if k not in state)
+    if unexpected or missing:
+        raise ConversionError(f"state dict does not fit the config: missing {missing}, unexpected {unexpected}")
+    params, mismatched = {}, []
+    for key, name in by_torch_key.items():
+        value = _to_flax_layout(np.asarray(state[key], np.float32), _rule(name)[1])
+        if value.shape != expected[name]:
+            mismatched.append(f"{key}: {tuple(np.shape(state[key]))} does not fit {name} {expected[name]}")
+        params[name] = value
+    if mismatched:
+        raise ConversionError("shape mismatches: " + "; ".join(mismatched))
+    return params
+
+
+def _check_keys(keys: set[str], expected: dict[str, tuple], shape_of, what: str) -> None:
+    missing, unexpected = sorted(set(expected) - keys), sorted(keys - set(expected))
+    if missing or unexpected:
+        raise ConversionError(f"{what} do not fit the config: missing {missing}, unexpected {unexpected}")
+    bad = [f"{k}: {tuple(shape_of(k))} != {expected[k]}" for k in sorted(keys) if tuple(shape_of(k)) != expected[k]]
+    if bad:
+        raise ConversionError("shape mismatches: " + "; ".join(bad))
+
+
+def to_mamba_config(cfg: ModelConfig) -> dict:
+    """``ModelConfig`` -> mamba-ssm ``MambaConfig`` fields (JSON-able; ssm_cfg lists the layer's non-default args)."""
+    defaults = dataclasses.asdict(SSMConfig())
+    ssm = {"layer": cfg.ssm_cfg.layer}
+    for key, value in ssm_layer_kwargs(cfg.ssm_cfg).items():
+        if key == "d_state" or value != defaults.get(key):
+            ssm[key] = list(value) if isinstance(value, tuple) else value
+    attn = {k: v for k, v in dataclasses.asdict(cfg.attn_cfg).items() if v != getattr(AttnConfig(), k) or k == "causal"}
+    return {
+        "d_model": cfg.d_model,
+        "d_intermediate": cfg.d_intermediate,
+        "n_layer": cfg.n_layer,
+        "vocab_size": cfg.vocab_size,
+        "ssm_cfg": ssm,
+        "attn_layer_idx": list(cfg.attn_layer_idx),
+        "attn_cfg": attn if cfg.attn_layer_idx else {},
+        "rms_norm": cfg.rms_norm,
+        "residual_in_fp32": cfg.residual_in_fp32,
+        "fused_add_norm": True,
+        "pad_vocab_size_multiple": cfg.pad_vocab_size_multiple,
+        "tie_embeddings": cfg.tie_embeddings,
+    }
+
+
+def from_mamba_config(config: Mapping, **runtime) -> ModelConfig:
+    """mamba-ssm ``MambaConfig`` fields (a config.json dict) -> ``ModelConfig``; ``runtime`` sets impl/dtype/remat.
+
+    Unknown keys are errors; keys that only choose mamba-ssm kernels (use_fast_path, fused_add_norm, ...) are
+    ignored. mamba-ssm's MHA is non-causal unless attn_cfg says ``causal``, and the conversion keeps that."""
+    config = dict(config)
+    model_fields = {f.name for f in dataclasses.fields(ModelConfig)}
+    unknown = [k for k in config if k not in model_fields and k not in _RUNTIME_KEYS]
+    if unknown:
+        raise ConversionError(f"unknown MambaConfig keys {unknown}")
+    ssm = {k: v for k, v in dict(config.pop("ssm_cfg", {}) or {}).items() if k not in _RUNTIME_KEYS}
+    ssm_fields = {f.name for f in dataclasses.fields(SSMConfig)}
+    if [k for k in ssm if k not in ssm_fields]:
+        raise ConversionError(f"unknown ssm_cfg keys {[k for k in ssm if k not in ssm_fields]}")
+    for key in ("A_init_range", "dt_limit"):
+        if key in ssm:
+            ssm[key] = tuple(float(v) for v in ssm[key])
+    attn = dict(config.pop("attn_cfg", {}) or {})
+    attn_fields = {f.name for f in dataclasses.fields(AttnConfig)}
+    if [k for k in attn if k not in attn_fields]:
+        raise ConversionError(f"unknown attn_cfg keys {[k for k in attn if k not in attn_fields]}")
+    if config.get("attn_layer_idx"):
+        attn.setdefault("causal", False)
+    kwargs = {k: v for k, v in config.items() if k in model_fields}
+    cfg = ModelConfig(**kwargs, ssm_cfg=SSMConfig(**ssm), attn_cfg=AttnConfig(**attn), **runtime)
+    try:
+        return validate_model(cfg)
+    except ValueError as err:
+        raise ConversionError(str(err)) from None
+
+
+def load_pretrained(path: str | Path, **runtime) -> tuple[ModelConfig, dict[str, np.ndarray]]:
+    """A mamba-ssm checkpoint folder (config.json + model.safetensors or pytorch_model.bin, the Hugging Face layout
+    of state-spaces/mamba-*) -> (ModelConfig, our flat params). Offline; torch is needed only for the .bin file."""
+    folder = Path(path)
+    config_file = folder / "config.json"
+    if not config_file.is_file():
+        raise FileNotFoundError(f"{config_file} not found (expected a mamba-ssm checkpoint folder)")
+    cfg = from_mamba_config(json.loads(config_file.read_text()), **runtime)
+    if (folder / "model.safetensors").is_file():
+        from safetensors.numpy import load_file
+
+        state = load_file(str(folder / "model.safetensors"))
+    elif (folder / "pytorch_model.bin").is_file():
+        import torch
+
+        tensors = torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
+        state = {k: v.detach().float().numpy() for k, v in tensors.items()}
+    else:
+        raise FileNotFoundError(f"no model.safetensors or pytorch_model.bin in {folder}")
+    return cfg, from_torch_state_dict(state, cfg)
+
+
+def save_pretrained(path: str | Path, cfg: ModelConfig, params: Mapping[str, np.ndarray]) -> None:
+    """Write config.json + pytorch_model.bin that mamba-ssm's ``MambaLMHeadModel.from_pretrained`` loads."""
+    import torch
+
+    folder = Path(path)
+    folder.mkdir(parents=True, exist_ok=True)
+    state = {k: torch.from_numpy(np.array(v)) for k, v in to_torch_state_dict(params, cfg).items()}
+    if cfg.tie_embeddings:
+        state["lm_head.weight"] = state["backbone.embedding.weight"]
+    (folder / "config.json").write_text(json.dumps(to_mamba_config(cfg), indent=2))
+    torch.save(state, folder / "pytorch_model.bin")
