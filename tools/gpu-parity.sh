@@ -8,6 +8,7 @@
 #   layers    compare.parity, 2-layer 130m-width Mamba-1 and Mamba-2, bf16, batch 2 x 2048: ops, logits, loss, grads
 #   full      compare.parity --forward-only on the whole 130m models (24 layers): logits and loss, bf16 and fp32
 #   tests     pytest -m gpu
+#   triton    export Triton's compile cache (mamba-ssm's autotuned kernels) like the build; import with triton-import:D
 set -uo pipefail
 out=${1:?usage: tools/gpu-parity.sh OUT_DIR SDIST_DIR [STAGE ...]}
 sdist=${2:?usage: tools/gpu-parity.sh OUT_DIR SDIST_DIR [STAGE ...]}
@@ -34,11 +35,14 @@ for stage in $stages; do
                     | split -b 15M - "$out/torch-build.tar.xz.part-" ;;
         import:*) mkdir -p "$cache/build" && cat "${stage#import:}"/torch-build.tar.xz.part-* | xz -d \
                     | tar -C "$cache/build" -xf - && python3 -m torch_reference.build --sdist-dir "$sdist" >> "$log" 2>&1 ;;
-        layers) for c in mamba1-130m mamba2-130m; do
+        triton) (cd "$HOME/.triton" && tar -cf - cache) | xz -T0 -6 | split -b 15M - "$out/triton-cache.tar.xz.part-" ;;
+        triton-import:*) mkdir -p "$HOME/.triton" && cat "${stage#triton-import:}"/triton-cache.tar.xz.part-* | xz -d \
+                    | tar -C "$HOME/.triton" -xf - ;;
+        layers) for c in ${LAYER_CONFIGS:-mamba1-130m mamba2-130m}; do
                     parity "$c-2layers-bf16" --config "$c" --n_layer 2 --dtype bfloat16 --batch 2 --seq_len 2048
                 done ;;
         full) for c in mamba1-130m mamba2-130m; do
-                  for d in bfloat16 float32; do
+                  for d in ${FULL_DTYPES:-bfloat16 float32}; do
                       parity "$c-full-$d" --config "$c" --dtype "$d" --batch 2 --seq_len 2048 --forward-only
                   done
               done ;;
