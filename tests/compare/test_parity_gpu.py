@@ -30,7 +30,7 @@ def test_ops_at_130m_shapes_bf16(cuda_reference, rng, config):
 def test_130m_size_layers_bf16(cuda_reference, rng, config):
     cfg = load_config(config, ["--model.n_layer=2"]).model
     rows = model_parity(
-        cuda_reference, cfg, compute_dtype="bfloat16", batch=2, seq_len=1024, seed=int(rng.integers(1 << 30))
+        cuda_reference, cfg, compute_dtype="bfloat16", batch=2, seq_len=2048, seed=int(rng.integers(1 << 30))
     )
     assert all(r.passed for r in rows), _failures(rows)
 
