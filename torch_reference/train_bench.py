@@ -19,9 +19,9 @@ from torch_reference.backend import load
 from torch_reference.lm import TorchLM
 
 
-def measure(config: str, steps: int, batch_size: int, seq_len: int, overrides: list[str]) -> dict:
+def measure(config: str, steps: int, batch_size: int, seq_len: int, overrides: list[str], device: str = "cuda") -> dict:
     cfg = load_config(config, [f"--batch_size={batch_size}", f"--seq_len={seq_len}", "--eval_batches=1", *overrides])
-    ref = load("cuda")
+    ref = load(device)
     lm = TorchLM(ref, cfg.model, seed=cfg.train.seed)
     dataset = make_dataset(cfg.data, cfg.train)
     optimizer = torch.optim.AdamW(
@@ -34,11 +34,12 @@ def measure(config: str, steps: int, batch_size: int, seq_len: int, overrides: l
     timed, losses = [], []
     for step in range(steps):
         batch = dataset.train_batch(step, 1)
-        ids = torch.from_numpy(batch["inputs"][0]).long().cuda()
-        labels = torch.from_numpy(batch["targets"][0]).long().cuda()
-        torch.cuda.synchronize()
+        ids = torch.from_numpy(batch["inputs"][0]).long().to(device)
+        labels = torch.from_numpy(batch["targets"][0]).long().to(device)
+        if device == "cuda":
+            torch.cuda.synchronize()
         began = time.perf_counter()
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.autocast(device, dtype=torch.bfloat16):
             logits = lm.model(ids).logits
         loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1))
         loss.backward()
@@ -54,7 +55,7 @@ def measure(config: str, steps: int, batch_size: int, seq_len: int, overrides: l
         "framework": "torch",
         "reference": ref.describe(),
         "tokens_per_s": tokens * len(timed) / sum(timed),
-        "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30,
+        "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else None,
         "final_loss": losses[-1],
         "parameters": sum(p.numel() for p in lm.model.parameters()),
     }
@@ -70,8 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--batch_size", type=int, default=8)
     parser.add_argument("--seq_len", type=int, default=2048)
+    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu: mamba-ssm's CPU fallback")
     args, overrides = parser.parse_known_args(argv)
-    print(json.dumps(measure(args.config, args.steps, args.batch_size, args.seq_len, overrides)))
+    print(json.dumps(measure(args.config, args.steps, args.batch_size, args.seq_len, overrides, args.device)))
     return 0
 
 
