@@ -67,21 +67,9 @@ def run_ssd(
             chunk_size,
         )
         out = y.to(t["x"].dtype)
-    elif ref.mamba_chunk_scan_combined is not None:
-        out = ref.mamba_chunk_scan_combined(
-            t["x"],
-            t["dt"],
-            t["A"],
-            t["B"],
-            t["C"],
-            chunk_size,
-            D=t.get("D"),
-            z=t.get("z"),
-            dt_bias=t.get("dt_bias"),
-            dt_softplus=dt_softplus,
-        )
-    else:
-        out = ref.ssd_chunk_scan_combined_ref(
+    else:  # the Triton kernels on a GPU, mamba-ssm's chunked torch reference on the CPU (same signature)
+        scan = ref.mamba_chunk_scan_combined or ref.ssd_chunk_scan_combined_ref
+        out = scan(
             t["x"],
             t["dt"],
             t["A"],
