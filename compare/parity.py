@@ -26,7 +26,7 @@ import numpy as np
 from flax import nnx
 
 from compare.tolerances import Comparison, compare, compare_to_reference_noise
-from jax_mamba.configs import load_config
+from jax_mamba.configs.loader import load_config, parse_args_with_overrides
 from jax_mamba.configs.schema import ModelConfig, OptimConfig
 from jax_mamba.models import MambaLMHeadModel, ParamLayout
 from jax_mamba.train.optim import make_optimizer, weight_decay_mask
@@ -286,10 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ops-only", action="store_true", help="skip the model-level checks")
     parser.add_argument("--forward-only", action="store_true", help="model level: logits and loss only")
     parser.add_argument("--out", type=Path, help="JSON report path (default: parity-<config>-<dtype>.json)")
-    args, overrides = parser.parse_known_args(argv)  # the rest: --key=value config overrides
-    bad = [item for item in overrides if not (item.startswith("--") and "=" in item)]
-    if bad:
-        parser.error(f"unrecognized arguments {bad}: config overrides look like --key=value")
+    args, overrides = parse_args_with_overrides(parser, argv)
 
     from torch_reference.backend import load
 

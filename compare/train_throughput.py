@@ -15,6 +15,8 @@ from pathlib import Path
 
 import jax
 
+from jax_mamba.configs.loader import parse_args_with_overrides
+
 
 def run_one(config: str, steps: int, batch_size: int, seq_len: int, extra: list[str], workdir: Path) -> dict:
     run_dir = workdir / config
@@ -91,10 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also time mamba-ssm on the same configs (needs a GPU and python -m torch_reference.build)",
     )
-    args, extra = parser.parse_known_args(argv)  # the rest: --key=value overrides for every config
-    bad = [item for item in extra if not (item.startswith("--") and "=" in item)]
-    if bad:
-        parser.error(f"unrecognized arguments {bad}: config overrides look like --key=value")
+    args, extra = parse_args_with_overrides(parser, argv)  # extra: overrides for every config
     device = jax.devices()[0]
     header = {
         "device": getattr(device, "device_kind", str(device)),

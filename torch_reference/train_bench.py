@@ -13,7 +13,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from jax_mamba.configs import load_config
+from jax_mamba.configs.loader import load_config, parse_args_with_overrides
 from jax_mamba.data import make_dataset
 from torch_reference.backend import load
 from torch_reference.lm import TorchLM
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch_size", type=int, default=8)
     parser.add_argument("--seq_len", type=int, default=2048)
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu: mamba-ssm's CPU fallback")
-    args, overrides = parser.parse_known_args(argv)
+    args, overrides = parse_args_with_overrides(parser, argv)
     print(json.dumps(measure(args.config, args.steps, args.batch_size, args.seq_len, overrides, args.device)))
     return 0
 

@@ -6,6 +6,7 @@ parsed as YAML (``--model.attn_layer_idx=[1,3]``). Unknown keys and wrongly type
 naming the field.
 """
 
+import argparse
 import dataclasses
 import difflib
 import types
@@ -36,6 +37,17 @@ def _resolve_path(name_or_path: str, relative_to: Path | None = None) -> Path:
         if path.is_file():
             return path
     raise ConfigError(f"config {name_or_path!r} not found: not a YAML file, and not one of {available_configs()}")
+
+
+def parse_args_with_overrides(parser: argparse.ArgumentParser, argv: list[str] | None = None):
+    """``parser.parse_known_args`` where every unknown argument must be a ``--key=value`` config override.
+
+    Returns (args, overrides); anything else is a usage error naming it."""
+    args, overrides = parser.parse_known_args(argv)
+    bad = [item for item in overrides if not (item.startswith("--") and "=" in item)]
+    if bad:
+        parser.error(f"unrecognized arguments {bad}: config overrides look like --key=value")
+    return args, overrides
 
 
 def _merge(base: dict, override: dict) -> dict:

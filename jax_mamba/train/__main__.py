@@ -4,7 +4,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from jax_mamba.configs.loader import ConfigError, available_configs, load_config
+from jax_mamba.configs.loader import ConfigError, available_configs, load_config, parse_args_with_overrides
 from jax_mamba.data import DataError
 from jax_mamba.train import run_dir as runs
 from jax_mamba.train.loop import TrainingDiverged, train
@@ -40,13 +40,10 @@ def main(argv: list[str] | None = None) -> int:
         help="continue --run_dir=DIR, or the latest run of --config, from its last checkpoint",
     )
     parser.add_argument("--list-configs", action="store_true", help="print the bundled config names and exit")
-    args, rest = parser.parse_known_args(argv)
+    args, rest = parse_args_with_overrides(parser, argv)
     if args.list_configs:
         print("\n".join(available_configs()))
         return 0
-    bad = [item for item in rest if not (item.startswith("--") and "=" in item)]
-    if bad:
-        parser.error(f"unrecognized arguments {bad}: overrides look like --key=value")
     overrides: list = list(rest)
     if args.data is not None:
         overrides += [("data.kind", "text"), ("data.path", args.data)]
