@@ -105,10 +105,7 @@ def from_torch_state_dict(state: Mapping[str, np.ndarray], cfg: ModelConfig) -> 
         if embedding is not None and not np.array_equal(np.asarray(lm_head), np.asarray(embedding)):
             raise ConversionError("tie_embeddings is set but lm_head.weight differs from backbone.embedding.weight")
     by_torch_key = {torch_name(name): name for name in expected}
-    unexpected = sorted(k for k in state if k not in by_torch_key)
-    missing = sorted(k for k in by_torch_key if k not in state)
-    if unexpected or missing:
-        raise ConversionError(f"state dict does not fit the config: missing {missing}, unexpected {unexpected}")
+    _check_names(set(state), set(by_torch_key), "state dict keys")
     params, mismatched = {}, []
     for key, name in by_torch_key.items():
         value = _to_flax_layout(np.asarray(state[key], np.float32), _rule(name)[1])
@@ -120,10 +117,14 @@ def from_torch_state_dict(state: Mapping[str, np.ndarray], cfg: ModelConfig) -> 
     return params
 
 
-def _check_keys(keys: set[str], expected: dict[str, tuple], shape_of, what: str) -> None:
-    missing, unexpected = sorted(set(expected) - keys), sorted(keys - set(expected))
+def _check_names(keys: set[str], expected: set[str], what: str) -> None:
+    missing, unexpected = sorted(expected - keys), sorted(keys - expected)
     if missing or unexpected:
         raise ConversionError(f"{what} do not fit the config: missing {missing}, unexpected {unexpected}")
+
+
+def _check_keys(keys: set[str], expected: dict[str, tuple], shape_of, what: str) -> None:
+    _check_names(keys, set(expected), what)
     bad = [f"{k}: {tuple(shape_of(k))} != {expected[k]}" for k in sorted(keys) if tuple(shape_of(k)) != expected[k]]
     if bad:
         raise ConversionError("shape mismatches: " + "; ".join(bad))
