@@ -31,9 +31,7 @@ from jax_mamba.configs.schema import ModelConfig, OptimConfig
 from jax_mamba.models import MambaLMHeadModel, ParamLayout
 from jax_mamba.train.optim import make_optimizer, weight_decay_mask
 from jax_mamba.train.step import loss_terms
-from pallas_kernels import causal_conv1d_fn, mamba_chunk_scan_combined, rmsnorm_fn, selective_scan_fn
-
-IMPLS = ("reference",)  # pallas_kernels implementations to check; "pallas" joins once its kernels exist
+from pallas_kernels import available_impls, causal_conv1d_fn, mamba_chunk_scan_combined, rmsnorm_fn, selective_scan_fn
 
 
 def rounded(x: np.ndarray, dtype: str) -> np.ndarray:
@@ -123,7 +121,7 @@ def _check_op(name: str, jax_fn, torch_fn, arrays: dict, dtype: str, rng: np.ran
     names = [k for k, v in arrays.items() if v is not None]
     dtypes = {k: dtype if k in _ACTIVATIONS else "float32" for k in names}  # params stay float32, as in the models
     rows = []
-    for impl in IMPLS:
+    for impl in available_impls(jax_fn):
         inputs = [jnp.asarray(arrays[k], dtypes[k]) for k in names]
 
         def run(*xs, impl=impl):

@@ -4,9 +4,17 @@ One folder per op (`api.py`: public function, argument checks and the ``impl=`` 
 pure-JAX ground truth). This package knows nothing of Flax or torch.
 """
 
+import sys
+
 from pallas_kernels.causal_conv1d.api import causal_conv1d_fn
 from pallas_kernels.rmsnorm_gated.api import rmsnorm_fn
 from pallas_kernels.selective_scan.api import selective_scan_fn
 from pallas_kernels.ssd.api import mamba_chunk_scan_combined
 
-__all__ = ["causal_conv1d_fn", "mamba_chunk_scan_combined", "rmsnorm_fn", "selective_scan_fn"]
+__all__ = ["available_impls", "causal_conv1d_fn", "mamba_chunk_scan_combined", "rmsnorm_fn", "selective_scan_fn"]
+
+
+def available_impls(op) -> tuple[str, ...]:
+    """The ``impl=`` values an op's public function runs today, e.g. ``available_impls(selective_scan_fn)``."""
+    fn = getattr(op, "func", op)  # functools.partial of an op
+    return sys.modules[fn.__module__]._AVAILABLE_IMPLS

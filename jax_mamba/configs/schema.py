@@ -7,8 +7,9 @@ typed sections) so that configs convert field by field; the rest describe a trai
 import math
 from dataclasses import dataclass, field
 
+MODEL_IMPLS = ("auto", "reference", "pallas")  # what each means: jax_mamba.modules.impl
+
 SSM_LAYERS = ("Mamba1", "Mamba2")
-IMPLS = ("reference", "pallas")
 COMPUTE_DTYPES = ("auto", "float32", "bfloat16")
 DATA_KINDS = ("stdlib", "text", "selective_copying", "induction_heads")
 
@@ -86,7 +87,9 @@ class ModelConfig:
     tie_embeddings: bool = True
     initializer_range: float = 0.02
     # How to run it (not part of mamba-ssm's config):
-    impl: str = "reference"  # pallas_kernels implementation for the SSM, conv and norm ops
+    impl: str = (
+        "auto"  # kernels: "auto" (Pallas where an op has one, on GPU), "pallas" or "reference"; see modules.impl
+    )
     compute_dtype: str = "auto"  # "auto": bfloat16 on GPU, float32 on CPU; params are always float32
     remat: bool = False  # recompute each block in the backward pass (less memory, about 1/3 more compute)
 
@@ -164,7 +167,7 @@ def validate_model(m: ModelConfig) -> ModelConfig:
         _positive(f"model.{name}", getattr(m, name))
     _require(m.d_intermediate >= 0, "model.d_intermediate", "an integer >= 0", m.d_intermediate)
     _require(m.norm_epsilon > 0, "model.norm_epsilon", "a positive float", m.norm_epsilon)
-    _require(m.impl in IMPLS, "model.impl", f"one of {IMPLS}", m.impl)
+    _require(m.impl in MODEL_IMPLS, "model.impl", f"one of {MODEL_IMPLS}", m.impl)
     _require(m.compute_dtype in COMPUTE_DTYPES, "model.compute_dtype", f"one of {COMPUTE_DTYPES}", m.compute_dtype)
     bad_idx = [i for i in m.attn_layer_idx if not 0 <= i < m.n_layer]
     _require(not bad_idx, "model.attn_layer_idx", f"layer indices in [0, n_layer={m.n_layer})", m.attn_layer_idx)

@@ -5,6 +5,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from jax_mamba.modules.impl import op_impl
 from jax_mamba.modules.init import torch_default_uniform, uniform
 from pallas_kernels import causal_conv1d_fn, rmsnorm_fn
 
@@ -37,13 +38,13 @@ def embedding(num_embeddings: int, features: int, *, std: float, dtype, rngs: nn
 class RMSNorm(nnx.Module):
     """RMSNorm over the last axis with a float32 weight; statistics in float32; output has the input's dtype."""
 
-    def __init__(self, dim: int, eps: float = 1e-5, *, impl: str = "reference"):
+    def __init__(self, dim: int, eps: float = 1e-5, *, impl: str = "auto"):
         self.weight = nnx.Param(jnp.ones((dim,), jnp.float32))
         self.eps = eps
         self.impl = impl
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        return rmsnorm_fn(x, self.weight[...], eps=self.eps, impl=self.impl)
+        return rmsnorm_fn(x, self.weight[...], eps=self.eps, impl=op_impl(self.impl, rmsnorm_fn))
 
 
 class LayerNorm(nnx.Module):
@@ -72,7 +73,7 @@ class RMSNormGated(nnx.Module):
         group_size: int | None = None,
         norm_before_gate: bool = True,
         *,
-        impl: str = "reference",
+        impl: str = "auto",
     ):
         self.weight = nnx.Param(jnp.ones((dim,), jnp.float32))
         self.eps = eps
@@ -82,7 +83,14 @@ class RMSNormGated(nnx.Module):
 
     def __call__(self, x: jax.Array, z: jax.Array | None = None) -> jax.Array:
         return rmsnorm_fn(
-            x, self.weight[...], None, z, self.eps, self.group_size, self.norm_before_gate, impl=self.impl
+            x,
+            self.weight[...],
+            None,
+            z,
+            self.eps,
+            self.group_size,
+            self.norm_before_gate,
+            impl=op_impl(self.impl, rmsnorm_fn),
         )
 
 
@@ -97,7 +105,7 @@ class CausalConv1d(nnx.Module):
         *,
         bias: bool,
         rngs: nnx.Rngs,
-        impl: str = "reference",
+        impl: str = "auto",
         weight_bound: float | None = None,
     ):
         weight_init = torch_default_uniform(width) if weight_bound is None else uniform(-weight_bound, weight_bound)
@@ -107,4 +115,6 @@ class CausalConv1d(nnx.Module):
 
     def __call__(self, x: jax.Array, *, activation: str | None = None, seq_idx: jax.Array | None = None) -> jax.Array:
         bias = None if self.bias is None else self.bias[...]
-        return causal_conv1d_fn(x, self.weight[...], bias, seq_idx=seq_idx, activation=activation, impl=self.impl)
+        return causal_conv1d_fn(
+            x, self.weight[...], bias, seq_idx=seq_idx, activation=activation, impl=op_impl(self.impl, causal_conv1d_fn)
+        )

@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from jax_mamba.modules.impl import op_impl
 from jax_mamba.modules.init import dt_bias_init, uniform
 from jax_mamba.modules.layers import CausalConv1d, RMSNormGated, linear
 from pallas_kernels import mamba_chunk_scan_combined
@@ -44,7 +45,7 @@ class Mamba2(nnx.Module):
         chunk_size: int = 256,
         *,
         dtype=jnp.float32,
-        impl: str = "reference",
+        impl: str = "auto",
         rngs: nnx.Rngs,
     ):
         self.d_model, self.d_state, self.d_conv, self.expand = d_model, d_state, d_conv, expand
@@ -96,7 +97,7 @@ class Mamba2(nnx.Module):
             seq_idx=seq_idx,
             dt_softplus=True,
             dt_limit=self.dt_limit,
-            impl=self.impl,
+            impl=op_impl(self.impl, mamba_chunk_scan_combined),
         )
         y = y.reshape(batch, seqlen, self.d_ssm)
         if self.rmsnorm:

@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from jax_mamba.modules.impl import op_impl
 from jax_mamba.modules.init import dt_bias_init, uniform
 from jax_mamba.modules.layers import CausalConv1d, linear
 from pallas_kernels import selective_scan_fn
@@ -36,7 +37,7 @@ class Mamba(nnx.Module):
         bias: bool = False,
         *,
         dtype=jnp.float32,
-        impl: str = "reference",
+        impl: str = "auto",
         rngs: nnx.Rngs,
     ):
         self.d_model, self.d_state, self.d_conv, self.expand = d_model, d_state, d_conv, expand
@@ -77,6 +78,6 @@ class Mamba(nnx.Module):
             z,
             delta_bias=self.dt_proj.bias[...],
             delta_softplus=True,
-            impl=self.impl,
+            impl=op_impl(self.impl, selective_scan_fn),
         )
         return self.out_proj(y)

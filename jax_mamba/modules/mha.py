@@ -49,7 +49,7 @@ class MHA(nnx.Module):
         rotary_emb_interleaved: bool = False,
         *,
         dtype=jnp.float32,
-        impl: str = "reference",
+        impl: str = "auto",
         rngs: nnx.Rngs,
     ):
         self.num_heads = num_heads

@@ -7,10 +7,12 @@ import jax
 import jax.numpy as jnp
 
 from pallas_kernels._checks import check_array, check_divides, check_impl, check_shape
-from pallas_kernels.selective_scan import reference
+from pallas_kernels._triton import interpret_mode
+from pallas_kernels.selective_scan import pallas, reference
+from pallas_kernels.selective_scan.config import MAX_DSTATE, ScanConfig, default_config
 
 Layout = Literal["channels_last", "channels_first"]
-_AVAILABLE_IMPLS = ("reference",)
+_AVAILABLE_IMPLS = ("reference", "pallas")
 
 
 def selective_scan_fn(
@@ -27,6 +29,7 @@ def selective_scan_fn(
     *,
     layout: Layout = "channels_last",
     impl: str = "reference",
+    config: ScanConfig | None = None,
 ) -> jax.Array | tuple[jax.Array, jax.Array]:
     """Selective scan: h_t = exp(delta_t A) h_{t-1} + delta_t B_t u_t,  y_t = C_t h_t + D u_t,  out = y * silu(z).
 
@@ -41,6 +44,9 @@ def selective_scan_fn(
 
     Returns out with u's dtype and u's layout, plus the float32 last state (batch, dim, N) if ``return_last_state``.
     State and arithmetic are float32 whatever the input dtype.
+
+    ``impl="pallas"`` runs the Pallas Triton kernels (interpreted when JAX has no GPU); it needs input-dependent
+    B and C and N <= 256. ``config`` overrides its tiling (``ScanConfig``); the default suits N and dim.
     """
     check_impl("selective_scan_fn", impl, _AVAILABLE_IMPLS)
     if layout not in ("channels_last", "channels_first"):
@@ -62,6 +68,8 @@ def selective_scan_fn(
     if A.shape[0] != dim:
         raise ValueError(f"A must have shape (dim, N) with dim={dim}, got {tuple(A.shape)}")
     dstate = A.shape[1]
+    if impl == "pallas":
+        _check_pallas_supported(B, C, dstate, config)
     B = _check_bc("B", B, batch, seqlen, dim, dstate, layout)
     C = _check_bc("C", C, batch, seqlen, dim, dstate, layout)
     if B.shape[2] != C.shape[2]:  # e.g. time-invariant B with input-dependent C: bring both to lcm(G_B, G_C) groups.
@@ -72,10 +80,32 @@ def selective_scan_fn(
             check_array(name, vec, 1)
             check_shape(name, vec, (dim,), "(dim,)")
 
-    out, last_state = reference.selective_scan(u, delta, A, B, C, D, z, delta_bias, bool(delta_softplus))
+    if impl == "pallas":
+        config = config or default_config(dstate, dim // B.shape[2], batch * B.shape[2])
+        out, last_state = pallas.selective_scan(
+            u, delta, A, B, C, D, z, delta_bias, bool(delta_softplus), config, interpret_mode()
+        )
+    else:
+        out, last_state = reference.selective_scan(u, delta, A, B, C, D, z, delta_bias, bool(delta_softplus))
     if layout == "channels_first":
         out = jnp.swapaxes(out, 1, 2)
     return (out, last_state) if return_last_state else out
+
+
+def _check_pallas_supported(B: jax.Array, C: jax.Array, dstate: int, config: ScanConfig | None) -> None:
+    """What the Pallas kernels do not cover is refused up front rather than computed slowly or wrongly."""
+    for name, x in (("B", B), ("C", C)):
+        if x.ndim == 2:
+            raise ValueError(
+                f"impl='pallas' needs input-dependent {name} of shape (batch, L, G, N) or (batch, L, N); "
+                f"time-invariant {name} (dim, N) is supported by impl='reference'"
+            )
+    if dstate > MAX_DSTATE:
+        raise ValueError(f"impl='pallas' supports N (A.shape[1]) up to {MAX_DSTATE}, got {dstate}")
+    if config is not None:
+        if not isinstance(config, ScanConfig):
+            raise ValueError(f"config must be a ScanConfig, got {type(config).__name__}")
+        config.validate()
 
 
 def _bc_to_channels_last(name: str, x: jax.Array) -> jax.Array:

@@ -83,6 +83,35 @@ def test_mamba1_forward_matches_numpy_slow_path(rng, d_model, d_state, dt_rank, 
     assert_close("Mamba output", out, want, jnp.float32)
 
 
+def test_mamba1_pallas_impl_matches_slow_path_and_reference_gradients(rng):
+    """``impl="pallas"`` puts the selective scan on the Pallas kernel (interpreted here); the conv stays reference."""
+    m = perturb(Mamba(16, d_state=4, impl="pallas", rngs=nnx.Rngs(2)), rng)
+    x = jnp.asarray(rng.normal(size=(2, 21, 16)), jnp.float32)
+    assert_close("Mamba output", m(x), naive_mixers.mamba1(params64(m), np.asarray(x), 4, m.dt_rank), jnp.float32)
+
+    def loss(module, impl):
+        module.impl = impl
+        return jnp.sum(module(x) ** 2)
+
+    want = ParamLayout.split(nnx.grad(lambda mod: loss(mod, "reference"))(m))[1]
+    got = ParamLayout.split(nnx.grad(lambda mod: loss(mod, "pallas"))(m))[1]
+    for name, value in want.items():
+        assert_close(f"d{name}", got[name], value, jnp.float32)
+
+
+def test_model_impl_picks_pallas_where_an_op_has_it():
+    from jax_mamba.modules.impl import op_impl
+    from pallas_kernels import causal_conv1d_fn, selective_scan_fn
+
+    assert op_impl("pallas", selective_scan_fn) == "pallas"
+    assert op_impl("pallas", causal_conv1d_fn) == "reference"  # no Pallas kernel: its reference
+    assert op_impl("reference", selective_scan_fn) == "reference"
+    expected_auto = "pallas" if jax.default_backend() == "gpu" else "reference"
+    assert op_impl("auto", selective_scan_fn) == expected_auto
+    with pytest.raises(ValueError, match="impl must be one of"):
+        op_impl("cuda", selective_scan_fn)
+
+
 @pytest.mark.parametrize(
     "kw",
     [

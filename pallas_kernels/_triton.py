@@ -1,0 +1,65 @@
+"""Helpers shared by the Pallas Triton kernels: interpret-mode choice, fast exp2, power-of-two sizes.
+
+Kernels run compiled through the Triton backend on a GPU and in Pallas interpret mode elsewhere (the CPU tests).
+"""
+
+import jax
+import jax.numpy as jnp
+from jax.experimental.pallas import triton as plgpu
+
+LOG2_E = 1.4426950408889634
+LN_2 = 0.6931471805599453
+
+
+def interpret_mode() -> bool:
+    """Pallas kernels are compiled for the GPU when JAX's default backend is one, else interpreted."""
+    return jax.default_backend() != "gpu"
+
+
+def next_pow2(n: int) -> int:
+    """Triton tiles need power-of-two sizes: the smallest power of two >= n (>= 1)."""
+    return 1 << max(0, (int(n) - 1).bit_length())
+
+
+def _sfu(instruction: str, x: jax.Array) -> jax.Array:
+    (y,) = plgpu.elementwise_inline_asm(
+        f"{instruction} $0, $1;",
+        args=[x],
+        constraints="=r,r",
+        pack=1,
+        result_shape_dtypes=[jax.ShapeDtypeStruct(x.shape, jnp.float32)],
+    )
+    return y
+
+
+def exp2(x: jax.Array, interpret: bool) -> jax.Array:
+    """2**x on float32: one ``ex2.approx.ftz`` (SFU) instruction on the GPU, as CUDA's fast-math exp2f."""
+    return jnp.exp2(x) if interpret else _sfu("ex2.approx.ftz.f32", x)
+
+
+def exp(x: jax.Array, interpret: bool) -> jax.Array:
+    return exp2(x * LOG2_E, interpret)
+
+
+def reciprocal(x: jax.Array, interpret: bool) -> jax.Array:
+    """1/x on float32: ``rcp.approx.ftz`` on the GPU (what fast-math division compiles to)."""
+    return 1.0 / x if interpret else _sfu("rcp.approx.ftz.f32", x)
+
+
+def sigmoid(x: jax.Array, interpret: bool) -> jax.Array:
+    return reciprocal(1.0 + exp(-x, interpret), interpret)
+
+
+def log1p(x: jax.Array, interpret: bool) -> jax.Array:
+    """log(1 + x) for x >= 0 without branches (libdevice's log1pf branches, which splits the time loop's basic
+    blocks): log(u) * x / (u - 1) with u = 1 + x rounded, exact to a few ulp (Goldberg's trick); x where u == 1."""
+    if interpret:
+        return jnp.log1p(x)
+    u = 1.0 + x
+    log_u = _sfu("lg2.approx.ftz.f32", u) * LN_2
+    return jnp.where(u == 1.0, x, log_u * x * reciprocal(u - 1.0, interpret))
+
+
+def softplus(x: jax.Array, interpret: bool) -> jax.Array:
+    """log(1 + e^x) as mamba-ssm's kernels compute it (fast exp), identity above 20."""
+    return jnp.where(x <= 20.0, log1p(exp(jnp.minimum(x, 20.0), interpret), interpret), x)

@@ -1,0 +1,101 @@
+"""Pallas selective scan in interpret mode (CPU): forward, last state and every gradient against the float64
+oracle and the forward against the pure-JAX reference, over awkward shapes and tilings.
+
+Interpret mode fills every output buffer with NaN before the kernel runs, so an element a kernel fails to write
+fails the finiteness check in ``assert_close``.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from compare.tolerances import assert_close
+from pallas_kernels import selective_scan_fn
+from pallas_kernels.selective_scan.config import ScanConfig, default_config
+from tests.pallas_kernels.test_selective_scan_reference import assert_matches_oracle, make_inputs, oracle
+
+SMALL = ScanConfig(block_d=4, chunk=4, prefetch=3, bwd_unroll=2, bwd_block_d=8)  # several channel blocks
+LONG = ScanConfig(block_d=2, chunk=8, prefetch=11, bwd_unroll=4, bwd_block_d=2, bwd_prefetch=5)  # loads far ahead
+
+CASES = [  # batch, L, dim, N, G, dtype, D, z, delta_bias, softplus, config
+    (2, 1, 8, 4, 1, jnp.float32, True, True, True, True, SMALL),
+    (1, 7, 6, 1, 2, jnp.float32, False, False, False, False, SMALL),
+    (2, 7, 8, 16, 2, jnp.bfloat16, True, True, True, True, LONG),
+    (2, 64, 8, 16, 2, jnp.float32, True, False, True, True, SMALL),
+    (1, 64, 12, 4, 1, jnp.bfloat16, False, True, False, True, LONG),
+    (2, 129, 12, 4, 1, jnp.float32, False, True, False, False, LONG),
+    (1, 129, 8, 1, 2, jnp.bfloat16, True, True, True, True, SMALL),
+    (3, 33, 12, 16, 3, jnp.float16, True, True, True, True, SMALL),
+    (1, 2049, 4, 16, 1, jnp.bfloat16, True, True, True, True, ScanConfig(chunk=16, bwd_unroll=8)),
+    (1, 2049, 6, 4, 2, jnp.float32, True, False, False, True, LONG),
+    (2, 100, 16, 16, 1, jnp.bfloat16, True, True, True, True, None),  # the default tiling
+    (1, 9, 4, 40, 2, jnp.float32, True, True, True, True, None),  # N padded to 64 inside the kernels
+    (1, 5, 2, 256, 1, jnp.float32, True, False, True, True, None),  # the largest N
+]
+
+
+def _run(arrays, softplus, config, impl="pallas"):
+    names = [k for k, v in arrays.items() if v is not None]
+
+    def run(*xs):
+        kw = dict(zip(names, xs, strict=True))
+        return selective_scan_fn(**kw, delta_softplus=softplus, return_last_state=True, impl=impl, config=config)
+
+    return names, jax.vjp(jax.jit(run), *[arrays[k] for k in names])
+
+
+@pytest.mark.parametrize("batch,seqlen,dim,dstate,groups,dtype,has_D,has_z,has_bias,softplus,config", CASES)
+def test_forward_and_gradients_match_oracle_and_reference(
+    rng, batch, seqlen, dim, dstate, groups, dtype, has_D, has_z, has_bias, softplus, config
+):
+    arrays, exact = make_inputs(
+        rng, batch, seqlen, dim, dstate, groups, dtype, D=has_D, z=has_z, bias=has_bias, softplus=softplus
+    )
+    out, last = assert_matches_oracle(rng, arrays, exact, softplus, impl="pallas", config=config)
+    _, ((ref_out, ref_last), _) = _run(arrays, softplus, None, impl="reference")
+    assert_close("out vs reference", out, ref_out.astype(jnp.float32), dtype)
+    assert_close("last_state vs reference", last, ref_last, jnp.float32)
+
+
+def test_gradient_through_last_state_only(rng):
+    """A loss on the last state alone (dout = 0) still reaches every input through the adjoint recurrence."""
+    arrays, exact = make_inputs(rng, 2, 21, 8, 4, 2, jnp.float32)
+    names, ((out, last), vjp) = _run(arrays, True, SMALL)
+    dlast = jnp.asarray(rng.normal(size=last.shape), jnp.float32)
+    grads = dict(zip(names, vjp((jnp.zeros_like(out), dlast)), strict=True))
+    _, _, want = oracle(exact, True, np.zeros(out.shape), np.asarray(dlast, np.float64))
+    for name in ("u", "delta", "A", "B", "delta_bias"):
+        assert_close(f"d{name}", grads[name], want[name], jnp.float32)
+    assert not np.any(np.asarray(grads["C"])), "C only reads the state: no gradient without dout"
+
+
+def test_channels_first_layout(rng):
+    arrays, exact = make_inputs(rng, 2, 19, 8, 4, 1, jnp.float32)
+    cf = {k: jnp.swapaxes(arrays[k], 1, 2) for k in ("u", "delta", "z")}
+    bc = {k: jnp.transpose(arrays[k], (0, 2, 3, 1)) for k in ("B", "C")}
+    args = (cf["u"], cf["delta"], arrays["A"], bc["B"], bc["C"], arrays["D"], cf["z"], arrays["delta_bias"], True)
+    out = selective_scan_fn(*args, layout="channels_first", impl="pallas", config=SMALL)
+    want, _, _ = oracle(exact, True)
+    assert_close("out", jnp.swapaxes(out, 1, 2), want, jnp.float32)
+
+
+def test_default_config_tiles_small_and_large_states():
+    assert default_config(16, 1536, 8) == ScanConfig(block_d=16, bwd_block_d=8)  # the 130m layer, batch 8
+    assert default_config(16, 1536, 1).block_d == 8  # batch 1: too few programs, narrower blocks
+    assert default_config(256, 1536, 8).block_d == 1
+    assert default_config(4, 3, 64).block_d <= 4  # never wider than the group (rounded up to a power of two)
+
+
+def test_unsupported_inputs_are_refused_before_work(rng):
+    arrays, _ = make_inputs(rng, 1, 5, 4, 4, 1, jnp.float32)
+    u, delta, A, B, C = (arrays[k] for k in ("u", "delta", "A", "B", "C"))
+    with pytest.raises(ValueError, match=r"input-dependent B .*\(dim, N\).*impl='reference'"):
+        selective_scan_fn(u, delta, A, jnp.ones((4, 4)), C, impl="pallas")
+    wide = jnp.zeros((4, 300), jnp.float32)
+    with pytest.raises(ValueError, match=r"N .* up to 256, got 300"):
+        selective_scan_fn(u, delta, wide, jnp.zeros((1, 5, 300)), jnp.zeros((1, 5, 300)), impl="pallas")
+    with pytest.raises(ValueError, match="block_d must be a positive power of two, got 3"):
+        selective_scan_fn(u, delta, A, B, C, impl="pallas", config=ScanConfig(block_d=3))
+    with pytest.raises(ValueError, match="config must be a ScanConfig"):
+        selective_scan_fn(u, delta, A, B, C, impl="pallas", config={"block_d": 4})
