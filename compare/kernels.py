@@ -14,6 +14,7 @@ import dataclasses
 import json
 import statistics
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -264,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = run_selective_scan(args, variants, ceiling)
     meta = {
         "op": args.op,
-        "command": "python -m compare.kernels " + " ".join(argv if argv is not None else __import__("sys").argv[1:]),
+        "command": "python -m compare.kernels " + " ".join(argv if argv is not None else sys.argv[1:]),
         "date": time.strftime("%Y-%m-%d"),
         "device": info,
         "copy_gbs": round(copy_gbs, 1),
