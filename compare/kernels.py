@@ -54,6 +54,11 @@ def median_ms(fn: Callable[[], object], sync: Callable[[object], None], reps: in
     return statistics.median(samples)
 
 
+def time_passes(forward, forward_backward, sync, reps: int) -> dict[str, float]:
+    """ms of the forward and of the forward+backward, each by ``median_ms``."""
+    return {"forward": median_ms(forward, sync, reps), "forward+backward": median_ms(forward_backward, sync, reps)}
+
+
 def jax_sync(out) -> None:
     jax.block_until_ready(out)
 
@@ -171,24 +176,13 @@ def run_selective_scan(args, variants: list[Variant], ceiling: dict) -> list[dic
         if torch_ref is not None:
             calls = selective_scan_calls(torch_ref, arrays, dtypes, cotangent, delta_softplus=True)
             outputs["mamba-ssm"] = calls.output
-            torch_sync = calls.sync
-
-            def sync(_, torch_sync=torch_sync):
-                torch_sync()
-
-            timed["mamba-ssm"] = {
-                "forward": median_ms(calls.forward, sync, args.reps),
-                "forward+backward": median_ms(calls.forward_backward, sync, args.reps),
-            }
+            timed["mamba-ssm"] = time_passes(calls.forward, calls.forward_backward, calls.sync, args.reps)
             print(f"{shape_name} mamba-ssm: {timed['mamba-ssm']}", flush=True)
         for variant in variants:
             forward, forward_backward, outputs[variant.label] = jax_selective_scan_calls(
                 variant, arrays, dtypes, cotangent
             )
-            timed[variant.label] = {
-                "forward": median_ms(forward, jax_sync, args.reps),
-                "forward+backward": median_ms(forward_backward, jax_sync, args.reps),
-            }
+            timed[variant.label] = time_passes(forward, forward_backward, jax_sync, args.reps)
             print(f"{shape_name} {variant.label}: {timed[variant.label]}", flush=True)
         base = "mamba-ssm" if "mamba-ssm" in outputs else variants[0].label
         for label, passes in timed.items():

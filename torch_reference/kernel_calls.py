@@ -18,7 +18,7 @@ from torch_reference.backend import Reference
 class KernelCalls:
     forward: Callable[[], object]  # runs the forward
     forward_backward: Callable[[], object]  # runs the forward and backpropagates the fixed cotangent
-    sync: Callable[[], None]
+    sync: Callable[[object], None]  # sync(output): waits until the device has finished
     output: np.ndarray  # the forward's output, channels-last float32
 
 
@@ -54,8 +54,12 @@ def selective_scan_calls(
         return torch.autograd.grad(run(), leaves, dout)
 
     output = to_numpy(forward()).transpose(0, 2, 1)
-    return KernelCalls(forward, forward_backward, torch.cuda.synchronize if device == "cuda" else _no_sync, output)
+    return KernelCalls(forward, forward_backward, _sync_cuda if device == "cuda" else _no_sync, output)
 
 
-def _no_sync() -> None:
+def _sync_cuda(_output) -> None:
+    torch.cuda.synchronize()
+
+
+def _no_sync(_output) -> None:
     return None

@@ -38,3 +38,19 @@ def test_median_ms_times_back_to_back_calls():
 def test_command_needs_a_gpu():
     with pytest.raises(SystemExit, match="JAX sees no GPU"):
         kernels.main(["--shapes", "130m"])
+
+
+def test_mamba_ssm_calls_time_and_match_our_reference(cpu_reference):
+    """The torch side on mamba-ssm's CPU fallback: its output equals ours on the same values; both passes time."""
+    import jax.numpy as jnp
+
+    from compare.tolerances import assert_close
+    from pallas_kernels import selective_scan_fn
+    from torch_reference.kernel_calls import selective_scan_calls
+
+    arrays, dtypes, cotangent = kernels.selective_scan_inputs((2, 19, 8, 4, 1), "float32", seed=3)
+    calls = selective_scan_calls(cpu_reference, arrays, dtypes, cotangent, delta_softplus=True)
+    ours = selective_scan_fn(**{k: jnp.asarray(v) for k, v in arrays.items()}, delta_softplus=True)
+    assert_close("mamba-ssm output", calls.output, ours, jnp.float32)
+    timed = kernels.time_passes(calls.forward, calls.forward_backward, calls.sync, reps=2)
+    assert set(timed) == {"forward", "forward+backward"} and all(ms > 0 for ms in timed.values())
