@@ -17,6 +17,11 @@ def pytest_report_header(config):
     return f"TEST_SEED={SESSION_SEED} (set TEST_SEED to replay these random inputs)"
 
 
+def pytest_terminal_summary(terminalreporter):
+    """Also at the end, where ``-q`` runs (CI) show it: a failure on random inputs can then be replayed."""
+    terminalreporter.write_line(f"TEST_SEED={SESSION_SEED} (set TEST_SEED to replay these random inputs)")
+
+
 def _has_gpu() -> bool:
     try:
         return bool(jax.devices("gpu"))
