@@ -4,8 +4,8 @@ For each shape it times the forward and the forward+backward of every JAX impl (
 ``--pallas-config`` tiling variants) and of mamba-ssm's kernel (``--torch``) on the same input values, each in its
 native layout. A time is the median over ``--reps`` repetitions of ``back-to-back calls / count`` after warm-up
 (compilation and autotuning excluded). Also printed: speed-up over mamba-ssm, effective bandwidth (compulsory bytes
-/ time) and the floor: max(compulsory bytes / measured copy bandwidth, exps / SFU rate); the forward+backward
-floor counts the decays exp(dt A) twice (forward and its recomputation, as nothing (L, dim, N) is stored).
+/ time), achieved TFLOP/s and the floor: max(compulsory bytes / measured copy bandwidth, FLOPs / measured bf16
+matmul rate, exps / SFU rate); ``compare.kernel_ops`` defines each op's shapes, inputs and cost model.
 Writes ``<out>.json`` and ``<out>.md``.
 """
 
@@ -21,17 +21,11 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
+from compare.kernel_ops import OPS, KernelOp, Variant
+from compare.kernel_profile import kernel_times
 from compare.tolerances import rel_l2
-from pallas_kernels import selective_scan_fn
-from pallas_kernels.selective_scan.config import ScanConfig
 
-SHAPES = {  # name: (batch, L, dim, N, G)
-    "130m": (8, 2048, 1536, 16, 1),
-    "1.4b": (4, 2048, 4096, 16, 1),
-    "long": (1, 16384, 1536, 16, 1),
-}
 SFU_EXP2_PER_CLOCK_PER_SM = 16
 
 
@@ -87,129 +81,89 @@ def copy_bandwidth_gbs(reps: int) -> float:
     return 2 * x.nbytes / (ms * 1e-3) / 1e9
 
 
-def selective_scan_inputs(shape, dtype: str, seed: int) -> tuple[dict, dict, np.ndarray]:
-    """Model-like values, float32 numpy rounded to the dtypes they will have: (arrays, dtypes, out cotangent)."""
-    batch, seqlen, dim, dstate, groups = shape
-    rng = np.random.default_rng(seed)
-    dt = np.exp(rng.uniform(np.log(1e-3), np.log(1e-1), dim))
-    arrays = {
-        "u": rng.normal(size=(batch, seqlen, dim)),
-        "delta": rng.normal(0.0, 0.5, (batch, seqlen, dim)),
-        "A": -np.tile(np.arange(1, dstate + 1, dtype=np.float64), (dim, 1)),
-        "B": rng.normal(size=(batch, seqlen, groups, dstate)),
-        "C": rng.normal(size=(batch, seqlen, groups, dstate)),
-        "D": np.ones(dim),
-        "z": rng.normal(size=(batch, seqlen, dim)),
-        "delta_bias": dt + np.log(-np.expm1(-dt)),
-    }
-    dtypes = {k: dtype for k in ("u", "delta", "B", "C", "z")} | {k: "float32" for k in ("A", "D", "delta_bias")}
-    arrays = {k: np.asarray(jnp.asarray(v, dtypes[k]).astype(jnp.float32)) for k, v in arrays.items()}
-    cotangent = np.asarray(jnp.asarray(rng.normal(size=(batch, seqlen, dim)), dtype).astype(jnp.float32))
-    return arrays, dtypes, cotangent
+def matmul_tflops(reps: int) -> float:
+    """bf16 tensor-core rate of a large square matmul (8192³, float32 accumulation), the practical FLOP ceiling."""
+    a = jnp.ones((8192, 8192), jnp.bfloat16)
+    mul = jax.jit(lambda x: jnp.dot(x, x, preferred_element_type=jnp.float32))
+    ms = median_ms(lambda: mul(a), jax_sync, reps)
+    return 2 * 8192**3 / (ms * 1e-3) / 1e12
 
 
-def selective_scan_costs(shape, dtype: str) -> dict:
-    """Compulsory HBM bytes (inputs read once, outputs written once) and exps, forward and forward+backward."""
-    batch, seqlen, dim, dstate, groups = shape
-    item = jnp.dtype(dtype).itemsize
-    act = batch * seqlen * dim * item  # one of u, delta, z, out, dout, du, ddelta, dz
-    bc = batch * seqlen * groups * dstate * item  # one of B, C, dB, dC
-    params = dim * dstate * 4 + 2 * dim * 4
-    exps = batch * seqlen * dim * dstate
-    return {
-        "forward": {"bytes": 4 * act + 2 * bc + params, "exps": exps},
-        "forward+backward": {"bytes": (4 * act + 2 * bc) + (7 * act + 4 * bc) + 3 * params, "exps": 2 * exps},
-    }
-
-
-@dataclasses.dataclass
-class Variant:
-    label: str
-    impl: str
-    config: ScanConfig | None = None
-
-
-def parse_config(text: str) -> Variant:
-    """'block_d=32,num_warps=1,...' -> a pallas variant labelled by the text."""
+def parse_config(text: str, op: KernelOp = OPS["selective_scan"]) -> Variant:
+    """'block_d=32,num_warps=1,...' -> a pallas variant of ``op``'s config class, labelled by the text."""
+    types = {f.name: f.type for f in dataclasses.fields(op.config_cls)}
     fields = {}
     for item in text.split(","):
         key, _, value = item.partition("=")
-        if key not in {f.name for f in dataclasses.fields(ScanConfig)}:
-            raise SystemExit(
-                f"--pallas-config: unknown field {key!r}; fields: {[f.name for f in dataclasses.fields(ScanConfig)]}"
-            )
-        fields[key] = int(value)
-    config = ScanConfig(**fields)
+        if key not in types:
+            raise SystemExit(f"--pallas-config: unknown field {key!r}; fields: {list(types)}")
+        fields[key] = value.lower() in ("1", "true") if types[key] in (bool, "bool") else int(value)
+    config = op.config_cls(**fields)
     config.validate()
     return Variant(f"pallas[{text}]", "pallas", config)
 
 
-def jax_selective_scan_calls(variant: Variant, arrays: dict, dtypes: dict, cotangent: np.ndarray):
-    names = list(arrays)
-    inputs = [jnp.asarray(arrays[k], dtypes[k]) for k in names]
-    dout = jnp.asarray(cotangent, dtypes["u"])
-
-    def scan(*xs):
-        kw = dict(zip(names, xs, strict=True))
-        return selective_scan_fn(**kw, delta_softplus=True, impl=variant.impl, config=variant.config)
-
-    forward = jax.jit(scan)
-    forward_backward = jax.jit(lambda *xs: jax.vjp(scan, *xs)[1](dout))
-    output = np.asarray(forward(*inputs).astype(jnp.float32))
-    return (lambda: forward(*inputs)), (lambda: forward_backward(*inputs)), output
+def floor_ms(cost: dict, ceiling: dict) -> float:
+    """max(bytes / copy bandwidth, FLOPs / matmul rate, exps / SFU rate), in ms."""
+    return max(
+        cost["bytes"] / (ceiling["copy_gbs"] * 1e9) * 1e3,
+        cost["flops"] / (ceiling["matmul_tflops"] * 1e12) * 1e3 if ceiling["matmul_tflops"] else 0.0,
+        cost["exps"] / ceiling["exp_per_s"] * 1e3 if ceiling["exp_per_s"] else 0.0,
+    )
 
 
-def run_selective_scan(args, variants: list[Variant], ceiling: dict) -> list[dict]:
+def run_op(op: KernelOp, args, variants: list[Variant], ceiling: dict) -> list[dict]:
     rows = []
     torch_ref = None
     if args.torch:
         from torch_reference.backend import load
-        from torch_reference.kernel_calls import selective_scan_calls
 
         torch_ref = load("cuda")
     for shape_name in args.shapes:
-        shape = SHAPES[shape_name]
-        arrays, dtypes, cotangent = selective_scan_inputs(shape, args.dtype, args.seed)
-        costs = selective_scan_costs(shape, args.dtype)
+        shape = op.shapes[shape_name]
+        arrays, dtypes, cotangent = op.inputs(shape, args.dtype, args.seed)
+        costs = op.costs(shape, args.dtype)
         timed = {}
         outputs = {}
         if torch_ref is not None:
-            calls = selective_scan_calls(torch_ref, arrays, dtypes, cotangent, delta_softplus=True)
+            calls = op.torch_calls(torch_ref, arrays, dtypes, cotangent, shape)
             outputs["mamba-ssm"] = calls.output
             timed["mamba-ssm"] = time_passes(calls.forward, calls.forward_backward, calls.sync, args.reps)
             print(f"{shape_name} mamba-ssm: {timed['mamba-ssm']}", flush=True)
+        kernels = {}
         for variant in variants:
-            forward, forward_backward, outputs[variant.label] = jax_selective_scan_calls(
-                variant, arrays, dtypes, cotangent
-            )
+            forward, forward_backward, outputs[variant.label] = op.jax_calls(variant, arrays, dtypes, cotangent, shape)
             timed[variant.label] = time_passes(forward, forward_backward, jax_sync, args.reps)
             print(f"{shape_name} {variant.label}: {timed[variant.label]}", flush=True)
+            if args.profile:
+                kernels[variant.label] = {k: round(v, 1) for k, v in kernel_times(forward_backward).items()}
+                print(f"{shape_name} {variant.label} kernels (us per forward+backward): {kernels[variant.label]}")
         base = "mamba-ssm" if "mamba-ssm" in outputs else variants[0].label
         for label, passes in timed.items():
             error = None if label == base else float(rel_l2(outputs[label], outputs[base]))
             for pass_name, ms in passes.items():
                 cost = costs[pass_name]
-                floor_ms = max(
-                    cost["bytes"] / (ceiling["copy_gbs"] * 1e9) * 1e3,
-                    cost["exps"] / ceiling["exp_per_s"] * 1e3 if ceiling["exp_per_s"] else 0.0,
-                )
+                floor = floor_ms(cost, ceiling)
                 ref_ms = timed.get("mamba-ssm", {}).get(pass_name)
                 rows.append(
                     {
-                        "op": "selective_scan",
+                        "op": op.name,
                         "shape": shape_name,
-                        "dims": dict(zip(("batch", "L", "dim", "N", "G"), shape, strict=True)),
+                        "dims": dict(zip(op.dim_names, shape, strict=True)),
                         "dtype": args.dtype,
                         "impl": label,
                         "pass": pass_name,
                         "ms": round(ms, 4),
                         "speedup_vs_mamba_ssm": None if ref_ms is None else round(ref_ms / ms, 3),
                         "effective_gbs": round(cost["bytes"] / (ms * 1e-3) / 1e9, 1),
-                        "floor_ms": round(floor_ms, 4),
-                        "times_floor": round(ms / floor_ms, 2),
+                        "tflops": round(cost["flops"] / (ms * 1e-3) / 1e12, 1),
+                        "floor_ms": round(floor, 4),
+                        "times_floor": round(ms / floor, 2),
                         "out_rel_l2_vs_" + base: error,
                     }
                 )
+                if pass_name == "forward+backward" and label in kernels:
+                    rows[-1]["kernel_us"] = kernels[label]
     return rows
 
 
@@ -219,25 +173,33 @@ def markdown(rows: list[dict], meta: dict) -> str:
         "",
         f"`{meta['command']}` ({meta['date']}). Copy bandwidth measured in the run: {meta['copy_gbs']:.0f} GB/s; "
         f"SFU exp2 rate: {meta['exp_per_s'] / 1e12:.2f} T/s ({meta['device']['sm_count']} SMs x "
-        f"{SFU_EXP2_PER_CLOCK_PER_SM}/clk x {meta['device']['sm_clock_mhz']} MHz).",
+        f"{SFU_EXP2_PER_CLOCK_PER_SM}/clk x {meta['device']['sm_clock_mhz']} MHz); bf16 matmul rate measured in the "
+        f"run: {meta['matmul_tflops']:.0f} TFLOP/s.",
         "",
-        "| shape | pass | impl | ms | speed-up vs mamba-ssm | eff. GB/s | floor ms | x floor | out rel L2 |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| shape | pass | impl | ms | speed-up vs mamba-ssm | eff. GB/s | TFLOP/s | floor ms | x floor | out rel L2 |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         err = next((v for k, v in r.items() if k.startswith("out_rel_l2")), None)
         speed = "" if r["speedup_vs_mamba_ssm"] is None else f"{r['speedup_vs_mamba_ssm']:.2f}x"
         lines.append(
             f"| {r['shape']} | {r['pass']} | {r['impl']} | {r['ms']:.3f} | {speed} | {r['effective_gbs']:.0f} | "
+            f"{r['tflops']:.1f} | "
             f"{r['floor_ms']:.3f} | {r['times_floor']:.1f} | {'' if err is None else f'{err:.1e}'} |"
         )
+    profiled = [r for r in rows if r.get("kernel_us")]
+    if profiled:
+        lines += ["", "Per-kernel device time of the forward+backward (us per call, from the profiler):", ""]
+        for r in profiled:
+            top = ", ".join(f"{name} {us:.0f}" for name, us in list(r["kernel_us"].items())[:8])
+            lines.append(f"- {r['shape']} {r['impl']}: {top}")
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--op", choices=["selective_scan"], default="selective_scan")
-    parser.add_argument("--shapes", nargs="+", choices=list(SHAPES), default=list(SHAPES))
+    parser.add_argument("--op", choices=list(OPS), default="selective_scan")
+    parser.add_argument("--shapes", nargs="+", help="shape names of the op (default: all of them)")
     parser.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16")
     parser.add_argument("--impls", nargs="*", choices=["pallas", "reference"], default=["pallas"])
     parser.add_argument(
@@ -245,18 +207,27 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--torch", action=argparse.BooleanOptionalAction, default=True, help="time mamba-ssm too")
     parser.add_argument("--reps", type=int, default=30)
+    parser.add_argument(
+        "--profile", action="store_true", help="also record each JAX variant's per-kernel times (forward+backward)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=None, help="output prefix (default benchmarks/kernels/<op>)")
     args = parser.parse_args(argv)
+    op = OPS[args.op]
+    args.shapes = args.shapes or list(op.shapes)
+    unknown = [name for name in args.shapes if name not in op.shapes]
+    if unknown:
+        raise SystemExit(f"--shapes: unknown {unknown} for --op {args.op}; known: {list(op.shapes)}")
     if jax.default_backend() != "gpu":
         raise SystemExit("compare.kernels times GPU kernels: JAX sees no GPU")
 
-    variants = [Variant(impl, impl) for impl in args.impls] + [parse_config(c) for c in args.pallas_config]
+    variants = [Variant(impl, impl) for impl in args.impls] + [parse_config(c, op) for c in args.pallas_config]
     info = device_info()
     copy_gbs = copy_bandwidth_gbs(args.reps)
     exp_per_s = (info["sm_count"] or 0) * SFU_EXP2_PER_CLOCK_PER_SM * (info["sm_clock_mhz"] or 0) * 1e6
-    ceiling = {"copy_gbs": copy_gbs, "exp_per_s": exp_per_s}
-    rows = run_selective_scan(args, variants, ceiling)
+    tflops = matmul_tflops(args.reps)
+    ceiling = {"copy_gbs": copy_gbs, "exp_per_s": exp_per_s, "matmul_tflops": tflops}
+    rows = run_op(op, args, variants, ceiling)
     meta = {
         "op": args.op,
         "command": "python -m compare.kernels " + " ".join(argv if argv is not None else sys.argv[1:]),
@@ -264,6 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         "device": info,
         "copy_gbs": round(copy_gbs, 1),
         "exp_per_s": exp_per_s,
+        "matmul_tflops": round(tflops, 1),
         "jax": jax.__version__,
     }
     out = args.out or Path("benchmarks/kernels") / args.op

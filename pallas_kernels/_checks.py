@@ -62,3 +62,12 @@ def check_seq_idx(seq_idx, batch: int, seqlen: int) -> None:
         raise ValueError("seq_idx must be non-negative (sequence ids 0, 1, 2, ... per row)")
     if values.shape[1] > 1 and np.any(np.diff(values, axis=1) < 0):
         raise ValueError("seq_idx must be non-decreasing along L (packed sequences are contiguous)")
+
+
+def check_config(config, config_cls: type) -> None:
+    """A kernel tiling: None (the op's default) or a valid instance of the op's config dataclass."""
+    if config is None:
+        return
+    if not isinstance(config, config_cls):
+        raise ValueError(f"config must be an instance of {config_cls.__name__}, got {type(config).__name__}")
+    config.validate()

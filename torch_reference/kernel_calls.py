@@ -57,6 +57,31 @@ def selective_scan_calls(
     return KernelCalls(forward, forward_backward, _sync_cuda if device == "cuda" else _no_sync, output)
 
 
+def ssd_calls(ref: Reference, arrays: dict, dtypes: dict, cotangent: np.ndarray, *, chunk_size: int) -> KernelCalls:
+    """x, z (batch, L, H, P); dt (batch, L, H); A, D, dt_bias (H,); B, C (batch, L, G, N), float32 numpy:
+    mamba-ssm's ``mamba_chunk_scan_combined`` (Triton on a GPU, its torch reference on the CPU) with
+    dt_softplus, in the same layout (no copies)."""
+    device = ref.device
+    scan = ref.mamba_chunk_scan_combined or ref.ssd_chunk_scan_combined_ref
+    names = ("x", "dt", "A", "B", "C", "D", "z", "dt_bias")
+    leaves = {k: to_torch(arrays[k], dtypes[k], device, grad=True) for k in names}
+    dout = to_torch(cotangent, dtypes["x"], device)
+
+    def run():
+        kw = {k: leaves[k] for k in ("D", "z", "dt_bias")}
+        return scan(*(leaves[k] for k in ("x", "dt", "A", "B", "C")), chunk_size, **kw, dt_softplus=True)
+
+    def forward():
+        with torch.no_grad():
+            return run()
+
+    def forward_backward():
+        return torch.autograd.grad(run(), list(leaves.values()), dout)
+
+    output = to_numpy(forward())
+    return KernelCalls(forward, forward_backward, _sync_cuda if device == "cuda" else _no_sync, output)
+
+
 def _sync_cuda(_output) -> None:
     torch.cuda.synchronize()
 

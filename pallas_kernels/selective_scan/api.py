@@ -6,7 +6,7 @@ from typing import Literal
 import jax
 import jax.numpy as jnp
 
-from pallas_kernels._checks import check_array, check_divides, check_impl, check_shape
+from pallas_kernels._checks import check_array, check_config, check_divides, check_impl, check_shape
 from pallas_kernels._triton import interpret_mode
 from pallas_kernels.selective_scan import pallas, reference
 from pallas_kernels.selective_scan.config import MAX_DSTATE, ScanConfig, default_config
@@ -102,10 +102,7 @@ def _check_pallas_supported(B: jax.Array, C: jax.Array, dstate: int, config: Sca
             )
     if dstate > MAX_DSTATE:
         raise ValueError(f"impl='pallas' supports N (A.shape[1]) up to {MAX_DSTATE}, got {dstate}")
-    if config is not None:
-        if not isinstance(config, ScanConfig):
-            raise ValueError(f"config must be a ScanConfig, got {type(config).__name__}")
-        config.validate()
+    check_config(config, ScanConfig)
 
 
 def _bc_to_channels_last(name: str, x: jax.Array) -> jax.Array:

@@ -5,15 +5,19 @@ import jax.numpy as jnp
 
 from pallas_kernels._checks import (
     check_array,
+    check_config,
     check_divides,
     check_impl,
     check_positive_int,
     check_seq_idx,
     check_shape,
 )
-from pallas_kernels.ssd import reference
+from pallas_kernels._triton import interpret_mode
+from pallas_kernels.ssd import pallas, reference
+from pallas_kernels.ssd.block import ssd_dims
+from pallas_kernels.ssd.config import MAX_DSTATE, MAX_HEADDIM, SsdConfig
 
-_AVAILABLE_IMPLS = ("reference",)
+_AVAILABLE_IMPLS = ("reference", "pallas")
 
 
 def mamba_chunk_scan_combined(
@@ -35,6 +39,7 @@ def mamba_chunk_scan_combined(
     return_varlen_states: bool = False,
     *,
     impl: str = "reference",
+    config: SsdConfig | None = None,
 ) -> jax.Array | tuple[jax.Array, jax.Array]:
     """SSD scan, per head h: state_t = exp(dt_t A_h) state_{t-1} + dt_t x_t ⊗ B_t,  y_t = state_t C_t + D x_t.
 
@@ -49,6 +54,11 @@ def mamba_chunk_scan_combined(
     Returns out (batch, L, H, P) in x's dtype, plus final_states (batch, H, P, N) float32 if
     ``return_final_states``. ``cu_seqlens``/``return_varlen_states`` keep mamba-ssm's argument order but are not
     supported yet (use seq_idx). Chunking changes only the float rounding, never the result's meaning.
+
+    ``impl="pallas"`` runs the Pallas Triton kernels (interpreted when JAX has no GPU) for headdim <= 128 and
+    N <= 256. They walk time in blocks of ``config.block_l`` (``SsdConfig``, default 64) whatever ``chunk_size``
+    is: like mamba-ssm's chunk size, that block changes rounding only. Dot operands take x's dtype (bf16 in
+    training, as mamba-ssm's kernels), accumulation and the state are float32.
     """
     check_impl("mamba_chunk_scan_combined", impl, _AVAILABLE_IMPLS)
     if cu_seqlens is not None or return_varlen_states:
@@ -86,6 +96,30 @@ def mamba_chunk_scan_combined(
     if len(dt_limit) != 2 or not dt_limit[0] <= dt_limit[1]:
         raise ValueError(f"dt_limit must be a pair (min, max) with min <= max, got {dt_limit!r}")
 
+    if impl == "pallas":
+        _check_pallas_supported(headdim, B.shape[3], config)
+        config = config or SsdConfig()
+        dims = ssd_dims(
+            x,
+            B,
+            D,
+            z,
+            dt_bias,
+            initial_states,
+            seq_idx,
+            dt_softplus,
+            dt_limit,
+            config.block_l,
+            config.block_p,
+            interpret_mode(),
+        )
+        D_heads = None if D is None else jnp.broadcast_to(D.reshape(nheads, -1), (nheads, headdim)).astype(jnp.float32)
+        seq = None if seq_idx is None else seq_idx.astype(jnp.int32)
+        init = None if initial_states is None else initial_states.astype(jnp.float32)
+        B, C = B.astype(x.dtype), C.astype(x.dtype)  # the dots take one operand dtype
+        out, final_states = pallas.ssd(x, dt, A, B, C, D_heads, z, dt_bias, init, seq, dims, config)
+        return (out, final_states) if return_final_states else out
+
     out, final_states = reference.chunk_scan(
         x,
         dt,
@@ -102,3 +136,12 @@ def mamba_chunk_scan_combined(
         (float(dt_limit[0]), float(dt_limit[1])),
     )
     return (out, final_states) if return_final_states else out
+
+
+def _check_pallas_supported(headdim: int, dstate: int, config: SsdConfig | None) -> None:
+    """What the Pallas kernels do not tile is refused up front rather than computed slowly or wrongly."""
+    if headdim > MAX_HEADDIM:
+        raise ValueError(f"impl='pallas' supports headdim (x.shape[3]) up to {MAX_HEADDIM}, got {headdim}")
+    if dstate > MAX_DSTATE:
+        raise ValueError(f"impl='pallas' supports N (B.shape[3]) up to {MAX_DSTATE}, got {dstate}")
+    check_config(config, SsdConfig)

@@ -4,19 +4,44 @@ needs a GPU and refuses to run without one."""
 import jax
 import pytest
 
-from compare import kernels
+from compare import kernel_ops, kernels
 from pallas_kernels.selective_scan.config import ScanConfig
+from pallas_kernels.ssd.config import SsdConfig
 
 
 def test_selective_scan_costs_at_the_130m_shape():
-    costs = kernels.selective_scan_costs(kernels.SHAPES["130m"], "bfloat16")
+    costs = kernel_ops.selective_scan_costs(kernel_ops.OPS["selective_scan"].shapes["130m"], "bfloat16")
     act = 8 * 2048 * 1536 * 2  # one bf16 (batch, L, dim) tensor
     bc = 8 * 2048 * 16 * 2  # one bf16 (batch, L, 1, N) tensor
     params = 1536 * 16 * 4 + 2 * 1536 * 4
-    assert costs["forward"] == {"bytes": 4 * act + 2 * bc + params, "exps": 402_653_184}
+    assert costs["forward"] == {"bytes": 4 * act + 2 * bc + params, "flops": 0, "exps": 402_653_184}
     assert costs["forward+backward"]["exps"] == 2 * 402_653_184
     # forward, then the backward reads u, delta, z, B, C, dout and writes du, ddelta, dz, dB, dC
     assert costs["forward+backward"]["bytes"] == 11 * act + 6 * bc + 3 * params
+
+
+def test_ssd_costs_at_the_130m_shape():
+    costs = kernel_ops.ssd_costs(kernel_ops.OPS["ssd"].shapes["130m"], "bfloat16")
+    act = 8 * 2048 * 24 * 64 * 2  # one bf16 (batch, L, H, P) tensor
+    dt = 8 * 2048 * 24 * 2
+    bc = 8 * 2048 * 128 * 2  # one bf16 (batch, L, 1, N) tensor
+    # per chunk of 256: C·Bᵀ once per group, per head the intra-chunk product, the chunk state and its output
+    flops = 2 * 8 * 2048 * (256 * 128 + 24 * (256 * 64 + 2 * 64 * 128))
+    assert costs["forward"] == {
+        "bytes": 3 * act + dt + 2 * bc + 3 * 24 * 4,
+        "flops": flops,
+        "exps": 8 * 2048 * 24 * 256,
+    }
+    assert costs["forward+backward"]["flops"] == 3 * flops
+    # the backward reads x, z, dout, dt, B, C and writes dx, dz, ddt, dB, dC
+    assert costs["forward+backward"]["bytes"] == costs["forward"]["bytes"] + 5 * act + 2 * dt + 4 * bc + 6 * 24 * 4
+
+
+def test_floor_is_the_slowest_of_memory_matmul_and_sfu():
+    ceiling = {"copy_gbs": 1000.0, "matmul_tflops": 100.0, "exp_per_s": 1e12}
+    assert kernels.floor_ms({"bytes": 1e9, "flops": 1e9, "exps": 1e6}, ceiling) == 1.0  # memory: 1 GB at 1 TB/s
+    assert kernels.floor_ms({"bytes": 1.0, "flops": 1e12, "exps": 1e6}, ceiling) == 10.0  # matmul
+    assert kernels.floor_ms({"bytes": 1.0, "flops": 0, "exps": 3e9}, ceiling) == 3.0  # exps
 
 
 def test_pallas_config_variants_parse_and_validate():
@@ -26,6 +51,11 @@ def test_pallas_config_variants_parse_and_validate():
         kernels.parse_config("blockd=8")
     with pytest.raises(ValueError, match="block_d must be a positive power of two"):
         kernels.parse_config("block_d=12")
+    ssd = kernel_ops.OPS["ssd"]
+    variant = kernels.parse_config("block_l=32,fused_forward=1,bwd_num_warps=4", ssd)
+    assert variant.config == SsdConfig(block_l=32, fused_forward=True, bwd_num_warps=4)
+    with pytest.raises(SystemExit, match="unknown field 'block_d'"):
+        kernels.parse_config("block_d=8", ssd)
 
 
 def test_median_ms_times_back_to_back_calls():
@@ -38,6 +68,8 @@ def test_median_ms_times_back_to_back_calls():
 def test_command_needs_a_gpu():
     with pytest.raises(SystemExit, match="JAX sees no GPU"):
         kernels.main(["--shapes", "130m"])
+    with pytest.raises(SystemExit, match=r"unknown \['1.4b'\] for --op ssd"):
+        kernels.main(["--op", "ssd", "--shapes", "1.4b"])
 
 
 def test_mamba_ssm_calls_time_and_match_our_reference(cpu_reference):
@@ -48,9 +80,50 @@ def test_mamba_ssm_calls_time_and_match_our_reference(cpu_reference):
     from pallas_kernels import selective_scan_fn
     from torch_reference.kernel_calls import selective_scan_calls
 
-    arrays, dtypes, cotangent = kernels.selective_scan_inputs((2, 19, 8, 4, 1), "float32", seed=3)
+    arrays, dtypes, cotangent = kernel_ops.selective_scan_inputs((2, 19, 8, 4, 1), "float32", seed=3)
     calls = selective_scan_calls(cpu_reference, arrays, dtypes, cotangent, delta_softplus=True)
     ours = selective_scan_fn(**{k: jnp.asarray(v) for k, v in arrays.items()}, delta_softplus=True)
     assert_close("mamba-ssm output", calls.output, ours, jnp.float32)
     timed = kernels.time_passes(calls.forward, calls.forward_backward, calls.sync, reps=2)
     assert set(timed) == {"forward", "forward+backward"} and all(ms > 0 for ms in timed.values())
+
+
+def test_mamba_ssm_ssd_calls_time_and_match_our_reference(cpu_reference):
+    """The SSD torch side on mamba-ssm's CPU fallback (its chunked torch reference) against our reference."""
+    import jax.numpy as jnp
+
+    from compare.tolerances import assert_close
+    from pallas_kernels import mamba_chunk_scan_combined
+    from torch_reference.kernel_calls import ssd_calls
+
+    shape = (2, 32, 4, 8, 16, 2, 16)
+    arrays, dtypes, cotangent = kernel_ops.ssd_inputs(shape, "float32", seed=4)
+    calls = ssd_calls(cpu_reference, arrays, dtypes, cotangent, chunk_size=16)
+    a = {k: jnp.asarray(v) for k, v in arrays.items()}
+    ours = mamba_chunk_scan_combined(
+        a["x"], a["dt"], a["A"], a["B"], a["C"], 16, D=a["D"], z=a["z"], dt_bias=a["dt_bias"], dt_softplus=True
+    )
+    assert_close("mamba-ssm output", calls.output, ours, jnp.float32)
+    timed = kernels.time_passes(calls.forward, calls.forward_backward, calls.sync, reps=2)
+    assert set(timed) == {"forward", "forward+backward"} and all(ms > 0 for ms in timed.values())
+
+
+def test_per_kernel_times_sum_device_events_per_call():
+    """The profile reader sums each kernel's events over the GPU planes only, divides by the calls, largest first."""
+    from types import SimpleNamespace as NS
+
+    from compare.kernel_profile import per_call_us
+
+    def plane(name, events):
+        return NS(name=name, lines=[NS(events=[NS(name=n, duration_ns=d) for n, d in events])])
+
+    profile = NS(
+        planes=[
+            plane("/device:GPU:0", [("ssd_bwd", 4000), ("ssd_fwd_out", 1000), ("ssd_bwd", 2000)]),
+            plane("/device:GPU:0 streams", [("ssd_fwd_out", 1000)]),
+            plane("/host:CPU", [("python", 10**9)]),
+        ]
+    )
+    times = per_call_us(profile, calls=2)
+    assert times == {"ssd_bwd": 3.0, "ssd_fwd_out": 1.0}
+    assert list(times) == ["ssd_bwd", "ssd_fwd_out"]

@@ -99,11 +99,32 @@ def test_mamba1_pallas_impl_matches_slow_path_and_reference_gradients(rng):
         assert_close(f"d{name}", got[name], value, jnp.float32)
 
 
+def test_mamba2_pallas_impl_matches_reference_outputs_and_gradients(rng):
+    """``impl="pallas"`` puts the SSD on the Pallas kernels (interpreted here): same output and parameter gradients
+    as the reference, with groups and a sequence that is not a multiple of the kernels' block."""
+    m = perturb(Mamba2(32, d_state=16, headdim=16, ngroups=2, chunk_size=16, impl="pallas", rngs=nnx.Rngs(3)), rng)
+    x = jnp.asarray(rng.normal(size=(2, 37, 32)), jnp.float32)
+
+    def loss(module, impl):
+        module.impl = impl
+        return jnp.sum(module(x) ** 2)
+
+    m.impl = "pallas"
+    out = m(x)
+    m.impl = "reference"
+    assert_close("Mamba2 output", out, m(x), jnp.float32)
+    want = ParamLayout.split(nnx.grad(lambda mod: loss(mod, "reference"))(m))[1]
+    got = ParamLayout.split(nnx.grad(lambda mod: loss(mod, "pallas"))(m))[1]
+    for name, value in want.items():
+        assert_close(f"d{name}", got[name], value, jnp.float32)
+
+
 def test_model_impl_picks_pallas_where_an_op_has_it():
     from jax_mamba.modules.impl import op_impl
-    from pallas_kernels import causal_conv1d_fn, selective_scan_fn
+    from pallas_kernels import causal_conv1d_fn, mamba_chunk_scan_combined, selective_scan_fn
 
     assert op_impl("pallas", selective_scan_fn) == "pallas"
+    assert op_impl("pallas", mamba_chunk_scan_combined) == "pallas"
     assert op_impl("pallas", causal_conv1d_fn) == "reference"  # no Pallas kernel: its reference
     assert op_impl("reference", selective_scan_fn) == "reference"
     expected_auto = "pallas" if jax.default_backend() == "gpu" else "reference"

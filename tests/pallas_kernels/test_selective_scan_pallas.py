@@ -97,5 +97,5 @@ def test_unsupported_inputs_are_refused_before_work(rng):
         selective_scan_fn(u, delta, wide, jnp.zeros((1, 5, 300)), jnp.zeros((1, 5, 300)), impl="pallas")
     with pytest.raises(ValueError, match="block_d must be a positive power of two, got 3"):
         selective_scan_fn(u, delta, A, B, C, impl="pallas", config=ScanConfig(block_d=3))
-    with pytest.raises(ValueError, match="config must be a ScanConfig"):
+    with pytest.raises(ValueError, match="config must be an instance of ScanConfig"):
         selective_scan_fn(u, delta, A, B, C, impl="pallas", config={"block_d": 4})

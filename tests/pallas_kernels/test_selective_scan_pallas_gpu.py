@@ -6,10 +6,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from compare.kernels import SHAPES, selective_scan_inputs
-from compare.tolerances import assert_close, compare_to_reference_noise
+from compare.kernel_ops import OPS, selective_scan_inputs
 from pallas_kernels import selective_scan_fn
 from tests.pallas_kernels import test_selective_scan_reference as ss
+from tests.pallas_kernels.gpu_checks import assert_matches_reference_and_mamba_ssm
 
 pytestmark = pytest.mark.gpu
 
@@ -34,20 +34,15 @@ def test_pallas_matches_oracle_on_gpu(rng):
 def test_pallas_matches_reference_and_mamba_ssm_at_130m(cuda_reference):
     from torch_reference.ops import run_selective_scan
 
-    arrays, dtypes, cotangent = selective_scan_inputs(SHAPES["130m"], "bfloat16", seed=np.random.randint(2**31))
+    arrays, dtypes, cotangent = selective_scan_inputs(
+        OPS["selective_scan"].shapes["130m"], "bfloat16", seed=np.random.randint(2**31)
+    )
     out, grads = _vjp(arrays, dtypes, cotangent, "pallas")
     ref_out, ref_grads = _vjp(arrays, dtypes, cotangent, "reference")
     f32 = {k: "float32" for k in dtypes}
     (cuda_out,), cuda_grads = run_selective_scan(cuda_reference, arrays, dtypes, cotangent, delta_softplus=True)
     (cuda_out32,), cuda_grads32 = run_selective_scan(cuda_reference, arrays, f32, cotangent, delta_softplus=True)
 
-    assert_close("out vs reference", out, ref_out, jnp.bfloat16)
-    row = compare_to_reference_noise("out vs mamba-ssm", out, cuda_out, cuda_out32, jnp.bfloat16)
-    assert row.passed, row
-    for name in arrays:
-        tol_dtype = jnp.float32 if dtypes[name] == "float32" else jnp.bfloat16
-        assert_close(f"d{name} vs reference", grads[name], ref_grads[name], jnp.bfloat16)
-        row = compare_to_reference_noise(
-            f"d{name} vs mamba-ssm", grads[name], cuda_grads[name], cuda_grads32[name], tol_dtype
-        )
-        assert row.passed, row
+    assert_matches_reference_and_mamba_ssm(
+        (out, grads), (ref_out, ref_grads), (cuda_out, cuda_grads), (cuda_out32, cuda_grads32), dtypes
+    )

@@ -1,0 +1,211 @@
+"""The ops ``compare.kernels`` benchmarks: shapes, model-like inputs, cost model, and the JAX and mamba-ssm calls.
+
+Inputs are float32 numpy rounded to the dtypes they will have, so both sides see the same values. Costs are the
+compulsory HBM bytes (inputs read once, outputs written once), the tensor-core FLOPs of the chunked algorithm and
+the exps, from which ``compare.kernels`` derives each row's floor.
+"""
+
+import dataclasses
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from pallas_kernels import mamba_chunk_scan_combined, selective_scan_fn
+from pallas_kernels.selective_scan.config import ScanConfig
+from pallas_kernels.ssd.config import SsdConfig
+
+
+@dataclasses.dataclass
+class Variant:
+    label: str
+    impl: str
+    config: object | None = None
+
+
+def _rounded(arrays: dict, dtypes: dict) -> dict:
+    return {k: np.asarray(jnp.asarray(v, dtypes[k]).astype(jnp.float32)) for k, v in arrays.items()}
+
+
+def _dt_bias(rng, n: int) -> np.ndarray:
+    """softplus⁻¹ of log-uniform dt in [1e-3, 0.1], mamba-ssm's init."""
+    dt = np.exp(rng.uniform(np.log(1e-3), np.log(1e-1), n))
+    return dt + np.log(-np.expm1(-dt))
+
+
+def _jax_calls(fn: Callable, arrays: dict, dtypes: dict, cotangent: np.ndarray, out_dtype: str):
+    """jit'ed forward and forward+backward of ``fn(**arrays)``, and the forward's output as float32 numpy."""
+    names = list(arrays)
+    inputs = [jnp.asarray(arrays[k], dtypes[k]) for k in names]
+    dout = jnp.asarray(cotangent, out_dtype)
+
+    def call(*xs):
+        return fn(**dict(zip(names, xs, strict=True)))
+
+    forward = jax.jit(call)
+    forward_backward = jax.jit(lambda *xs: jax.vjp(call, *xs)[1](dout))
+    output = np.asarray(forward(*inputs).astype(jnp.float32))
+    return (lambda: forward(*inputs)), (lambda: forward_backward(*inputs)), output
+
+
+# ---- selective scan (Mamba-1): shape (batch, L, dim, N, G)
+
+
+def selective_scan_inputs(shape, dtype: str, seed: int) -> tuple[dict, dict, np.ndarray]:
+    batch, seqlen, dim, dstate, groups = shape
+    rng = np.random.default_rng(seed)
+    arrays = {
+        "u": rng.normal(size=(batch, seqlen, dim)),
+        "delta": rng.normal(0.0, 0.5, (batch, seqlen, dim)),
+        "A": -np.tile(np.arange(1, dstate + 1, dtype=np.float64), (dim, 1)),
+        "B": rng.normal(size=(batch, seqlen, groups, dstate)),
+        "C": rng.normal(size=(batch, seqlen, groups, dstate)),
+        "D": np.ones(dim),
+        "z": rng.normal(size=(batch, seqlen, dim)),
+        "delta_bias": _dt_bias(rng, dim),
+    }
+    dtypes = {k: dtype for k in ("u", "delta", "B", "C", "z")} | {k: "float32" for k in ("A", "D", "delta_bias")}
+    cotangent = _rounded({"c": rng.normal(size=(batch, seqlen, dim))}, {"c": dtype})["c"]
+    return _rounded(arrays, dtypes), dtypes, cotangent
+
+
+def selective_scan_costs(shape, dtype: str) -> dict:
+    """The forward+backward counts the decays exp(dt A) twice (forward and its recomputation)."""
+    batch, seqlen, dim, dstate, groups = shape
+    item = jnp.dtype(dtype).itemsize
+    act = batch * seqlen * dim * item  # one of u, delta, z, out, dout, du, ddelta, dz
+    bc = batch * seqlen * groups * dstate * item  # one of B, C, dB, dC
+    params = dim * dstate * 4 + 2 * dim * 4
+    exps = batch * seqlen * dim * dstate
+    backward_bytes = 7 * act + 4 * bc + 2 * params
+    return {
+        "forward": {"bytes": 4 * act + 2 * bc + params, "flops": 0, "exps": exps},
+        "forward+backward": {"bytes": 4 * act + 2 * bc + params + backward_bytes, "flops": 0, "exps": 2 * exps},
+    }
+
+
+def selective_scan_jax(variant: Variant, arrays, dtypes, cotangent, shape):
+    def fn(**kw):
+        return selective_scan_fn(**kw, delta_softplus=True, impl=variant.impl, config=variant.config)
+
+    return _jax_calls(fn, arrays, dtypes, cotangent, dtypes["u"])
+
+
+def selective_scan_torch(ref, arrays, dtypes, cotangent, shape):
+    from torch_reference.kernel_calls import selective_scan_calls
+
+    return selective_scan_calls(ref, arrays, dtypes, cotangent, delta_softplus=True)
+
+
+# ---- chunked SSD (Mamba-2): shape (batch, L, H, P, N, G, chunk_size)
+
+
+def ssd_inputs(shape, dtype: str, seed: int) -> tuple[dict, dict, np.ndarray]:
+    """Mamba2-like values: A = -U(1, 16) per head, dt_bias from mamba-ssm's init, D = 1 per head."""
+    batch, seqlen, nheads, headdim, dstate, groups, _ = shape
+    rng = np.random.default_rng(seed)
+    arrays = {
+        "x": rng.normal(size=(batch, seqlen, nheads, headdim)),
+        "dt": rng.normal(0.0, 0.5, (batch, seqlen, nheads)),
+        "A": -rng.uniform(1.0, 16.0, nheads),
+        "B": rng.normal(size=(batch, seqlen, groups, dstate)),
+        "C": rng.normal(size=(batch, seqlen, groups, dstate)),
+        "D": np.ones(nheads),
+        "z": rng.normal(size=(batch, seqlen, nheads, headdim)),
+        "dt_bias": _dt_bias(rng, nheads),
+    }
+    dtypes = {k: dtype for k in ("x", "dt", "B", "C", "z")} | {k: "float32" for k in ("A", "D", "dt_bias")}
+    cotangent = _rounded({"c": rng.normal(size=(batch, seqlen, nheads, headdim))}, {"c": dtype})["c"]
+    return _rounded(arrays, dtypes), dtypes, cotangent
+
+
+def ssd_costs(shape, dtype: str) -> dict:
+    """FLOPs of the chunked algorithm at chunk Q, per chunk: C·Bᵀ once per group (Q² N), per head the intra-chunk
+    product (Q² P), the chunk state (Q P N) and the incoming state's output (Q P N); the forward+backward counts
+    three times the forward (the usual backward = 2 x forward). Exps: the Q x Q decays per head and chunk."""
+    batch, seqlen, nheads, headdim, dstate, groups, q = shape
+    item = jnp.dtype(dtype).itemsize
+    act = batch * seqlen * nheads * headdim * item  # one of x, z, out, dout, dx, dz
+    dt = batch * seqlen * nheads * item
+    bc = batch * seqlen * groups * dstate * item  # one of B, C, dB, dC
+    params = 3 * nheads * 4
+    flops = 2 * batch * seqlen * (groups * q * dstate + nheads * (q * headdim + 2 * headdim * dstate))
+    exps = batch * seqlen * nheads * q
+    forward_bytes = 3 * act + dt + 2 * bc + params
+    return {
+        "forward": {"bytes": forward_bytes, "flops": flops, "exps": exps},
+        "forward+backward": {
+            "bytes": forward_bytes + (5 * act + 2 * dt + 4 * bc + 2 * params),
+            "flops": 3 * flops,
+            "exps": 2 * exps,
+        },
+    }
+
+
+def ssd_jax(variant: Variant, arrays, dtypes, cotangent, shape):
+    chunk = shape[-1]
+
+    def fn(x, dt, A, B, C, D, z, dt_bias):
+        return mamba_chunk_scan_combined(
+            x,
+            dt,
+            A,
+            B,
+            C,
+            chunk,
+            D=D,
+            z=z,
+            dt_bias=dt_bias,
+            dt_softplus=True,
+            impl=variant.impl,
+            config=variant.config,
+        )
+
+    return _jax_calls(fn, arrays, dtypes, cotangent, dtypes["x"])
+
+
+def ssd_torch(ref, arrays, dtypes, cotangent, shape):
+    from torch_reference.kernel_calls import ssd_calls
+
+    return ssd_calls(ref, arrays, dtypes, cotangent, chunk_size=shape[-1])
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelOp:
+    name: str
+    dim_names: tuple[str, ...]
+    shapes: dict[str, tuple]
+    config_cls: type
+    inputs: Callable
+    costs: Callable
+    jax_calls: Callable
+    torch_calls: Callable
+
+
+OPS = {
+    "selective_scan": KernelOp(
+        "selective_scan",
+        ("batch", "L", "dim", "N", "G"),
+        {"130m": (8, 2048, 1536, 16, 1), "1.4b": (4, 2048, 4096, 16, 1), "long": (1, 16384, 1536, 16, 1)},
+        ScanConfig,
+        selective_scan_inputs,
+        selective_scan_costs,
+        selective_scan_jax,
+        selective_scan_torch,
+    ),
+    "ssd": KernelOp(
+        "ssd",
+        ("batch", "L", "H", "P", "N", "G", "chunk"),
+        {
+            "130m": (8, 2048, 24, 64, 128, 1, 256),
+            "2.7b": (4, 2048, 80, 64, 128, 1, 256),
+            "long": (1, 65536, 128, 64, 128, 1, 128),
+        },
+        SsdConfig,
+        ssd_inputs,
+        ssd_costs,
+        ssd_jax,
+        ssd_torch,
+    ),
+}

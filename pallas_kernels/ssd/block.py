@@ -1,0 +1,259 @@
+"""What the forward and backward SSD kernels share: static sizes, a program's loads, one block's decays.
+
+A program owns batch row ``b`` and head ``h`` (group ``g = h // (H / G)``) and head dims ``p0 + [0, block_p)``.
+Per block of T positions starting at ``t0`` it sees tiles x (T, block_p), B and C (T, Np), dt (T,). Sizes that are
+not powers of two (headdim, N, the last block) are padded by masked loads: padded rows carry dt = 0, x = B = C = 0,
+so they neither decay the state nor add to it.
+
+Decays inside a block are exps of differences of the block's own cumulative log-decay cs (cs_l = sum_{s<=l} dt_s
+A), masked before the exp, so for A < 0 no exp sees a positive argument however long the sequence.
+"""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as plgpu
+
+from pallas_kernels._triton import exp, next_pow2, sigmoid, softplus
+from pallas_kernels.ssd.config import MIN_DOT
+
+
+@dataclasses.dataclass(frozen=True)
+class SsdDims:
+    """Static problem description: sizes, which optional inputs exist, dt processing, the tiling."""
+
+    batch: int
+    seqlen: int
+    nheads: int
+    headdim: int
+    ngroups: int
+    dstate: int
+    has_D: bool
+    has_z: bool
+    has_bias: bool
+    has_init: bool
+    has_seq: bool
+    softplus: bool
+    dt_limit: tuple[float, float]
+    block_l: int
+    block_p: int
+    block_n: int  # N slice width of the tiles that span N (<= Np)
+    interpret: bool
+
+    @property
+    def heads_per_group(self) -> int:
+        return self.nheads // self.ngroups
+
+    @property
+    def np_(self) -> int:
+        return max(MIN_DOT, next_pow2(self.dstate))
+
+    @property
+    def nblocks(self) -> int:
+        return -(-self.seqlen // self.block_l)
+
+    @property
+    def p_blocks(self) -> int:
+        return -(-self.headdim // self.block_p)
+
+    def with_block_p(self, block_p: int) -> "SsdDims":
+        """The same problem with ``block_p`` head dims per program (a power of two, at most headdim's)."""
+        return dataclasses.replace(self, block_p=max(MIN_DOT, min(next_pow2(block_p), next_pow2(self.headdim))))
+
+    @property
+    def grid(self) -> tuple[int, int, int]:
+        """Sequential passes: one program per (batch row, head, headdim block) walks all blocks."""
+        return (self.batch, self.nheads, self.p_blocks)
+
+    @property
+    def block_grid(self) -> tuple[int, int, int]:
+        """Block-parallel passes: one program per (batch row x block, head, headdim block)."""
+        return (self.batch * self.nblocks, self.nheads, self.p_blocks)
+
+
+def ssd_dims(
+    x, B, D, z, dt_bias, initial_states, seq_idx, softplus_, dt_limit, block_l, block_p, interpret, block_n=None
+):
+    batch, seqlen, nheads, headdim = x.shape
+    return SsdDims(
+        batch=batch,
+        seqlen=seqlen,
+        nheads=nheads,
+        headdim=headdim,
+        ngroups=B.shape[2],
+        dstate=B.shape[3],
+        has_D=D is not None,
+        has_z=z is not None,
+        has_bias=dt_bias is not None,
+        has_init=initial_states is not None,
+        has_seq=seq_idx is not None,
+        softplus=bool(softplus_),
+        dt_limit=(float(dt_limit[0]), float(dt_limit[1])),
+        block_l=block_l,
+        block_p=max(MIN_DOT, min(block_p, next_pow2(headdim))),
+        block_n=max(MIN_DOT, next_pow2(B.shape[3])),
+        interpret=interpret,
+    )
+
+
+def mm(a: jax.Array, b: jax.Array, *, trans_a: bool = False, trans_b: bool = False) -> jax.Array:
+    """a @ b with float32 accumulation; ``trans_*`` contract the other axis (aᵀ, bᵀ). bf16/fp16 operands run on
+    tensor cores; float32 operands are multiplied in full float32 (Triton would round them to TF32 by default)."""
+    dims = (((0 if trans_a else 1,), (1 if trans_b else 0,)), ((), ()))
+    precision = jax.lax.Precision.HIGHEST if a.dtype == jnp.float32 else None
+    return jax.lax.dot_general(a, b, dims, precision=precision, preferred_element_type=jnp.float32)
+
+
+@dataclasses.dataclass
+class Block:
+    """One block's positions and decays, float32. Masks are False on padded rows and across sequence boundaries."""
+
+    valid: jax.Array  # (T,) bool: t0 + l < L
+    dt: jax.Array  # (T,) dt after bias, softplus and dt_limit; 0 on padded rows
+    dt_raw: jax.Array  # (T,) dt + bias, before softplus and the clamp (for the backward)
+    cs: jax.Array  # (T,) cumulative dt * A from the block start
+    intra: jax.Array | None  # (T, T) exp(cs_l - cs_s) where s <= l in one sequence, else 0 (if asked for)
+    from_start: jax.Array  # (T,) exp(cs_l) where l is still in the incoming state's sequence, else 0
+    to_end: jax.Array  # (T,) exp(cs_last - cs_s) where s is in the block's last sequence, else 0
+    carry: jax.Array  # () exp(cs_last) if the incoming state survives the block, else 0
+
+
+def block_program(dims: SsdDims) -> tuple["Program", jax.Array]:
+    """A block-parallel program (grid ``dims.block_grid``) and the index of its block."""
+    pid = pl.program_id(0)
+    return Program(dims, pl.program_id(2) * dims.block_p, b=pid // dims.nblocks), pid % dims.nblocks
+
+
+class Program:
+    """One program's view of the HBM arrays and the math that sets up a block."""
+
+    def __init__(self, dims: SsdDims, p0=0, b=None, h=None):
+        self.dims = dims
+        self.b = pl.program_id(0) if b is None else b
+        self.h = pl.program_id(1) if h is None else h
+        self.g = self.h // dims.heads_per_group
+        self.p0 = p0
+        self.pmask = p0 + jnp.arange(dims.block_p) < dims.headdim
+        self.rows = jnp.arange(dims.block_l)
+
+    def traced(self, index):
+        """Indices as traced values: interpret mode takes no Python ints, and a masked read past the end is fine
+        at run time but refused by Pallas's bound check on static indices."""
+        return index + 0 * self.b
+
+    def valid(self, t0) -> jax.Array:
+        return t0 + self.rows < self.dims.seqlen
+
+    def load_heads(self, ref, t0) -> jax.Array:
+        """(T, block_p) of a (batch, L, H, P) array, in its dtype."""
+        idx = (self.b, pl.ds(t0, self.dims.block_l), self.h, pl.ds(self.p0, self.dims.block_p))
+        return plgpu.load(ref.at[idx], mask=self.valid(t0)[:, None] & self.pmask[None, :], other=0)
+
+    def store_heads(self, ref, t0, value) -> None:
+        idx = (self.b, pl.ds(t0, self.dims.block_l), self.h, pl.ds(self.p0, self.dims.block_p))
+        plgpu.store(ref.at[idx], value.astype(ref.dtype), mask=self.valid(t0)[:, None] & self.pmask[None, :])
+
+    def nmask(self, n0) -> jax.Array:
+        return n0 + jnp.arange(self.dims.block_n) < self.dims.dstate
+
+    def state_mask_at(self, n0) -> jax.Array:
+        return self.pmask[:, None] & self.nmask(n0)[None, :]
+
+    def load_group(self, ref, t0, n0=0) -> jax.Array:
+        """(T, block_n) of a (batch, L, G, N) array (B or C) from state n0 on, in its dtype."""
+        idx = (self.b, pl.ds(t0, self.dims.block_l), self.g, pl.ds(n0, self.dims.block_n))
+        return plgpu.load(ref.at[idx], mask=self.valid(t0)[:, None] & self.nmask(n0)[None, :], other=0)
+
+    def store_group(self, ref, t0, value, slot) -> None:
+        """Store (T, Np) into row ``slot`` of a (batch, L, slots, N) array (the dB or dC partials)."""
+        idx = (self.b, pl.ds(t0, self.dims.block_l), slot, pl.ds(0, self.dims.block_n))
+        plgpu.store(ref.at[idx], value.astype(ref.dtype), mask=self.valid(t0)[:, None] & self.nmask(0)[None, :])
+
+    def load_time(self, ref, t0, other=0) -> jax.Array:
+        """(T,) of a (batch, L, H) array."""
+        return plgpu.load(ref.at[self.b, pl.ds(t0, self.dims.block_l), self.h], mask=self.valid(t0), other=other)
+
+    def store_time(self, ref, t0, value) -> None:
+        """Store (T,) into a (batch, L, H) array."""
+        idx = (self.b, pl.ds(t0, self.dims.block_l), self.h)
+        plgpu.store(ref.at[idx], value.astype(ref.dtype), mask=self.valid(t0))
+
+    def state_index(self, *lead, n0=0):
+        return (*lead, pl.ds(self.p0, self.dims.block_p), pl.ds(n0, self.dims.block_n))
+
+    def load_state(self, ref, *lead, n0=0) -> jax.Array:
+        """(block_p, block_n) float32 of a (..., P, N) array, from state n0 on."""
+        mask = self.state_mask_at(n0)
+        return plgpu.load(ref.at[self.state_index(*lead, n0=n0)], mask=mask, other=0).astype(jnp.float32)
+
+    def store_state(self, ref, value, *lead, n0=0) -> None:
+        plgpu.store(ref.at[self.state_index(*lead, n0=n0)], value.astype(ref.dtype), mask=self.state_mask_at(n0))
+
+    def load_head_dims(self, ref) -> jax.Array:
+        """(block_p,) float32 of an (H, P) array."""
+        idx = (self.h, pl.ds(self.p0, self.dims.block_p))
+        return plgpu.load(ref.at[idx], mask=self.pmask, other=0).astype(jnp.float32)
+
+    def block(self, t0, dt_ref, A, bias, seq_ref, *, intra: bool = True) -> Block:
+        """Set up the block starting at t0: dt processing, cumulative log-decay, masked decays (the (T, T) intra-block
+        decays only if ``intra``: the sequential state passes do not need them)."""
+        dims = self.dims
+        valid = self.valid(t0)
+        dt_raw = self.load_time(dt_ref, t0).astype(jnp.float32)
+        if bias is not None:
+            dt_raw = dt_raw + bias
+        dt = softplus(dt_raw, dims.interpret) if dims.softplus else dt_raw
+        dt = jnp.where(valid, jnp.clip(dt, dims.dt_limit[0], dims.dt_limit[1]), 0.0)
+        cs = jnp.cumsum(dt * A)
+        last = self.rows == dims.block_l - 1
+        cs_last = jnp.sum(jnp.where(last, cs, 0.0))
+        causal = self.rows[:, None] >= self.rows[None, :]
+        intra_mask, start_mask, end_mask, keep = causal, None, None, None
+        if seq_ref is not None:
+            seq = plgpu.load(seq_ref.at[self.b, pl.ds(t0, dims.block_l)], mask=valid, other=0)
+            prev_at = jnp.maximum(t0 - 1, 0)
+            seq_prev = jnp.where(t0 > 0, seq_ref[self.b, prev_at], 0)
+            seq_last = jnp.max(jnp.where(valid, seq, 0))
+            intra_mask = causal & (seq[:, None] == seq[None, :])
+            start_mask = seq == seq_prev
+            end_mask = seq == seq_last
+            keep = seq_last == seq_prev
+        interp = dims.interpret
+        intra = exp(jnp.where(intra_mask, cs[:, None] - cs[None, :], -jnp.inf), interp) if intra else None
+        exp_cs = exp(cs, interp)
+        from_start = exp_cs if start_mask is None else jnp.where(start_mask, exp_cs, 0.0)
+        to_end_log = cs_last - cs
+        to_end = exp(to_end_log if end_mask is None else jnp.where(end_mask, to_end_log, -jnp.inf), interp)
+        carry = jnp.sum(jnp.where(last, exp_cs, 0.0))  # exp(cs_last), as a reduction (no scalar inline asm)
+        if keep is not None:
+            carry = jnp.where(keep, carry, 0.0)
+        return Block(valid, dt, dt_raw, cs, intra, from_start, to_end, carry)
+
+    def dt_grad(self, blk: Block, ddt: jax.Array) -> jax.Array:
+        """d dt_raw from d dt: zero where dt_limit clamps, times softplus' = sigmoid, zero on padded rows."""
+        dims = self.dims
+        pre = softplus(blk.dt_raw, dims.interpret) if dims.softplus else blk.dt_raw
+        inside = (pre >= dims.dt_limit[0]) & (pre <= dims.dt_limit[1]) & blk.valid
+        if dims.softplus:
+            ddt = ddt * sigmoid(blk.dt_raw, dims.interpret)
+        return jnp.where(inside, ddt, 0.0)
+
+
+def call_kernel(kernel, inputs, out_shapes, grid, dims: SsdDims, num_warps: int, num_stages: int, name: str):
+    """``pl.pallas_call`` on the Triton backend (interpreted on the CPU), refs over whole arrays."""
+    return pl.pallas_call(
+        kernel,
+        out_shape=out_shapes,
+        grid=grid,
+        interpret=dims.interpret,
+        compiler_params=plgpu.CompilerParams(num_warps=num_warps, num_stages=num_stages),
+        name=name,
+    )(*inputs)
+
+
+def optional_refs(refs, flags):
+    """Split the tail of a kernel's ref list into the optional inputs (None where the flag is off)."""
+    it = iter(refs)
+    return [next(it) if flag else None for flag in flags], list(it)

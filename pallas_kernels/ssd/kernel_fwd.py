@@ -1,0 +1,153 @@
+"""Forward Pallas kernels of the chunked SSD: out, the final state and (for the backward) the block-start states.
+
+Two ways, chosen by ``SsdConfig.fused_forward``:
+  - split (default): a sequential state pass (grid (batch, H, headdim blocks): each program walks L in blocks of T
+    carrying its (block_p, Np) float32 state and stores every block's incoming state), then a block-parallel output
+    pass (grid (batch x blocks, H, headdim blocks)) that needs no carry;
+  - fused: one sequential pass that also computes the output as it walks (no states stored unless saving).
+Per block, on tensor cores: C·Bᵀ (T, T), masked decays, y = (C·Bᵀ ∘ decay ∘ dt) x plus the incoming state's term
+exp(cs) C·stateᵀ; the state update is a (block_p, T) x (T, Np) dot. Dot operands are in the input dtype (bf16 in
+training), accumulation float32; the stored states are in the dot dtype, as the dots read them. With z and saving
+for the backward, the output before the gate is stored too.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as plgpu
+
+from pallas_kernels._triton import sigmoid
+from pallas_kernels.ssd.block import Block, Program, SsdDims, block_program, call_kernel, mm, optional_refs
+
+_FLAGS = ("has_D", "has_z", "has_bias", "has_init", "has_seq")
+
+
+def _flags(dims: SsdDims) -> tuple[bool, ...]:
+    return tuple(getattr(dims, name) for name in _FLAGS)
+
+
+def _next_state(blk: Block, state, x, Bm):
+    """The state leaving the block: carry x incoming + sum_s to_end_s dt_s x_s ⊗ B_s."""
+    weighted = x.astype(jnp.float32) * (blk.to_end * blk.dt)[:, None]
+    return blk.carry * state + mm(weighted.astype(x.dtype), Bm, trans_a=True)
+
+
+def _block_output(prog: Program, blk: Block, t0, x, Bm, Cm, state_mm, Dv, z_ref, out_ref, ypre_ref) -> None:
+    """y = (C·Bᵀ ∘ decay ∘ dt) x + exp(cs) C·stateᵀ + D x, stored before (ypre) and after the z gate."""
+    scores = mm(Cm, Bm, trans_b=True) * blk.intra * blk.dt[None, :]
+    y = mm(scores.astype(x.dtype), x) + blk.from_start[:, None] * mm(Cm, state_mm, trans_b=True)
+    if Dv is not None:
+        y = y + x.astype(jnp.float32) * Dv[None, :]
+    if z_ref is not None:
+        if ypre_ref is not None:
+            prog.store_heads(ypre_ref, t0, y)
+        z = prog.load_heads(z_ref, t0).astype(jnp.float32)
+        y = y * z * sigmoid(z, prog.dims.interpret)
+    prog.store_heads(out_ref, t0, y)
+
+
+def _initial_state(prog: Program, init_ref):
+    if init_ref is None:
+        return jnp.zeros((prog.dims.block_p, prog.dims.block_n), jnp.float32)
+    return prog.load_state(init_ref, prog.b, prog.h)
+
+
+def _fused_kernel(x_ref, dt_ref, A_ref, B_ref, C_ref, *refs, dims: SsdDims, save: bool):
+    (D_ref, z_ref, bias_ref, init_ref, seq_ref), outs = optional_refs(refs, _flags(dims))
+    out_ref, final_ref, *saved = outs
+    prog = Program(dims, pl.program_id(2) * dims.block_p)
+    A = A_ref[prog.h]
+    bias = bias_ref[prog.h] if bias_ref is not None else None
+    Dv = prog.load_head_dims(D_ref) if D_ref is not None else None
+    ypre_ref = saved[1] if save and z_ref is not None else None
+
+    def step(k, state):
+        t0 = k * dims.block_l
+        blk = prog.block(t0, dt_ref, A, bias, seq_ref)
+        x = prog.load_heads(x_ref, t0)
+        Bm = prog.load_group(B_ref, t0)
+        Cm = prog.load_group(C_ref, t0)
+        state_mm = state.astype(x.dtype)
+        if save:
+            prog.store_state(saved[0], state_mm, prog.b, k, prog.h)
+        _block_output(prog, blk, t0, x, Bm, Cm, state_mm, Dv, z_ref, out_ref, ypre_ref)
+        return _next_state(blk, state, x, Bm)
+
+    state = jax.lax.fori_loop(0, dims.nblocks, step, _initial_state(prog, init_ref))
+    prog.store_state(final_ref, state, prog.b, prog.h)
+
+
+def _states_kernel(x_ref, dt_ref, A_ref, B_ref, *refs, dims: SsdDims):
+    (bias_ref, init_ref, seq_ref), (states_ref, final_ref) = optional_refs(
+        refs, (dims.has_bias, dims.has_init, dims.has_seq)
+    )
+    prog = Program(dims, pl.program_id(2) * dims.block_p)
+    A = A_ref[prog.h]
+    bias = bias_ref[prog.h] if bias_ref is not None else None
+
+    def step(k, state):
+        t0 = k * dims.block_l
+        blk = prog.block(t0, dt_ref, A, bias, seq_ref, intra=False)
+        prog.store_state(states_ref, state, prog.b, k, prog.h)
+        return _next_state(blk, state, prog.load_heads(x_ref, t0), prog.load_group(B_ref, t0))
+
+    state = jax.lax.fori_loop(0, dims.nblocks, step, _initial_state(prog, init_ref))
+    prog.store_state(final_ref, state, prog.b, prog.h)
+
+
+def _output_kernel(x_ref, dt_ref, A_ref, B_ref, C_ref, states_ref, *refs, dims: SsdDims, save: bool):
+    (D_ref, z_ref, bias_ref, seq_ref), (out_ref, *saved) = optional_refs(
+        refs, (dims.has_D, dims.has_z, dims.has_bias, dims.has_seq)
+    )
+    prog, k = block_program(dims)
+    t0 = k * dims.block_l
+    A = A_ref[prog.h]
+    bias = bias_ref[prog.h] if bias_ref is not None else None
+    Dv = prog.load_head_dims(D_ref) if D_ref is not None else None
+    blk = prog.block(t0, dt_ref, A, bias, seq_ref)
+    x = prog.load_heads(x_ref, t0)
+    idx = prog.state_index(prog.b, k, prog.h)
+    state_mm = plgpu.load(states_ref.at[idx], mask=prog.state_mask_at(0), other=0)
+    ypre_ref = saved[0] if save and z_ref is not None else None
+    _block_output(
+        prog, blk, t0, x, prog.load_group(B_ref, t0), prog.load_group(C_ref, t0), state_mm, Dv, z_ref, out_ref, ypre_ref
+    )
+
+
+def ssd_forward(
+    x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, dims: SsdDims, config, save: bool
+) -> tuple[jax.Array, jax.Array, jax.Array | None, jax.Array | None]:
+    """Returns out (batch, L, H, P) x.dtype, final states (batch, H, P, N) float32, and when ``save`` the
+    block-start states (batch, nblocks, H, P, N) in x.dtype and (with z) the pre-gate output (batch, L, H, P)."""
+    batch, _, nheads, headdim = x.shape
+    out_shape = jax.ShapeDtypeStruct(x.shape, x.dtype)
+    final_shape = jax.ShapeDtypeStruct((batch, nheads, headdim, dims.dstate), jnp.float32)
+    states_shape = jax.ShapeDtypeStruct((batch, dims.nblocks, nheads, headdim, dims.dstate), x.dtype)
+    extra = [out_shape] if save and z is not None else []
+    warps, stages = config.num_warps, config.num_stages
+    if config.fused_forward:
+        inputs = [x, dt, A, B, C] + [t for t in (D, z, dt_bias, initial_states, seq_idx) if t is not None]
+        shapes = [out_shape, final_shape] + ([states_shape] if save else []) + extra
+        kernel = functools.partial(_fused_kernel, dims=dims, save=save)
+        out, final, *saved = call_kernel(kernel, inputs, shapes, dims.grid, dims, warps, stages, "ssd_fwd_fused")
+        return out, final, (saved[0] if save else None), (saved[1] if extra else None)
+
+    inputs = [x, dt, A, B] + [t for t in (dt_bias, initial_states, seq_idx) if t is not None]
+    state_dims = dims.with_block_p(config.state_block_p)
+    kernel = functools.partial(_states_kernel, dims=state_dims)
+    states, final = call_kernel(
+        kernel,
+        inputs,
+        [states_shape, final_shape],
+        state_dims.grid,
+        state_dims,
+        config.state_num_warps,
+        stages,
+        "ssd_fwd_states",
+    )
+    inputs = [x, dt, A, B, C, states] + [t for t in (D, z, dt_bias, seq_idx) if t is not None]
+    kernel = functools.partial(_output_kernel, dims=dims, save=save)
+    out, *saved = call_kernel(kernel, inputs, [out_shape, *extra], dims.block_grid, dims, warps, stages, "ssd_fwd_out")
+    return out, final, (states if save else None), (saved[0] if extra else None)

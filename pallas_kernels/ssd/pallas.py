@@ -1,0 +1,53 @@
+"""The Pallas SSD as a differentiable function: forward kernels, backward kernels, ``jax.custom_vjp``.
+
+Arguments are pre-checked by ``api.mamba_chunk_scan_combined``: x, z (batch, L, H, P); dt (batch, L, H); A (H,)
+float32; B, C (batch, L, G, N) in x's dtype; D (H, P) float32 or None; dt_bias (H,) or None; initial_states
+(batch, H, P, N) float32 or None; seq_idx int32 (batch, L) or None. Returns (out (batch, L, H, P) in x.dtype, final
+states (batch, H, P, N) float32). Residuals for the backward: the inputs, the block-start states (batch,
+L / block_l, H, P, N) in x.dtype and, with z, the pre-gate output.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from pallas_kernels.ssd.block import SsdDims
+from pallas_kernels.ssd.config import SsdConfig
+from pallas_kernels.ssd.kernel_bwd import ssd_backward
+from pallas_kernels.ssd.kernel_fwd import ssd_forward
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(10, 11))
+def ssd(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, dims: SsdDims, config: SsdConfig):
+    out, final, _, _ = ssd_forward(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, dims, config, False)
+    return out, final
+
+
+def _ssd_fwd(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, dims, config):
+    out, final, states, ypre = ssd_forward(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, dims, config, True)
+    return (out, final), (x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, states, ypre)
+
+
+def _ssd_bwd(dims: SsdDims, config: SsdConfig, residuals, cotangents):
+    x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, states, ypre = residuals
+    dout, dfinal = cotangents
+    bdims = dims.with_block_p(dims.headdim)  # the block-parallel backward keeps whole heads
+    dx, ddt, dB, dC, dA, dD, dz, dbias, dinit = ssd_backward(
+        *(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, states, ypre),
+        dout.astype(x.dtype),
+        dfinal.astype(jnp.float32),
+        bdims,
+        config,
+    )
+    batch, seqlen, ngroups, dstate = B.shape
+    dB = dB.reshape(batch, seqlen, ngroups, -1, dstate).sum(axis=3).astype(B.dtype)
+    dC = dC.reshape(batch, seqlen, ngroups, -1, dstate).sum(axis=3).astype(C.dtype)
+    dA = dA.sum(axis=(0, 1)).astype(A.dtype)
+    dD = None if D is None else dD.sum(axis=(0, 1)).astype(D.dtype)
+    dbias = None if dt_bias is None else dbias.sum(axis=(0, 1)).astype(dt_bias.dtype)
+    dinit = None if initial_states is None else dinit.astype(initial_states.dtype)
+    return dx, ddt, dA, dB, dC, dD, dz, dbias, dinit, None
+
+
+ssd.defvjp(_ssd_fwd, _ssd_bwd)
