@@ -39,7 +39,6 @@ class SsdDims:
     dt_limit: tuple[float, float]
     block_l: int
     block_p: int
-    block_n: int  # N slice width of the tiles that span N (<= Np)
     interpret: bool
 
     @property
@@ -73,9 +72,7 @@ class SsdDims:
         return (self.batch * self.nblocks, self.nheads, self.p_blocks)
 
 
-def ssd_dims(
-    x, B, D, z, dt_bias, initial_states, seq_idx, softplus_, dt_limit, block_l, block_p, interpret, block_n=None
-):
+def ssd_dims(x, B, D, z, dt_bias, initial_states, seq_idx, softplus_, dt_limit, block_l, block_p, interpret):
     batch, seqlen, nheads, headdim = x.shape
     return SsdDims(
         batch=batch,
@@ -93,7 +90,6 @@ def ssd_dims(
         dt_limit=(float(dt_limit[0]), float(dt_limit[1])),
         block_l=block_l,
         block_p=max(MIN_DOT, min(block_p, next_pow2(headdim))),
-        block_n=max(MIN_DOT, next_pow2(B.shape[3])),
         interpret=interpret,
     )
 
@@ -136,12 +132,8 @@ class Program:
         self.g = self.h // dims.heads_per_group
         self.p0 = p0
         self.pmask = p0 + jnp.arange(dims.block_p) < dims.headdim
+        self.nmask = jnp.arange(dims.np_) < dims.dstate
         self.rows = jnp.arange(dims.block_l)
-
-    def traced(self, index):
-        """Indices as traced values: interpret mode takes no Python ints, and a masked read past the end is fine
-        at run time but refused by Pallas's bound check on static indices."""
-        return index + 0 * self.b
 
     def valid(self, t0) -> jax.Array:
         return t0 + self.rows < self.dims.seqlen
@@ -155,21 +147,20 @@ class Program:
         idx = (self.b, pl.ds(t0, self.dims.block_l), self.h, pl.ds(self.p0, self.dims.block_p))
         plgpu.store(ref.at[idx], value.astype(ref.dtype), mask=self.valid(t0)[:, None] & self.pmask[None, :])
 
-    def nmask(self, n0) -> jax.Array:
-        return n0 + jnp.arange(self.dims.block_n) < self.dims.dstate
+    @property
+    def state_mask(self) -> jax.Array:
+        """(block_p, Np): this program's head dims and the N states that exist."""
+        return self.pmask[:, None] & self.nmask[None, :]
 
-    def state_mask_at(self, n0) -> jax.Array:
-        return self.pmask[:, None] & self.nmask(n0)[None, :]
-
-    def load_group(self, ref, t0, n0=0) -> jax.Array:
-        """(T, block_n) of a (batch, L, G, N) array (B or C) from state n0 on, in its dtype."""
-        idx = (self.b, pl.ds(t0, self.dims.block_l), self.g, pl.ds(n0, self.dims.block_n))
-        return plgpu.load(ref.at[idx], mask=self.valid(t0)[:, None] & self.nmask(n0)[None, :], other=0)
+    def load_group(self, ref, t0) -> jax.Array:
+        """(T, Np) of a (batch, L, G, N) array (B or C), in its dtype."""
+        idx = (self.b, pl.ds(t0, self.dims.block_l), self.g, pl.ds(0, self.dims.np_))
+        return plgpu.load(ref.at[idx], mask=self.valid(t0)[:, None] & self.nmask[None, :], other=0)
 
     def store_group(self, ref, t0, value, slot) -> None:
         """Store (T, Np) into row ``slot`` of a (batch, L, slots, N) array (the dB or dC partials)."""
-        idx = (self.b, pl.ds(t0, self.dims.block_l), slot, pl.ds(0, self.dims.block_n))
-        plgpu.store(ref.at[idx], value.astype(ref.dtype), mask=self.valid(t0)[:, None] & self.nmask(0)[None, :])
+        idx = (self.b, pl.ds(t0, self.dims.block_l), slot, pl.ds(0, self.dims.np_))
+        plgpu.store(ref.at[idx], value.astype(ref.dtype), mask=self.valid(t0)[:, None] & self.nmask[None, :])
 
     def load_time(self, ref, t0, other=0) -> jax.Array:
         """(T,) of a (batch, L, H) array."""
@@ -180,16 +171,15 @@ class Program:
         idx = (self.b, pl.ds(t0, self.dims.block_l), self.h)
         plgpu.store(ref.at[idx], value.astype(ref.dtype), mask=self.valid(t0))
 
-    def state_index(self, *lead, n0=0):
-        return (*lead, pl.ds(self.p0, self.dims.block_p), pl.ds(n0, self.dims.block_n))
+    def state_index(self, *lead):
+        return (*lead, pl.ds(self.p0, self.dims.block_p), pl.ds(0, self.dims.np_))
 
-    def load_state(self, ref, *lead, n0=0) -> jax.Array:
-        """(block_p, block_n) float32 of a (..., P, N) array, from state n0 on."""
-        mask = self.state_mask_at(n0)
-        return plgpu.load(ref.at[self.state_index(*lead, n0=n0)], mask=mask, other=0).astype(jnp.float32)
+    def load_state(self, ref, *lead) -> jax.Array:
+        """(block_p, Np) of a (..., P, N) array, in its dtype."""
+        return plgpu.load(ref.at[self.state_index(*lead)], mask=self.state_mask, other=0)
 
-    def store_state(self, ref, value, *lead, n0=0) -> None:
-        plgpu.store(ref.at[self.state_index(*lead, n0=n0)], value.astype(ref.dtype), mask=self.state_mask_at(n0))
+    def store_state(self, ref, value, *lead) -> None:
+        plgpu.store(ref.at[self.state_index(*lead)], value.astype(ref.dtype), mask=self.state_mask)
 
     def load_head_dims(self, ref) -> jax.Array:
         """(block_p,) float32 of an (H, P) array."""

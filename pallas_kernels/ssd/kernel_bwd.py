@@ -63,7 +63,7 @@ def _dstates_kernel(dt_ref, A_ref, C_ref, dout_ref, dfinal_ref, *refs, dims: Ssd
         fs_dy = (blk.from_start[:, None] * dy).astype(dstates_ref.dtype)
         return blk.carry * dS + mm(fs_dy, prog.load_group(C_ref, t0), trans_a=True)
 
-    dS = jax.lax.fori_loop(0, dims.nblocks, step, prog.load_state(dfinal_ref, prog.b, prog.h))
+    dS = jax.lax.fori_loop(0, dims.nblocks, step, prog.load_state(dfinal_ref, prog.b, prog.h).astype(jnp.float32))
     if dinit:
         prog.store_state(dinit[0], dS, prog.b, prog.h)
 
@@ -99,9 +99,8 @@ def _bwd_kernel(
         dy_mm = dy.astype(mm_dtype)
         X = x32 * blk.dt[:, None]
         X_mm = X.astype(mm_dtype)
-        idx = prog.state_index(b, k, prog.h)
-        S_in = plgpu.load(states_ref.at[idx], mask=prog.state_mask_at(0), other=0)
-        dS = plgpu.load(dstates_ref.at[idx], mask=prog.state_mask_at(0), other=0)
+        S_in = prog.load_state(states_ref, b, k, prog.h)
+        dS = prog.load_state(dstates_ref, b, k, prog.h)
 
         M = CB * blk.intra
         dM = mm(dy_mm, X_mm, trans_b=True)
@@ -132,7 +131,7 @@ def _bwd_kernel(
         dB_sum = dB_sum + blk.to_end[:, None] * mm(X_mm, dS)
         return dCB_sum, dB_sum, dC_sum
 
-    tile = jnp.zeros((dims.block_l, dims.block_n), f32)
+    tile = jnp.zeros((dims.block_l, dims.np_), f32)
     acc = (jnp.zeros((dims.block_l, dims.block_l), f32), tile, tile)
     dCB, dB, dC = jax.lax.fori_loop(0, heads, head, acc)
     dCB = dCB.astype(mm_dtype)

@@ -16,7 +16,6 @@ import functools
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
-from jax.experimental.pallas import triton as plgpu
 
 from pallas_kernels._triton import sigmoid
 from pallas_kernels.ssd.block import Block, Program, SsdDims, block_program, call_kernel, mm, optional_refs
@@ -50,8 +49,8 @@ def _block_output(prog: Program, blk: Block, t0, x, Bm, Cm, state_mm, Dv, z_ref,
 
 def _initial_state(prog: Program, init_ref):
     if init_ref is None:
-        return jnp.zeros((prog.dims.block_p, prog.dims.block_n), jnp.float32)
-    return prog.load_state(init_ref, prog.b, prog.h)
+        return jnp.zeros((prog.dims.block_p, prog.dims.np_), jnp.float32)
+    return prog.load_state(init_ref, prog.b, prog.h).astype(jnp.float32)
 
 
 def _fused_kernel(x_ref, dt_ref, A_ref, B_ref, C_ref, *refs, dims: SsdDims, save: bool):
@@ -108,8 +107,7 @@ def _output_kernel(x_ref, dt_ref, A_ref, B_ref, C_ref, states_ref, *refs, dims: 
     Dv = prog.load_head_dims(D_ref) if D_ref is not None else None
     blk = prog.block(t0, dt_ref, A, bias, seq_ref)
     x = prog.load_heads(x_ref, t0)
-    idx = prog.state_index(prog.b, k, prog.h)
-    state_mm = plgpu.load(states_ref.at[idx], mask=prog.state_mask_at(0), other=0)
+    state_mm = prog.load_state(states_ref, prog.b, k, prog.h)
     ypre_ref = saved[0] if save and z_ref is not None else None
     _block_output(
         prog, blk, t0, x, prog.load_group(B_ref, t0), prog.load_group(C_ref, t0), state_mm, Dv, z_ref, out_ref, ypre_ref
