@@ -3,7 +3,6 @@ oracle and the pure-JAX reference, on awkward shapes and tilings, with and witho
 
 Interpret mode fills outputs with NaN before the kernel runs, so any element a kernel forgets to write fails."""
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -11,7 +10,7 @@ import pytest
 from compare.tolerances import assert_close
 from pallas_kernels import mamba_chunk_scan_combined
 from pallas_kernels.ssd.config import SsdConfig
-from tests.pallas_kernels.test_ssd_reference import INF, make_inputs, oracle
+from tests.pallas_kernels.test_ssd_reference import INF, make_inputs, oracle, run_with_vjp
 
 # dA, d dt_bias and dD (float32, one value per head) are sums over batch and L of products whose factors the kernels
 # round to bf16/fp16 for the dots; the sums can cancel far below the size of their terms, which scales the relative
@@ -51,25 +50,6 @@ CASES = [  # batch, L, H, P, N, G, chunk, dtype, D, z, init, seq_idx, softplus, 
 ]
 
 
-def _run(arrays, seq_idx, chunk, softplus, dt_limit, impl, config, dout, dfinal):
-    names = [k for k, v in arrays.items() if v is not None]
-
-    def run(*xs):
-        return mamba_chunk_scan_combined(
-            **dict(zip(names, xs, strict=True)),
-            chunk_size=chunk,
-            seq_idx=None if seq_idx is None else jnp.asarray(seq_idx),
-            dt_softplus=softplus,
-            dt_limit=dt_limit,
-            return_final_states=True,
-            impl=impl,
-            config=config,
-        )
-
-    (out, final), vjp = jax.vjp(jax.jit(run), *[arrays[k] for k in names])
-    return out, final, dict(zip(names, vjp((dout, dfinal)), strict=True))
-
-
 @pytest.mark.parametrize(
     "batch,seqlen,nheads,headdim,dstate,groups,chunk,dtype,D,z,init,seq,softplus,dt_limit,config", CASES
 )
@@ -81,8 +61,10 @@ def test_pallas_matches_oracle_and_reference(
     )
     dout = jnp.asarray(rng.normal(size=(batch, seqlen, nheads, headdim)), dtype)
     dfinal = jnp.asarray(rng.normal(size=(batch, nheads, headdim, dstate)), jnp.float32)
-    out, final, grads = _run(arrays, seq_idx, chunk, softplus, dt_limit, "pallas", config, dout, dfinal)
-    ref_out, ref_final, ref_grads = _run(arrays, seq_idx, chunk, softplus, dt_limit, "reference", None, dout, dfinal)
+    out, final, grads = run_with_vjp(
+        arrays, seq_idx, chunk, softplus, dt_limit, dout, dfinal, impl="pallas", config=config
+    )
+    ref_out, ref_final, ref_grads = run_with_vjp(arrays, seq_idx, chunk, softplus, dt_limit, dout, dfinal)
     as64 = lambda t: np.asarray(t.astype(jnp.float32), np.float64)  # noqa: E731
     want_out, want_final, want_grads = oracle(exact, seq_idx, softplus, dt_limit, as64(dout), as64(dfinal))
 
@@ -103,7 +85,9 @@ def test_gradient_through_final_states_alone(rng):
     arrays, exact, _ = make_inputs(rng, 2, 45, 2, 16, 16, 1, jnp.float32, D=None, z=False)
     dout = jnp.zeros((2, 45, 2, 16), jnp.float32)
     dfinal = jnp.asarray(rng.normal(size=(2, 2, 16, 16)), jnp.float32)
-    _, _, grads = _run(arrays, None, 64, True, (0.0, INF), "pallas", SsdConfig(block_l=16), dout, dfinal)
+    _, _, grads = run_with_vjp(
+        arrays, None, 64, True, (0.0, INF), dout, dfinal, impl="pallas", config=SsdConfig(block_l=16)
+    )
     _, _, want = oracle(exact, None, True, (0.0, INF), np.zeros((2, 45, 2, 16)), np.asarray(dfinal, np.float64))
     for name in ("x", "dt", "A", "B", "initial_states", "dt_bias"):
         assert_close(f"d{name}", grads[name], want[name], jnp.float32)
@@ -116,8 +100,10 @@ def test_bf16_inputs_keep_their_dtypes_mixed_with_float32_b(rng):
     arrays["B"] = arrays["B"].astype(jnp.float32)
     dout = jnp.asarray(rng.normal(size=(1, 40, 2, 16)), jnp.bfloat16)
     dfinal = jnp.zeros((1, 2, 16, 16), jnp.float32)
-    out, _, grads = _run(arrays, None, 64, True, (0.0, INF), "pallas", SsdConfig(block_l=16), dout, dfinal)
-    ref_out, _, ref_grads = _run(arrays, None, 64, True, (0.0, INF), "reference", None, dout, dfinal)
+    out, _, grads = run_with_vjp(
+        arrays, None, 64, True, (0.0, INF), dout, dfinal, impl="pallas", config=SsdConfig(block_l=16)
+    )
+    ref_out, _, ref_grads = run_with_vjp(arrays, None, 64, True, (0.0, INF), dout, dfinal)
     assert grads["B"].dtype == jnp.float32 and grads["C"].dtype == jnp.bfloat16
     assert_close("out", out, ref_out, jnp.bfloat16)
     assert_close("dB", grads["B"], ref_grads["B"], jnp.bfloat16)

@@ -100,6 +100,27 @@ def oracle(exact, seq_idx, softplus, dt_limit, dout=None, dfinal=None):
     return out, final, grads
 
 
+def run_with_vjp(arrays, seq_idx, chunk, softplus, dt_limit, dout, dfinal, *, impl="reference", config=None):
+    """(out, final_states, {input name: gradient}) of ``mamba_chunk_scan_combined`` over the non-None ``arrays``,
+    jit-compiled, backpropagating (dout, dfinal)."""
+    names = [k for k, v in arrays.items() if v is not None]
+
+    def run(*xs):
+        return mamba_chunk_scan_combined(
+            **dict(zip(names, xs, strict=True)),
+            chunk_size=chunk,
+            seq_idx=None if seq_idx is None else jnp.asarray(seq_idx),
+            dt_softplus=softplus,
+            dt_limit=dt_limit,
+            return_final_states=True,
+            impl=impl,
+            config=config,
+        )
+
+    (out, final), vjp = jax.vjp(jax.jit(run), *[arrays[k] for k in names])
+    return out, final, dict(zip(names, vjp((dout, dfinal)), strict=True))
+
+
 CASES = [  # batch, L, H, P, N, G, chunk, dtype, D, z, init, seq_idx, softplus, dt_limit
     (2, 1, 4, 8, 16, 1, 16, jnp.float32, "H", True, True, False, True, (0.0, INF)),
     (1, 100, 4, 4, 8, 2, 32, jnp.float32, "HP", False, False, True, True, (0.0, INF)),
@@ -118,23 +139,9 @@ def test_forward_and_gradients_match_oracle(
     arrays, exact, seq_idx = make_inputs(
         rng, batch, seqlen, nheads, headdim, dstate, groups, dtype, D=D, z=z, init=init, seq=seq, softplus=softplus
     )
-    names = [k for k, v in arrays.items() if v is not None]
-
-    def run(*xs):
-        kw = dict(zip(names, xs, strict=True))
-        return mamba_chunk_scan_combined(
-            **kw,
-            chunk_size=chunk,
-            seq_idx=None if seq_idx is None else jnp.asarray(seq_idx),
-            dt_softplus=softplus,
-            dt_limit=dt_limit,
-            return_final_states=True,
-        )
-
-    (out, final), vjp = jax.vjp(jax.jit(run), *[arrays[k] for k in names])
-    dout = jnp.asarray(rng.normal(size=out.shape), dtype)
-    dfinal = jnp.asarray(rng.normal(size=final.shape), jnp.float32)
-    grads = dict(zip(names, vjp((dout, dfinal)), strict=True))
+    dout = jnp.asarray(rng.normal(size=(batch, seqlen, nheads, headdim)), dtype)
+    dfinal = jnp.asarray(rng.normal(size=(batch, nheads, headdim, dstate)), jnp.float32)
+    out, final, grads = run_with_vjp(arrays, seq_idx, chunk, softplus, dt_limit, dout, dfinal)
     want_out, want_final, want_grads = oracle(
         exact,
         seq_idx,
@@ -146,9 +153,9 @@ def test_forward_and_gradients_match_oracle(
     assert out.dtype == dtype and final.dtype == jnp.float32
     assert_close("out", out, want_out, dtype)
     assert_close("final_states", final, want_final, jnp.float32)
-    for name in names:
-        assert grads[name].dtype == arrays[name].dtype, name
-        assert_close(f"d{name}", grads[name], want_grads[name], arrays[name].dtype)
+    for name, grad in grads.items():
+        assert grad.dtype == arrays[name].dtype, name
+        assert_close(f"d{name}", grad, want_grads[name], arrays[name].dtype)
 
 
 @pytest.mark.parametrize("groups", [1, 2])
