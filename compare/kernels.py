@@ -97,7 +97,7 @@ def parse_config(text: str, op: KernelOp = OPS["selective_scan"]) -> Variant:
         key, _, value = item.partition("=")
         if key not in types:
             raise SystemExit(f"--pallas-config: unknown field {key!r}; fields: {list(types)}")
-        fields[key] = value.lower() in ("1", "true") if types[key] in (bool, "bool") else int(value)
+        fields[key] = int(value)
     config = op.config_cls(**fields)
     config.validate()
     return Variant(f"pallas[{text}]", "pallas", config)

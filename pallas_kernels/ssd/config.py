@@ -4,10 +4,11 @@ Time is cut into blocks of ``block_l`` positions. Sequential passes (one program
 ``state_block_p`` head dims) walk the blocks carrying the (head dims, N) float32 state, or its gradient in the
 backward, and store it per block; everything else runs block-parallel as the quadratic (attention-like) SSD form
 on tensor cores: the forward output with one program per block, head and ``block_p`` head dims (each recomputes
-C·Bᵀ), the backward with ``bwd_head_splits`` programs per block and group, each looping over its share of the group's
-heads so that dB and dC sum in registers. ``block_l`` is the kernels' own chunk: it changes rounding only, never the
-result (mamba-ssm's
-``chunk_size`` is accepted and checked but does not tile these kernels).
+C·Bᵀ), or, for L <= ``fused_forward_max_l``, one fused sequential forward per batch row, head and ``block_p`` head
+dims that needs no stored states; the backward's per-head gradients with one program per block and head; dB and dC
+with ``bwd_head_splits`` programs per block and group, each looping over its share of the group's heads so that
+they sum in registers. ``block_l`` is the kernels' own chunk: it changes rounding only, never the result
+(mamba-ssm's ``chunk_size`` is accepted and checked but does not tile these kernels).
 """
 
 import dataclasses
@@ -25,11 +26,12 @@ class SsdConfig:
     block_p: int = 64  # forward output pass: head dims per program (clipped to headdim)
     num_warps: int = 4
     num_stages: int = 2  # Triton software-pipelining depth (it prefetches the sequential passes' loads)
-    fused_forward: bool = False  # one sequential forward pass instead of state pass + block-parallel output pass
+    fused_forward_max_l: int = 8192  # forward as one sequential pass (no stored states) when L <= this; 0: never
     state_block_p: int = 16  # sequential state passes (forward states, backward state gradients)
     state_num_warps: int = 4
-    bwd_head_splits: int = 4  # backward: programs sharing a group's heads (a divisor of heads per group, at most)
-    bwd_num_warps: int = 8
+    bwd_num_warps: int = 8  # backward per-head kernel (dx, dz, ddt, dA, dD, d dt_bias); 4 spill (ptxas)
+    bwd_head_splits: int = 4  # backward dB/dC kernel: programs sharing a group's heads (at most; rounded to a divisor)
+    dbc_num_warps: int = 8
     bwd_num_stages: int = 2
 
     def validate(self) -> None:
@@ -37,7 +39,7 @@ class SsdConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or value < MIN_DOT or value != next_pow2(value):
                 raise ValueError(f"SsdConfig.{name} must be a power of two >= {MIN_DOT}, got {value!r}")
-        for name in ("num_warps", "state_num_warps", "bwd_num_warps"):
+        for name in ("num_warps", "state_num_warps", "bwd_num_warps", "dbc_num_warps"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1 or value != next_pow2(value):
                 raise ValueError(f"SsdConfig.{name} must be a positive power of two, got {value!r}")
@@ -45,5 +47,5 @@ class SsdConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"SsdConfig.{name} must be a positive int, got {value!r}")
-        if not isinstance(self.fused_forward, bool):
-            raise ValueError(f"SsdConfig.fused_forward must be a bool, got {self.fused_forward!r}")
+        if not isinstance(self.fused_forward_max_l, int) or self.fused_forward_max_l < 0:
+            raise ValueError(f"SsdConfig.fused_forward_max_l must be an int >= 0, got {self.fused_forward_max_l!r}")

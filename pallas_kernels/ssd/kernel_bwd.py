@@ -4,19 +4,23 @@ gradient block-parallel.
 1. ``ssd_bwd_dstates``, grid (batch, H, headdim blocks): walks the blocks last to first carrying dS, the
    (block_p, Np) float32 gradient of the state leaving the block, and stores it per block (in the dot dtype), then
    d initial_states. Per block: dS ← carry dS + (from_start ∘ dy)ᵀ C, with dy = dout silu(z).
-2. ``ssd_bwd``, grid (batch x blocks, G, splits), no carry: a program computes C·Bᵀ once for its group and loops
-   over its share (1 / splits) of the group's heads. Per head, with the block's incoming state S (saved by the
-   forward), outgoing-state gradient
-   dS, M = C·Bᵀ ∘ decay and X = dt x:
+2. ``ssd_bwd_dx``, grid (batch x blocks, H), no carry: per block and head, with the block's incoming state S (saved
+   by the forward), the gradient dS of its outgoing state, M = C·Bᵀ ∘ decay and X = dt x:
 
-    dX  = Mᵀ dy + to_end ∘ (B dSᵀ)              dx = dt dX + D dy
-    dM  = dy Xᵀ,  dCB = Σ_heads dM ∘ decay      dC = dCB B + Σ_heads from_start ∘ (dy S)
-                                                dB = dCBᵀ C + Σ_heads to_end ∘ (X dS)
-    d cs from the intra-block term (row minus column sums of dM ∘ M), the incoming state's term (dy · its output)
-    and the state update; d(dt A) is the reverse cumulative sum of d cs, giving ddt, dA and d dt_bias.
+    dX  = Mᵀ dy + to_end ∘ (B dSᵀ)              dx = dt dX + D dy,  dD = Σ_l dy x
+    d cs from the intra-block term (row minus column sums of dM ∘ M, dM = dy Xᵀ), the incoming state's term
+    (dy · its output) and the state update; d(dt A) is the reverse cumulative sum of d cs, giving ddt, dA and
+    d dt_bias; dz from the saved pre-gate output.
 
-dB and dC sum over the program's heads in registers and leave as one float32 partial per (group, split); these,
-and dA, d dt_bias and dD per block, are summed by XLA in a fixed order, so the result is deterministic.
+3. ``ssd_bwd_dbc``, grid (batch x blocks, G, splits): a program loops over its share (1 / splits) of the group's
+   heads, summing in registers
+
+    dCB = Σ_heads dM ∘ decay,   dC = dCB B + Σ_heads from_start ∘ (dy S),   dB = dCBᵀ C + Σ_heads to_end ∘ (X dS)
+
+Two kernels rather than one: together they hold too many tiles for the register file (the fused version spilled at
+the 255-register cap), and the per-head kernel has H times more programs to hide latency with. dB and dC leave as
+one float32 partial per (group, split); these, and dA, d dt_bias and dD per block, are summed by XLA in a fixed
+order, so the result is deterministic.
 """
 
 import functools
@@ -27,7 +31,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
 from pallas_kernels._triton import sigmoid
-from pallas_kernels.ssd.block import Program, SsdDims, call_kernel, mm, optional_refs
+from pallas_kernels.ssd.block import Program, SsdDims, block_program, call_kernel, mm, optional_refs
 
 
 def _reverse_cumsum(v: jax.Array) -> jax.Array:
@@ -68,13 +72,63 @@ def _dstates_kernel(dt_ref, A_ref, C_ref, dout_ref, dfinal_ref, *refs, dims: Ssd
         prog.store_state(dinit[0], dS, prog.b, prog.h)
 
 
-def _bwd_kernel(
-    x_ref, dt_ref, A_ref, B_ref, C_ref, states_ref, dstates_ref, dout_ref, *refs, dims: SsdDims, splits: int
-):
+def _head_inputs(prog: Program, k, ins, opt, dz_ref=None):
+    """One head's block: its decays, x32, dy, X = dt x (float32) and the block's incoming state and the gradient of
+    its outgoing state (dot dtype). ``ins`` = (x, dt, A, states, dstates, dout) refs, ``opt`` = (z, dt_bias, seq_idx,
+    ypre) refs or None; dz is stored when ``dz_ref`` is given."""
+    x_ref, dt_ref, A_ref, states_ref, dstates_ref, dout_ref = ins
+    z_ref, bias_ref, seq_ref, ypre_ref = opt
+    t0 = k * prog.dims.block_l
+    bias = bias_ref[prog.h] if bias_ref is not None else None
+    blk = prog.block(t0, dt_ref, A_ref[prog.h], bias, seq_ref)
+    x32 = prog.load_heads(x_ref, t0).astype(jnp.float32)
+    dy = _gated_dout(prog, t0, dout_ref, z_ref, ypre_ref, dz_ref)
+    S_in = prog.load_state(states_ref, prog.b, k, prog.h)
+    dS = prog.load_state(dstates_ref, prog.b, k, prog.h)
+    return blk, x32, dy, x32 * blk.dt[:, None], S_in, dS
+
+
+def _dx_kernel(x_ref, dt_ref, A_ref, B_ref, C_ref, states_ref, dstates_ref, dout_ref, *refs, dims: SsdDims):
     flags = (dims.has_D, dims.has_z, dims.has_bias, dims.has_seq, dims.has_z)
     (D_ref, z_ref, bias_ref, seq_ref, ypre_ref), outs = optional_refs(refs, flags)
-    dx_ref, ddt_ref, dB_ref, dC_ref, dA_ref, *opt_outs = outs
+    dx_ref, ddt_ref, dA_ref, *opt_outs = outs
     (dD_ref, dz_ref, dbias_ref), _ = optional_refs(opt_outs, (dims.has_D, dims.has_z, dims.has_bias))
+    prog, k = block_program(dims)
+    b, h, t0 = prog.b, prog.h, k * dims.block_l
+    f32 = jnp.float32
+    mm_dtype = x_ref.dtype
+    ins = (x_ref, dt_ref, A_ref, states_ref, dstates_ref, dout_ref)
+    blk, x32, dy, X, S_in, dS = _head_inputs(prog, k, ins, (z_ref, bias_ref, seq_ref, ypre_ref), dz_ref)
+    Bm = prog.load_group(B_ref, t0)
+    Cm = prog.load_group(C_ref, t0)
+    dy_mm = dy.astype(mm_dtype)
+
+    M = mm(Cm, Bm, trans_b=True) * blk.intra
+    dM = mm(dy_mm, X.astype(mm_dtype), trans_b=True)
+    BdS = mm(Bm, dS, trans_b=True)
+    dX = mm(M.astype(mm_dtype), dy_mm, trans_a=True) + blk.to_end[:, None] * BdS
+    dx = blk.dt[:, None] * dX
+    if D_ref is not None:
+        dx = dx + prog.load_head_dims(D_ref)[None, :] * dy
+        plgpu.store(dD_ref.at[b, k, h, pl.ds(0, dims.block_p)], jnp.sum(dy * x32, axis=0), mask=prog.pmask)
+    prog.store_heads(dx_ref, t0, dx)
+
+    W = dM * M
+    y_in = blk.from_start[:, None] * mm(Cm, S_in, trans_b=True)
+    q = blk.to_end * jnp.sum(X * BdS, axis=1)
+    dcs = jnp.sum(W, axis=1) - jnp.sum(W, axis=0) + jnp.sum(dy * y_in, axis=1) - q
+    last_extra = blk.carry * jnp.sum(dS.astype(f32) * S_in.astype(f32)) + jnp.sum(q)
+    dcs = dcs + jnp.where(prog.rows == dims.block_l - 1, last_extra, 0.0)
+    da = _reverse_cumsum(dcs)
+    ddt = prog.dt_grad(blk, jnp.sum(x32 * dX, axis=1) + da * A_ref[h])
+    prog.store_time(ddt_ref, t0, ddt)
+    dA_ref[b, k, h] = jnp.sum(da * blk.dt)
+    if dbias_ref is not None:
+        dbias_ref[b, k, h] = jnp.sum(ddt)
+
+
+def _dbc_kernel(x_ref, dt_ref, A_ref, B_ref, C_ref, states_ref, dstates_ref, dout_ref, *refs, dims: SsdDims, splits):
+    (z_ref, bias_ref, seq_ref), (dB_ref, dC_ref) = optional_refs(refs, (dims.has_z, dims.has_bias, dims.has_seq))
     pid = pl.program_id(0)
     b, k, g, split = pid // dims.nblocks, pid % dims.nblocks, pl.program_id(1), pl.program_id(2)
     heads = dims.heads_per_group // splits  # this program's heads: first_head + [0, heads)
@@ -82,62 +136,27 @@ def _bwd_kernel(
     t0 = k * dims.block_l
     f32 = jnp.float32
     mm_dtype = x_ref.dtype
-    group = Program(dims, b=b, h=first_head)
-    Bm = group.load_group(B_ref, t0)
-    Cm = group.load_group(C_ref, t0)
-    CB = mm(Cm, Bm, trans_b=True)
+    ins = (x_ref, dt_ref, A_ref, states_ref, dstates_ref, dout_ref)
 
     def head(j, acc):
-        """One head of the group: its own outputs, and its share of the group's dB, dC and dCB."""
-        dCB_sum, dB_sum, dC_sum = acc
+        """One head's share of the group's dCB = Σ dM ∘ decay, dC and dB."""
+        dCB, dB, dC = acc
         prog = Program(dims, b=b, h=first_head + j)
-        A = A_ref[prog.h]
-        bias = bias_ref[prog.h] if bias_ref is not None else None
-        blk = prog.block(t0, dt_ref, A, bias, seq_ref)
-        x32 = prog.load_heads(x_ref, t0).astype(f32)
-        dy = _gated_dout(prog, t0, dout_ref, z_ref, ypre_ref, dz_ref)
+        blk, _, dy, X, S_in, dS = _head_inputs(prog, k, ins, (z_ref, bias_ref, seq_ref, None))
         dy_mm = dy.astype(mm_dtype)
-        X = x32 * blk.dt[:, None]
         X_mm = X.astype(mm_dtype)
-        S_in = prog.load_state(states_ref, b, k, prog.h)
-        dS = prog.load_state(dstates_ref, b, k, prog.h)
-
-        M = CB * blk.intra
-        dM = mm(dy_mm, X_mm, trans_b=True)
-        BdS = mm(Bm, dS, trans_b=True)
-        dX = mm(M.astype(mm_dtype), dy_mm, trans_a=True) + blk.to_end[:, None] * BdS
-        dx = blk.dt[:, None] * dX
-        if D_ref is not None:
-            dx = dx + prog.load_head_dims(D_ref)[None, :] * dy
-            dD = jnp.sum(dy * x32, axis=0)
-            plgpu.store(dD_ref.at[b, k, prog.h, pl.ds(0, dims.block_p)], dD, mask=prog.pmask)
-        prog.store_heads(dx_ref, t0, dx)
-
-        W = dM * M
-        y_in = blk.from_start[:, None] * mm(Cm, S_in, trans_b=True)
-        q = blk.to_end * jnp.sum(X * BdS, axis=1)
-        dcs = jnp.sum(W, axis=1) - jnp.sum(W, axis=0) + jnp.sum(dy * y_in, axis=1) - q
-        last_extra = blk.carry * jnp.sum(dS.astype(f32) * S_in.astype(f32)) + jnp.sum(q)
-        dcs = dcs + jnp.where(prog.rows == dims.block_l - 1, last_extra, 0.0)
-        da = _reverse_cumsum(dcs)
-        ddt = prog.dt_grad(blk, jnp.sum(x32 * dX, axis=1) + da * A)
-        prog.store_time(ddt_ref, t0, ddt)
-        dA_ref[b, k, prog.h] = jnp.sum(da * blk.dt)
-        if dbias_ref is not None:
-            dbias_ref[b, k, prog.h] = jnp.sum(ddt)
-
-        dCB_sum = dCB_sum + dM * blk.intra
-        dC_sum = dC_sum + blk.from_start[:, None] * mm(dy_mm, S_in)
-        dB_sum = dB_sum + blk.to_end[:, None] * mm(X_mm, dS)
-        return dCB_sum, dB_sum, dC_sum
+        dCB = dCB + mm(dy_mm, X_mm, trans_b=True) * blk.intra
+        dC = dC + blk.from_start[:, None] * mm(dy_mm, S_in)
+        dB = dB + blk.to_end[:, None] * mm(X_mm, dS)
+        return dCB, dB, dC
 
     tile = jnp.zeros((dims.block_l, dims.np_), f32)
-    acc = (jnp.zeros((dims.block_l, dims.block_l), f32), tile, tile)
-    dCB, dB, dC = jax.lax.fori_loop(0, heads, head, acc)
+    dCB, dB, dC = jax.lax.fori_loop(0, heads, head, (jnp.zeros((dims.block_l, dims.block_l), f32), tile, tile))
+    group = Program(dims, b=b, h=first_head)
     dCB = dCB.astype(mm_dtype)
     slot = g * splits + split
-    group.store_group(dC_ref, t0, dC + mm(dCB, Bm), slot)
-    group.store_group(dB_ref, t0, dB + mm(dCB, Cm, trans_a=True), slot)
+    group.store_group(dC_ref, t0, dC + mm(dCB, group.load_group(B_ref, t0)), slot)
+    group.store_group(dB_ref, t0, dB + mm(dCB, group.load_group(C_ref, t0), trans_a=True), slot)
 
 
 def head_splits(heads_per_group: int, most: int) -> int:
@@ -166,28 +185,37 @@ def ssd_backward(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, states,
         "ssd_bwd_dstates",
     )
 
+    tensors = [x, dt, A, B, C, states, dstates, dout]
     per_block = jax.ShapeDtypeStruct((batch, dims.nblocks, nheads), f32)
-    shapes = [jax.ShapeDtypeStruct(x.shape, x.dtype), jax.ShapeDtypeStruct(dt.shape, dt.dtype)]
-    splits = head_splits(dims.heads_per_group, config.bwd_head_splits)
-    partial_bc = jax.ShapeDtypeStruct((batch, seqlen, dims.ngroups * splits, dims.dstate), f32)
-    shapes += [partial_bc, partial_bc, per_block]
     optional_outs = [
         (D is not None, jax.ShapeDtypeStruct((batch, dims.nblocks, nheads, headdim), f32)),
         (z is not None, jax.ShapeDtypeStruct(x.shape, x.dtype)),
         (dt_bias is not None, per_block),
     ]
+    shapes = [jax.ShapeDtypeStruct(x.shape, x.dtype), jax.ShapeDtypeStruct(dt.shape, dt.dtype), per_block]
     shapes += [shape for flag, shape in optional_outs if flag]
-    inputs = [x, dt, A, B, C, states, dstates, dout] + [t for t in (D, z, dt_bias, seq_idx, ypre) if t is not None]
-    grid = (batch * dims.nblocks, dims.ngroups, splits)
-    dx, ddt, dB, dC, dA, *rest = call_kernel(
-        functools.partial(_bwd_kernel, dims=dims, splits=splits),
-        inputs,
+    dx, ddt, dA, *rest = call_kernel(
+        functools.partial(_dx_kernel, dims=dims),
+        tensors + [t for t in (D, z, dt_bias, seq_idx, ypre) if t is not None],
         shapes,
-        grid,
+        dims.block_grid,
         dims,
         config.bwd_num_warps,
         config.bwd_num_stages,
-        "ssd_bwd",
+        "ssd_bwd_dx",
     )
     (dD, dz, dbias), _ = optional_refs(rest, [flag for flag, _ in optional_outs])
+
+    splits = head_splits(dims.heads_per_group, config.bwd_head_splits)
+    partial_bc = jax.ShapeDtypeStruct((batch, seqlen, dims.ngroups * splits, dims.dstate), f32)
+    dB, dC = call_kernel(
+        functools.partial(_dbc_kernel, dims=dims, splits=splits),
+        tensors + [t for t in (z, dt_bias, seq_idx) if t is not None],
+        [partial_bc, partial_bc],
+        (batch * dims.nblocks, dims.ngroups, splits),
+        dims,
+        config.dbc_num_warps,
+        config.bwd_num_stages,
+        "ssd_bwd_dbc",
+    )
     return dx, ddt, dB, dC, dA, dD, dz, dbias, (dinit[0] if dinit else None)

@@ -52,8 +52,10 @@ def test_pallas_config_variants_parse_and_validate():
     with pytest.raises(ValueError, match="block_d must be a positive power of two"):
         kernels.parse_config("block_d=12")
     ssd = kernel_ops.OPS["ssd"]
-    variant = kernels.parse_config("block_l=32,fused_forward=1,bwd_num_warps=4", ssd)
-    assert variant.config == SsdConfig(block_l=32, fused_forward=True, bwd_num_warps=4)
+    variant = kernels.parse_config("block_l=32,fused_forward_max_l=0,bwd_num_warps=4", ssd)
+    assert variant.config == SsdConfig(block_l=32, fused_forward_max_l=0, bwd_num_warps=4)
+    with pytest.raises(ValueError, match="fused_forward_max_l must be an int >= 0, got -1"):
+        kernels.parse_config("fused_forward_max_l=-1", ssd)
     with pytest.raises(SystemExit, match="unknown field 'block_d'"):
         kernels.parse_config("block_d=8", ssd)
 

@@ -19,12 +19,18 @@ from tests.pallas_kernels.test_ssd_reference import INF, make_inputs, oracle, ru
 REDUCED_GRADS = ("A", "dt_bias", "D")
 REDUCED_GRAD_SCALE = 3.0
 
+
+def split(**tiling) -> SsdConfig:
+    """The split forward (state pass + block-parallel output pass) whatever L; the default fuses short ones."""
+    return SsdConfig(fused_forward_max_l=0, **tiling)
+
+
 CASES = [  # batch, L, H, P, N, G, chunk, dtype, D, z, init, seq_idx, softplus, dt_limit, config
     (2, 1, 4, 16, 16, 1, 64, jnp.float32, "H", True, True, False, True, (0.0, INF), SsdConfig(block_l=16)),
-    (1, 100, 4, 20, 12, 2, 64, jnp.float32, "HP", False, False, True, True, (0.0, INF), SsdConfig(block_l=32)),
+    (1, 100, 4, 20, 12, 2, 64, jnp.float32, "HP", False, False, True, True, (0.0, INF), split(block_l=32)),
     (2, 256, 2, 32, 16, 1, 128, jnp.float32, None, True, True, True, True, (0.01, 0.3), SsdConfig(block_l=64)),
-    (1, 1000, 2, 16, 24, 1, 256, jnp.float32, "H", True, True, True, True, (0.0, INF), SsdConfig(block_l=64)),
-    (1, 97, 6, 16, 40, 3, 64, jnp.bfloat16, "H", True, True, True, True, (0.0, INF), SsdConfig(block_l=16)),
+    (1, 1000, 2, 16, 24, 1, 256, jnp.float32, "H", True, True, True, True, (0.0, INF), split()),
+    (1, 97, 6, 16, 40, 3, 64, jnp.bfloat16, "H", True, True, True, True, (0.0, INF), split(block_l=16)),
     (2, 64, 4, 24, 16, 4, 64, jnp.bfloat16, "HP", True, False, False, False, (0.0, INF), SsdConfig(block_l=32)),
     (2, 100, 4, 48, 16, 2, 128, jnp.float32, "H", True, True, False, True, (0.0, INF), SsdConfig(16, block_p=16)),
     (1, 256, 8, 16, 32, 2, 256, jnp.bfloat16, "HP", True, True, True, True, (0.0, 0.05), SsdConfig(block_l=64)),
@@ -44,9 +50,25 @@ CASES = [  # batch, L, H, P, N, G, chunk, dtype, D, z, init, seq_idx, softplus, 
         True,
         True,
         (0.0, INF),
-        SsdConfig(16, fused_forward=True),
+        SsdConfig(16, fused_forward_max_l=100),
     ),
-    (1, 130, 8, 16, 16, 1, 128, jnp.float32, "H", True, True, True, True, (0.0, INF), SsdConfig(32, bwd_head_splits=3)),
+    (
+        1,
+        130,
+        8,
+        16,
+        16,
+        1,
+        128,
+        jnp.float32,
+        "H",
+        True,
+        True,
+        True,
+        True,
+        (0.0, INF),
+        split(block_l=32, block_p=32, bwd_head_splits=3),
+    ),
 ]
 
 
