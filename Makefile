@@ -1,6 +1,6 @@
 # make train        -> set up .venv (Python 3.12) and train the default model; CLI flags via ARGS="--key=value ..."
 # make test         -> set up .venv with the PyTorch side too, and run the test suite (parity tests included)
-# make setup-torch  -> add PyTorch and mamba-ssm (from its sdist, CUDA build skipped) to .venv
+# make setup-torch  -> add PyTorch, mamba-ssm (from its sdist, CUDA build skipped) and NVlabs' mambavision to .venv
 # make lint         -> ruff
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -8,6 +8,7 @@ CONFIG ?= default
 ARGS ?=
 
 MAMBA_SSM := mamba-ssm==2.3.2.post1
+MAMBAVISION := mambavision==1.2.0
 
 .PHONY: setup setup-torch train test lint clean-venv
 
@@ -22,10 +23,12 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 # mamba-ssm's setup.py needs torch importable (no build isolation); CUDA kernels are skipped here and built on a GPU
-# machine by `python -m torch_reference.build`.
+# machine by `python -m torch_reference.build`. NVlabs' mambavision (pure Python) pins mamba-ssm 2.2.4, timm 1.0.15 and
+# transformers 4.50: installed without its dependencies, beside ours.
 $(VENV)/.installed-torch: $(VENV)/.installed
 	$(PY) -m pip install --quiet -e ".[dev,torch]"
 	MAMBA_SKIP_CUDA_BUILD=TRUE MAMBA_FORCE_BUILD=TRUE $(PY) -m pip install --quiet --no-build-isolation --no-deps "$(MAMBA_SSM)"
+	$(PY) -m pip install --quiet --no-deps "$(MAMBAVISION)"
 	touch $@
 
 train: setup

@@ -1,11 +1,13 @@
-"""JAX vs PyTorch mamba-ssm parity: ``python -m compare.parity --config NAME [--dtype bfloat16] [--ops-only]``.
+"""JAX vs PyTorch parity: ``python -m compare.parity --config NAME [--dtype bfloat16] [--ops-only]``.
 
-Model level: a mamba-ssm ``MambaLMHeadModel`` is built from the config (random init, seeded), its weights converted
-into our model; the same batch gives logits, loss and every parameter gradient on both sides, then one AdamW step
-with the same settings (weight-decay groups, lr, betas, eps) on the same gradients gives the new parameters.
+Model level, for any family (``compare.families``): the reference is built from the config (random init, seeded:
+mamba-ssm's ``MambaLMHeadModel``, NVlabs' ``MambaVision``), its weights converted into our model; the same batch
+gives logits, loss and every parameter gradient on both sides (MambaVision in eval and in training mode, where the
+running statistics after the forward are compared too), then one AdamW step with the same settings (weight-decay
+groups, lr, betas, eps) on the same gradients gives the new parameters.
 Op level: our ``pallas_kernels`` ops (every available ``impl``) against mamba-ssm's at the config's layer shapes,
-outputs and every input gradient. mamba-ssm runs at its best on a
-GPU (CUDA/Triton) or as its CPU fallback; the report names which. Prints a table, writes JSON with every row.
+outputs and every input gradient. mamba-ssm runs at its best on a GPU (CUDA/Triton) or as its CPU fallback; the
+report names which. Prints a table, writes JSON with every row.
 Other ``--key=value`` arguments override the config (e.g. ``--model.attn_cfg.rotary_emb_dim=0``).
 """
 
@@ -25,12 +27,14 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from compare.tolerances import Comparison, compare, compare_to_reference_noise
+from compare.families import SIDES, without_randomness
+from compare.tolerances import GRAD_FLOOR, Comparison, compare, compare_to_reference_noise
 from jax_mamba.configs.loader import load_config, parse_args_with_overrides
-from jax_mamba.configs.schema import ModelConfig, OptimConfig
-from jax_mamba.models import MambaLMHeadModel, ParamLayout
-from jax_mamba.train.optim import make_optimizer, weight_decay_mask
-from jax_mamba.train.step import loss_terms
+from jax_mamba.configs.schema import MambaVisionConfig, ModelConfig, OptimConfig, RunConfig
+from jax_mamba.models import ParamLayout
+from jax_mamba.models.mamba_vision import MIXER
+from jax_mamba.tasks import task_for
+from jax_mamba.train.optim import make_optimizer
 from pallas_kernels import available_impls, causal_conv1d_fn, mamba_chunk_scan_combined, rmsnorm_fn, selective_scan_fn
 
 
@@ -44,7 +48,7 @@ def rounded(x: np.ndarray, dtype: str) -> np.ndarray:
 
 def model_parity(
     ref,
-    cfg: ModelConfig,
+    cfg: RunConfig,
     *,
     compute_dtype: str = "float32",
     batch: int = 2,
@@ -53,60 +57,80 @@ def model_parity(
     lr: float = 1e-3,
     gradients: bool = True,
 ) -> list[Comparison]:
-    """Logits, loss, every parameter gradient and one AdamW step (``gradients=False``: logits and loss only).
+    """Logits, loss, every parameter gradient (and, for families with batch statistics, the running statistics a
+    training forward leaves) in each of the family's modes, then one AdamW step (``gradients=False``: logits and
+    loss only). ``seq_len`` is the sequence length of language models and the image side of vision models.
 
-    In bf16 (torch autocast vs our compute_dtype) mamba-ssm also runs in float32, and the bounds are relative to its
-    own bf16 error (see ``compare.tolerances``)."""
-    from torch_reference.convert import from_torch_state_dict, to_torch_state_dict, torch_name
-    from torch_reference.lm import TorchLM
-
-    torch_lm = TorchLM(ref, cfg, seed)
-    params = {k: jnp.asarray(v) for k, v in from_torch_state_dict(torch_lm.state_dict(), cfg).items()}
-    jax_cfg = dataclasses.replace(cfg, compute_dtype=compute_dtype)
-    layout = ParamLayout.split(nnx.eval_shape(lambda: MambaLMHeadModel(jax_cfg, rngs=nnx.Rngs(0))))[0]
-    ids = np.random.default_rng(seed).integers(0, cfg.vocab_size, size=(batch, seq_len + 1)).astype(np.int32)
-    data = {"inputs": ids[:, :-1], "targets": ids[:, 1:], "mask": np.ones((batch, seq_len), np.float32)}
-
+    In bf16 (torch autocast vs our compute_dtype) the reference also runs in float32, and the bounds are relative to
+    its own bf16 error (see ``compare.tolerances``)."""
+    cfg = without_randomness(cfg)
+    side = SIDES[cfg.family](ref, cfg, seed)
+    task = task_for(dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, compute_dtype=compute_dtype)))
+    params, state = side.our_variables()
+    params = {k: jnp.asarray(v) for k, v in params.items()}
+    state = {k: jnp.asarray(v) for k, v in state.items()}
+    layout = ParamLayout.split(nnx.eval_shape(lambda: task.build_model(nnx.Rngs(0))))[0]
+    data = side.make_batch(np.random.default_rng(seed), batch, seq_len)
     dtype = jnp.dtype(compute_dtype)
-    fp32 = (None, None, {})
-    if compute_dtype != "float32":  # mamba-ssm's own bf16 error, measured against its float32 run
-        fp32 = torch_lm.loss_and_grads(data["inputs"], data["targets"], "float32")
+    label = (lambda mode, name: f"{mode} {name}") if len(side.modes) > 1 else (lambda mode, name: name)
+    rows: list[Comparison] = []
+    for mode in side.modes:
+        smoothing = cfg.train.label_smoothing if mode == "train" else 0.0
+        fp32 = (None, None, {}, {})
+        if compute_dtype != "float32":  # the reference's own bf16 error, measured against its float32 run
+            fp32 = side.torch_run(data, "float32", mode, smoothing)
+        t_logits, t_loss, t_grads, t_state = side.torch_run(data, compute_dtype, mode, smoothing)
 
-    def check(name, ours, theirs, theirs_fp32):
-        if compute_dtype == "float32":
-            return compare(name, ours, theirs, dtype)
-        return compare_to_reference_noise(name, ours, theirs, theirs_fp32, dtype)
+        def check(name, ours, theirs, theirs_fp32, floor=0.0):
+            if compute_dtype == "float32":
+                return compare(name, ours, theirs, dtype, floor=floor)
+            return compare_to_reference_noise(name, ours, theirs, theirs_fp32, dtype, floor=floor)
 
-    t_logits, t_loss, t_grads = torch_lm.loss_and_grads(data["inputs"], data["targets"], compute_dtype)
+        def run(p, mode=mode):
+            model = layout.merge(p, state)
+            model.train() if mode == "train" else model.eval()
+            loss_sum, sums = task.loss_terms(model, data, train=mode == "train", rngs=None)
+            return loss_sum / sums["count"], layout.state_of(model)
 
-    def loss_fn(p):
-        total, (count, _) = loss_terms(layout, p, data)
-        return total / count
+        def logits_of(p, mode=mode):
+            model = layout.merge(p, state)
+            model.train() if mode == "train" else model.eval()
+            return task.forward(model, data).astype(jnp.float32)
 
-    logits = jax.jit(lambda p: layout.merge(p)(data["inputs"]))(params)
-    rows = [check("logits", np.asarray(logits.astype(jnp.float32)), t_logits, fp32[0])]
+        rows.append(check(label(mode, "logits"), np.asarray(jax.jit(logits_of)(params)), t_logits, fp32[0]))
+        if not gradients:
+            loss, _ = jax.jit(run)(params)
+            rows.append(check(label(mode, "loss"), np.float64(loss), np.float64(t_loss), fp32[1]))
+            continue
+        (loss, new_state), grads = jax.jit(jax.value_and_grad(run, has_aux=True))(params)
+        rows.append(check(label(mode, "loss"), np.float64(loss), np.float64(t_loss), fp32[1]))
+        ours = side.to_torch(
+            {k: np.asarray(v) for k, v in grads.items()}, {k: np.asarray(v) for k, v in new_state.items()}
+        )
+        floor = GRAD_FLOOR * np.sqrt(
+            sum(float(np.sum(np.square(g, dtype=np.float64))) for g in (fp32[2] or t_grads).values())
+        )
+        rows += [check(label(mode, f"grad {n}"), ours[n], g, fp32[2].get(n), floor) for n, g in t_grads.items()]
+        if mode == "train":
+            rows += [check(label(mode, f"state {n}"), ours[n], v, fp32[3].get(n)) for n, v in t_state.items()]
+
     if not gradients:
-        return [*rows, check("loss", np.float64(jax.jit(loss_fn)(params)), np.float64(t_loss), fp32[1])]
-    loss, grads = jax.jit(jax.value_and_grad(loss_fn))(params)
-    rows.append(check("loss", np.float64(loss), np.float64(t_loss), fp32[1]))
-    ours = to_torch_state_dict({k: np.asarray(v) for k, v in grads.items()}, cfg)
-    rows += [check(f"grad {name}", ours[name], g, fp32[2].get(name)) for name, g in t_grads.items()]
-
-    # The optimizer step runs on the same gradients (torch's) on both sides: AdamW's first step is about
-    # lr * sign(g), so gradients that are zero up to rounding (e.g. an attention key bias) would otherwise turn
-    # rounding noise into lr-sized differences; the gradient rows above already compare gradients.
+        return rows
+    # The optimizer step runs on the same gradients (torch's, of the last training run) on both sides: AdamW's
+    # first step is about lr * sign(g), so gradients that are zero up to rounding (e.g. an attention key bias)
+    # would otherwise turn rounding noise into lr-sized differences; the gradient rows above compare gradients.
     optim = OptimConfig(lr=lr, min_lr=lr, warmup_steps=0, weight_decay=0.1, grad_clip=0.0)
-    tx = make_optimizer(optim, 100, params)
-    same_grads = {k: jnp.asarray(v) for k, v in from_torch_state_dict(t_grads, cfg).items()}
+    decay = task.weight_decay_mask(params)
+    tx = make_optimizer(optim, 100, decay)
+    same_grads = {k: jnp.asarray(v) for k, v in side.from_torch(t_grads).items()}
     updates, _ = tx.update(same_grads, tx.init(params), params)
-    stepped = to_torch_state_dict({k: np.asarray(params[k] + updates[k]) for k in params}, cfg)
-    mask = {torch_name(k): v for k, v in weight_decay_mask(params).items()}
-    t_stepped = torch_lm.adamw_step(
+    stepped = side.to_torch({k: np.asarray(params[k] + updates[k]) for k in params}, state)
+    t_stepped = side.torch.adamw_step(
         lr=lr,
         betas=(optim.beta1, optim.beta2),
         eps=optim.eps,
         weight_decay=optim.weight_decay,
-        decayed={k for k in t_grads if mask[k]},
+        decayed={side.convert.torch_name(k) for k in params if decay[k]},
     )
     rows += [compare(f"adamw {name}", stepped[name], t_stepped[name], jnp.float32) for name in t_grads]
     return rows
@@ -150,14 +174,50 @@ def _check_op(name: str, jax_fn, torch_fn, arrays: dict, dtype: str, rng: np.ran
 _ACTIVATIONS = {"u", "delta", "z", "B", "C", "x", "dt"}  # inputs in the compute dtype; the rest are float32 params
 
 
+def _selective_scan_rows(ref, rng, dtype: str, batch: int, seq_len: int, d: int, n: int, gated: bool):
+    """Our selective scan vs mamba-ssm's (delta_softplus, D, delta_bias; z when ``gated``), B/C of one group."""
+    from torch_reference import ops
+
+    act = lambda *shape: rounded(rng.normal(size=shape), dtype)  # noqa: E731
+    f32 = lambda x: np.asarray(x, np.float32)  # noqa: E731
+    scan = {
+        "u": act(batch, seq_len, d),
+        "delta": rounded(rng.normal(-1, 0.7, (batch, seq_len, d)), dtype),
+        "A": f32(-np.exp(rng.uniform(-4, 1, (d, n)))),
+        "B": act(batch, seq_len, 1, n),
+        "C": act(batch, seq_len, 1, n),
+        "D": f32(rng.normal(size=d)),
+        "z": act(batch, seq_len, d) if gated else None,
+        "delta_bias": f32(rng.uniform(-3, -1, d)),
+    }
+    return _check_op(
+        "selective_scan",
+        partial(selective_scan_fn, delta_softplus=True),
+        partial(ops.run_selective_scan, ref, delta_softplus=True),
+        scan,
+        dtype,
+        rng,
+    )
+
+
 def op_parity(
-    ref, cfg: ModelConfig, *, dtype: str = "float32", batch: int = 2, seq_len: int = 64, seed: int = 0
+    ref,
+    cfg: ModelConfig | MambaVisionConfig,
+    *,
+    dtype: str = "float32",
+    batch: int = 2,
+    seq_len: int = 64,
+    seed: int = 0,
 ) -> list[Comparison]:
     """Our ops vs mamba-ssm's at the layer shapes of ``cfg``: the SSM op of its layer type (plus, for Mamba-2,
-    ``ssd_minimal_discrete`` and the gated norm), and the causal conv."""
+    ``ssd_minimal_discrete`` and the gated norm), and the causal conv. For MambaVision: the selective scan of a
+    stage-3 mixer (no gate, N = 8) over a full window's tokens (``seq_len`` is not used)."""
     from torch_reference import ops
 
     rng = np.random.default_rng(seed)
+    if isinstance(cfg, MambaVisionConfig):
+        d, tokens = cfg.dim * 2**2 // 2, cfg.window_size[2] ** 2
+        return _selective_scan_rows(ref, rng, dtype, batch, tokens, d, MIXER["d_state"], gated=False)
     s = cfg.ssm_cfg
     n = s.resolved_d_state()
     act = lambda *shape: rounded(rng.normal(size=shape), dtype)  # noqa: E731
@@ -165,24 +225,7 @@ def op_parity(
     rows: list[Comparison] = []
     if s.layer == "Mamba1":
         d = s.expand * cfg.d_model
-        scan = {
-            "u": act(batch, seq_len, d),
-            "delta": rounded(rng.normal(-1, 0.7, (batch, seq_len, d)), dtype),
-            "A": f32(-np.exp(rng.uniform(-4, 1, (d, n)))),
-            "B": act(batch, seq_len, 1, n),
-            "C": act(batch, seq_len, 1, n),
-            "D": f32(rng.normal(size=d)),
-            "z": act(batch, seq_len, d),
-            "delta_bias": f32(rng.uniform(-3, -1, d)),
-        }
-        rows += _check_op(
-            "selective_scan",
-            partial(selective_scan_fn, delta_softplus=True),
-            partial(ops.run_selective_scan, ref, delta_softplus=True),
-            scan,
-            dtype,
-            rng,
-        )
+        rows += _selective_scan_rows(ref, rng, dtype, batch, seq_len, d, n, gated=True)
         conv_channels = d
     else:
         d_ssm = s.expand * cfg.d_model if s.d_ssm is None else s.d_ssm
@@ -298,14 +341,15 @@ def main(argv: list[str] | None = None) -> int:
     from torch_reference.backend import load
 
     ref = load(args.device)
-    cfg = load_config(args.config, [*overrides, *([f"--model.n_layer={args.n_layer}"] if args.n_layer else [])]).model
+    run_cfg = load_config(args.config, [*overrides, *([f"--model.n_layer={args.n_layer}"] if args.n_layer else [])])
+    cfg = run_cfg.model
     print(ref.describe())
     began = time.time()
     rows = op_parity(ref, cfg, dtype=args.dtype, batch=args.batch, seq_len=args.seq_len, seed=args.seed)
     if not args.ops_only:
         rows += model_parity(
             ref,
-            cfg,
+            run_cfg,
             compute_dtype=args.dtype,
             batch=args.batch,
             seq_len=args.seq_len,

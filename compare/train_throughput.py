@@ -1,8 +1,11 @@
-"""Whole-training-step throughput of the JAX models: ``python -m compare.train_throughput``.
+"""Whole-training-step throughput, JAX beside the PyTorch reference: ``python -m compare.train_throughput``.
 
-Each config trains in a fresh process (``python -m jax_mamba.train``) for ``--steps`` steps; the numbers are the
-loop's own: mean tokens/s over the steps after the first (compilation excluded) and the device's peak memory in use.
-Other ``--key=value`` arguments are config overrides applied to every config. Writes ``<out>.json`` and
+Any family's configs: each trains in a fresh process (``python -m jax_mamba.train``) for ``--steps`` steps; the
+numbers are the loop's own: mean tokens/s or images/s over the steps after the first three (warm-up) and the
+device's peak memory in use. ``--torch`` times the reference on the same config and batches in its own process
+(``torch_reference.train_bench``: mamba-ssm or NVlabs' MambaVision, at its best settings). ``--inference`` adds
+eval-mode forward throughput on both sides (``compare.inference_bench``; ``train_bench --inference``). Other
+``--key=value`` arguments are config overrides applied to every config and both sides. Writes ``<out>.json`` and
 ``<out>.md``."""
 
 import argparse
@@ -16,6 +19,13 @@ from pathlib import Path
 import jax
 
 from jax_mamba.configs.loader import parse_args_with_overrides
+
+
+def _json_line(command: list[str]) -> dict:
+    proc = subprocess.run(command, capture_output=True, text=True)
+    if proc.returncode != 0:
+        return {"returncode": proc.returncode, "error": proc.stderr[-2000:], "command": " ".join(command[1:])}
+    return {"returncode": 0, **json.loads(proc.stdout.strip().splitlines()[-1]), "command": " ".join(command[1:])}
 
 
 def run_one(config: str, steps: int, batch_size: int, seq_len: int, extra: list[str], workdir: Path) -> dict:
@@ -50,9 +60,12 @@ def run_one(config: str, steps: int, batch_size: int, seq_len: int, extra: list[
         return result
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     end = next(r for r in reversed(records) if r.get("event") == "end")
+    rate_key = next(k for k in end if k.endswith("_per_s_mean"))
     info = json.loads((run_dir / "run.json").read_text())
     result.update(
-        tokens_per_s=end["tokens_per_s_mean"],
+        unit=rate_key.removesuffix("_per_s_mean"),
+        items_per_s=end[rate_key],
+        data_wait_fraction=end.get("data_wait_fraction"),
         peak_memory_gib=(end["peak_memory_bytes"] or 0) / 2**30,
         traces=end["traces"],
         parameters=info["parameters"],
@@ -62,23 +75,74 @@ def run_one(config: str, steps: int, batch_size: int, seq_len: int, extra: list[
     return result
 
 
-def run_torch(config: str, steps: int, batch_size: int, seq_len: int, extra: list[str]) -> dict:
-    """mamba-ssm on the same config and batches, in its own process (torch_reference.train_bench)."""
-    command = [
-        sys.executable,
-        "-m",
-        "torch_reference.train_bench",
-        "--config",
-        config,
-        f"--steps={steps}",
-        f"--batch_size={batch_size}",
-        f"--seq_len={seq_len}",
-        *extra,
+def _bench_args(config: str, steps: int, batch_size: int, seq_len: int, extra: list[str]) -> list[str]:
+    return ["--config", config, f"--steps={steps}", f"--batch_size={batch_size}", f"--seq_len={seq_len}", *extra]
+
+
+def run_torch(config: str, steps: int, batch_size: int, seq_len: int, extra: list[str], inference=False) -> dict:
+    """The reference on the same config and batches, in its own process (torch_reference.train_bench)."""
+    flags = ["--inference"] if inference else []
+    args = _bench_args(config, steps, batch_size, seq_len, extra)
+    return _json_line([sys.executable, "-m", "torch_reference.train_bench", *args, *flags])
+
+
+def run_jax_inference(config: str, steps: int, batch_size: int, seq_len: int, extra: list[str]) -> dict:
+    args = _bench_args(config, steps, batch_size, seq_len, extra)
+    return _json_line([sys.executable, "-m", "compare.inference_bench", *args])
+
+
+def _side_cells(ours: dict, theirs: dict | None) -> list[str]:
+    """[ours/s, peak, reference/s, reference peak, ratio], with failures and absences said."""
+    if ours["returncode"]:
+        return [f"failed (exit {ours['returncode']})", "", "", "", ""]
+    cells = [f"{ours['items_per_s']:,.0f}", f"{ours['peak_memory_gib'] or 0:.1f}"]
+    if theirs is None:
+        return [*cells, "not run", "", ""]
+    if theirs["returncode"]:
+        return [*cells, f"failed (exit {theirs['returncode']})", "", ""]
+    ratio = ours["items_per_s"] / theirs["items_per_s"]
+    return [*cells, f"{theirs['items_per_s']:,.0f}", f"{theirs['peak_memory_gib'] or 0:.1f}", f"{ratio:.2f}x"]
+
+
+def _row(cells: list[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def write_report(out: Path, header: dict, rows: list[dict]) -> list[str]:
+    """The markdown summary (training, then inference where measured) into ``<out>.md``; returns its lines."""
+    lines = [
+        f"# Training throughput ({header['device']}, {header['date']})",
+        "",
+        f"jax {header['jax']}, batch {header['batch_size']} (x length {header['seq_len']} for language models), "
+        f"{header['steps']} steps (mean over steps 4..N), overrides {header['overrides'] or 'none'}. JAX data wait: "
+        "the share of the loop's time spent waiting for the next batch (0% when the host keeps ahead).",
+        f"Command: `{header['command']}`",
+        "",
+        "| config | params | compute | unit | JAX /s | JAX peak GiB | JAX data wait | final loss | reference /s "
+        "| reference peak GiB | JAX / reference |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    proc = subprocess.run(command, capture_output=True, text=True)
-    if proc.returncode != 0:
-        return {"returncode": proc.returncode, "error": proc.stderr[-2000:]}
-    return {"returncode": 0, **json.loads(proc.stdout.strip().splitlines()[-1])}
+    for r in rows:
+        if r["returncode"]:
+            lines.append(_row([r["config"], f"failed (exit {r['returncode']})", *[""] * 9]))
+            continue
+        ours = _side_cells(r, r.get("torch"))
+        info = [r["config"], f"{r['parameters'] / 1e6:.1f}M", r["compute_dtype"], r["unit"]]
+        wait = r.get("data_wait_fraction")
+        wait_cell = "" if wait is None else f"{100 * wait:.0f}%"
+        lines.append(_row([*info, *ours[:2], wait_cell, f"{r['final_loss']:.3f}", *ours[2:]]))
+    inference = [r for r in rows if "inference" in r]
+    if inference:
+        lines += [
+            "",
+            "Inference (eval mode, forward only, same batch size):",
+            "",
+            "| config | JAX /s | JAX peak GiB | reference /s | reference peak GiB | JAX / reference |",
+            "|---|---|---|---|---|---|",
+        ]
+        lines += [_row([r["config"], *_side_cells(r["inference"], r.get("torch_inference"))]) for r in inference]
+    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -86,13 +150,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--configs", nargs="+", default=["mamba1-130m", "mamba2-130m"])
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--batch_size", type=int, default=8)
-    parser.add_argument("--seq_len", type=int, default=2048)
+    parser.add_argument("--seq_len", type=int, default=2048, help="language models' sequence length")
     parser.add_argument("--out", required=True, help="output path without suffix (writes .json and .md)")
     parser.add_argument(
         "--torch",
         action="store_true",
-        help="also time mamba-ssm on the same configs (needs a GPU and python -m torch_reference.build)",
+        help="also time the PyTorch reference on the same configs (needs a GPU and python -m torch_reference.build)",
     )
+    parser.add_argument("--inference", action="store_true", help="also time eval-mode forwards (both sides)")
     args, extra = parse_args_with_overrides(parser, argv)  # extra: overrides for every config
     device = jax.devices()[0]
     header = {
@@ -104,51 +169,29 @@ def main(argv: list[str] | None = None) -> int:
         "seq_len": args.seq_len,
         "date": time.strftime("%Y-%m-%d"),
         "overrides": extra,
+        "command": " ".join(["python -m compare.train_throughput", *(argv if argv is not None else sys.argv[1:])]),
     }
     del device
+    sizes = (args.steps, args.batch_size, args.seq_len, extra)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for config in args.configs:
-            row = run_one(config, args.steps, args.batch_size, args.seq_len, extra, Path(tmp))
+            row = run_one(config, *sizes, Path(tmp))
             if args.torch:
-                row["torch"] = run_torch(config, args.steps, args.batch_size, args.seq_len, extra)
+                row["torch"] = run_torch(config, *sizes)
+            if args.inference:
+                row["inference"] = run_jax_inference(config, *sizes)
+                if args.torch:
+                    row["torch_inference"] = run_torch(config, *sizes, inference=True)
             rows.append(row)
             print(json.dumps(row), flush=True)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps({**header, "runs": rows}, indent=2))
-    lines = [
-        f"# Training throughput ({header['device']}, {header['date']})",
-        "",
-        f"jax {header['jax']}, batch {args.batch_size} x length {args.seq_len}, {args.steps} steps "
-        f"(mean over steps 2..N), overrides {extra or 'none'}.",
-        "",
-        "| config | params | compute | tokens/s | peak memory (GiB) | final loss "
-        "| mamba-ssm tokens/s | mamba-ssm peak (GiB) | JAX / mamba-ssm |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        if r["returncode"]:
-            lines.append(f"| {r['config']} | failed (exit {r['returncode']}) | | | | | | | |")
-            continue
-        ours = (
-            f"| {r['config']} | {r['parameters'] / 1e6:.1f}M | {r['compute_dtype']} | {r['tokens_per_s']:,.0f} "
-            f"| {r['peak_memory_gib']:.1f} | {r['final_loss']:.3f} "
-        )
-        t = r.get("torch")
-        if t is None:
-            theirs = "| not run | | |"
-        elif t["returncode"]:
-            theirs = f"| failed (exit {t['returncode']}) | | |"
-        else:
-            theirs = (
-                f"| {t['tokens_per_s']:,.0f} | {t['peak_memory_gib']:.1f} "
-                f"| {r['tokens_per_s'] / t['tokens_per_s']:.2f}x |"
-            )
-        lines.append(ours + theirs)
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
-    return 0 if all(r["returncode"] == 0 and r.get("torch", {}).get("returncode", 0) == 0 for r in rows) else 1
+    print("\n".join(write_report(out, header, rows)))
+    parts = ("torch", "inference", "torch_inference")
+    failed = [r for r in rows if r["returncode"] or any(r[k]["returncode"] for k in parts if k in r)]
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -2,12 +2,15 @@
 # On a GPU machine: build (or import) mamba-ssm's CUDA extensions, then the parity checks against them.
 # Usage: tools/gpu-parity.sh OUT_DIR SDIST_DIR [STAGE ...]
 #   stages: build | export | import:DIR | layers | full | tests   (default: build layers full tests)
-#   build     python -m torch_reference.build (reuses a build that exists)
+#   build     python -m torch_reference.build (reuses a build that exists; EXTENSIONS="selective_scan_cuda" builds
+#             only what MambaVision needs, about 100 s instead of 5-6 minutes)
 #   export    the built .so files + manifest, xz-compressed in 15 MB parts, to OUT_DIR (to carry to a fresh machine)
 #   import:D  unpack such parts from folder D into the build cache instead of building
 #   layers    compare.parity, 2-layer 130m-width Mamba-1 and Mamba-2, bf16, batch 2 x 2048: ops, logits, loss, grads
 #   full      compare.parity --forward-only on the whole 130m models (24 layers): logits and loss, bf16 and fp32
-#   tests     pytest -m gpu
+#   vision    compare.parity on MambaVision-T in bf16 (batch 8, 224 px; train and eval mode) against NVlabs' package
+#   tests     pytest -m gpu (TESTS="path ..." narrows it)
+# NVlabs' mambavision wheel, if present in .whl/, is installed (--no-deps) first: it is not on the GPU image.
 #   triton    export Triton's compile cache (mamba-ssm's autotuned kernels) like the build; import with triton-import:D
 set -uo pipefail
 out=${1:?usage: tools/gpu-parity.sh OUT_DIR SDIST_DIR [STAGE ...]}
@@ -15,6 +18,10 @@ sdist=${2:?usage: tools/gpu-parity.sh OUT_DIR SDIST_DIR [STAGE ...]}
 shift 2
 stages=${*:-build layers full tests}
 export PYTHONPATH=. PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
+if ls .whl/mambavision-*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/mambavision-site .whl/mambavision-*.whl \
+        && export PYTHONPATH=.:/tmp/mambavision-site
+fi
 cache=${JAX_MAMBA_TORCH_CACHE:-$HOME/.cache/jax-mamba/torch}
 log="$out/gpu-parity.log"
 mkdir -p "$out"
@@ -25,16 +32,18 @@ parity() {  # name, args...
     timeout "${PARITY_TIMEOUT:-240}" python3 -m compare.parity --device cuda --out "$out/parity-$name.json" "$@" \
         2>&1 | grep -v -i warning >> "$log"
     echo "parity $name: exit ${PIPESTATUS[0]}"
-    grep -A 200 "== parity $name" "$log" | grep -E "^(logits|loss) |of .* pass|Error" 
+    grep -A 400 "== parity $name" "$log" | grep -E "^((train|eval) )?(logits|loss) |of .* pass|Error"
 }
 for stage in $stages; do
     began=$(date +%s)
     case $stage in
-        build) python3 -m torch_reference.build --sdist-dir "$sdist" >> "$log" 2>&1 ;;
+        build) python3 -m torch_reference.build --sdist-dir "$sdist" ${EXTENSIONS:+--extensions $EXTENSIONS} \
+                   >> "$log" 2>&1 ;;
         export) (cd "$cache/build" && tar -cf - */manifest.json */*/*.so) | xz -T0 -6 \
                     | split -b 15M - "$out/torch-build.tar.xz.part-" ;;
         import:*) mkdir -p "$cache/build" && cat "${stage#import:}"/torch-build.tar.xz.part-* | xz -d \
-                    | tar -C "$cache/build" -xf - && python3 -m torch_reference.build --sdist-dir "$sdist" >> "$log" 2>&1 ;;
+                    | tar -C "$cache/build" -xf - && python3 -m torch_reference.build --sdist-dir "$sdist" \
+                    ${EXTENSIONS:+--extensions $EXTENSIONS} >> "$log" 2>&1 ;;
         triton) (cd "$HOME/.triton" && tar -cf - cache) | xz -T0 -6 | split -b 15M - "$out/triton-cache.tar.xz.part-" ;;
         triton-import:*) mkdir -p "$HOME/.triton" && cat "${stage#triton-import:}"/triton-cache.tar.xz.part-* | xz -d \
                     | tar -C "$HOME/.triton" -xf - ;;
@@ -46,8 +55,10 @@ for stage in $stages; do
                       parity "$c-full-$d" --config "$c" --dtype "$d" --batch 2 --seq_len 2048 --forward-only
                   done
               done ;;
+        vision) parity mambavision-T-bf16 --config mambavision-T --dtype bfloat16 --batch 8 --seq_len 224 ;;
         tests) echo "== gpu tests" >> "$log"
-               timeout "${TESTS_TIMEOUT:-300}" python3 -m pytest -q -m gpu tests -p no:cacheprovider >> "$log" 2>&1
+               timeout "${TESTS_TIMEOUT:-300}" python3 -m pytest -q -m gpu ${TESTS:-tests} -p no:cacheprovider \
+                   >> "$log" 2>&1
                echo "gpu tests: exit $?"; tail -n 4 "$log" ;;
         *) echo "unknown stage $stage" | tee -a "$log"; exit 2 ;;
     esac

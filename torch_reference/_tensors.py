@@ -12,7 +12,13 @@ def to_torch(value: np.ndarray, dtype: str, device: str, grad: bool = False) -> 
 
 
 def to_numpy(tensor: torch.Tensor | None) -> np.ndarray | None:
-    return None if tensor is None else tensor.detach().float().cpu().numpy()
+    """A float32 copy (never a view of the tensor's memory, which later in-place updates would change)."""
+    return None if tensor is None else np.array(tensor.detach().float().cpu().numpy())
+
+
+def state_to_numpy(tensor: torch.Tensor) -> np.ndarray:
+    """A copy of a state-dict entry: float32 for floating tensors, integer counters keep their integer dtype."""
+    return to_numpy(tensor) if tensor.is_floating_point() else np.array(tensor.detach().cpu().numpy())
 
 
 def vjp(outputs: tuple[torch.Tensor, ...], cotangents: tuple[np.ndarray, ...], leaves: dict[str, torch.Tensor]):

@@ -4,7 +4,8 @@
 process-wide (mamba-ssm is imported once):
 
 - ``cuda``: the ``selective_scan_cuda`` and ``causal_conv1d_cuda`` extensions built by ``python -m
-  torch_reference.build`` (registered before mamba-ssm is imported), Triton SSD and gated RMSNorm, fused add+norm and
+  torch_reference.build`` (registered before mamba-ssm is imported; a build of selective_scan_cuda alone serves
+  MambaVision, and ``fast_paths`` says causal-conv1d is missing), Triton SSD and gated RMSNorm, fused add+norm and
   the fused Mamba-2 path: what mamba-ssm users get.
 - ``cpu``: ``selective_scan_cuda`` is a stub that raises; mamba-ssm's own reference functions stand in for the CUDA and
   Triton ops (``selective_scan_ref``, ``ssd_chunk_scan_combined_ref``, the torch RMSNorm references); models are built
@@ -173,10 +174,12 @@ def _collect(device: str) -> types.SimpleNamespace:
         causal_conv1d_fn=None,
     )
     if device == "cuda":
-        from causal_conv1d import causal_conv1d_fn
-
         ns.selective_scan_fn, ns.mamba_chunk_scan_combined = selective_scan_fn, mamba_chunk_scan_combined
-        ns.rmsnorm_fn, ns.causal_conv1d_fn = layernorm_gated.rmsnorm_fn, causal_conv1d_fn
+        ns.rmsnorm_fn = layernorm_gated.rmsnorm_fn
+        if "causal_conv1d_cuda" in sys.modules:
+            from causal_conv1d import causal_conv1d_fn
+
+            ns.causal_conv1d_fn = causal_conv1d_fn
     else:
         ns.selective_scan_fn, ns.mamba_chunk_scan_combined = selective_scan_ref, None
         ns.rmsnorm_fn = layernorm_gated.rms_norm_ref
@@ -202,8 +205,9 @@ def load(device: str = "auto") -> Reference:
     if device == "cuda":
         if not torch.cuda.is_available():
             raise RuntimeError("device='cuda' but torch sees no GPU")
-        _ensure_importable("causal_conv1d")
         built = _register_cuda_extensions()
+        if built["causal_conv1d_cuda"]:  # optional: without it mamba-ssm's modules take their nn.Conv1d path
+            _ensure_importable("causal_conv1d")
         fast = {**built, "triton_ssd": True, "fused_add_norm": True}
     else:
         _stub_selective_scan_cuda()

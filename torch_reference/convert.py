@@ -1,8 +1,8 @@
 """Weight and config conversion between mamba-ssm's ``MambaLMHeadModel`` and ``jax_mamba``'s, both ways.
 
 Parameter names are the same dotted paths on both sides (the Flax modules mirror mamba-ssm's); the table below is the
-whole difference. Conversion is strict: missing or unexpected keys and shape mismatches raise ``ConversionError``
-listing them; values are copied exactly (float32), so a round trip is the identity.
+whole difference (applied by ``convert_table``). Conversion is strict: missing or unexpected keys and shape mismatches
+raise ``ConversionError`` listing them; values are copied exactly (float32), so a round trip is the identity.
 
 | ours (Flax)                     | mamba-ssm (torch state dict)   | layout change                           |
 |---------------------------------|--------------------------------|-----------------------------------------|
@@ -26,11 +26,24 @@ from flax import nnx
 
 from jax_mamba.configs.schema import AttnConfig, ModelConfig, SSMConfig, validate_model
 from jax_mamba.models import MambaLMHeadModel, ParamLayout, ssm_layer_kwargs
+from torch_reference.convert_table import ConversionError, from_torch, rule_for, to_torch
+
+__all__ = [
+    "ConversionError",
+    "expected_params",
+    "from_mamba_config",
+    "from_torch_state_dict",
+    "load_pretrained",
+    "save_pretrained",
+    "to_mamba_config",
+    "to_torch_state_dict",
+    "torch_name",
+]
 
 _RULES = (  # (our suffix, torch suffix, layout change), first match wins
     (".embedding.embedding", ".embedding.weight", "none"),
-    (".kernel", ".weight", "transpose"),
-    ("conv1d.weight", "conv1d.weight", "conv"),
+    (".kernel", ".weight", "kernel"),
+    ("conv1d.weight", "conv1d.weight", "conv1d"),
 )
 # ssm_cfg / MambaConfig keys that choose kernels or runtime behaviour in mamba-ssm, not the function computed.
 _RUNTIME_KEYS = {
@@ -45,36 +58,9 @@ _RUNTIME_KEYS = {
 }
 
 
-class ConversionError(ValueError):
-    """A state dict or config that does not fit the model; the message lists the offending keys."""
-
-
-def _rule(name: str) -> tuple[str, str]:
-    for ours, theirs, change in _RULES:
-        if name.endswith(ours):
-            return name[: len(name) - len(ours)] + theirs, change
-    return name, "none"
-
-
 def torch_name(name: str) -> str:
     """mamba-ssm's state-dict key for our parameter ``name``."""
-    return _rule(name)[0]
-
-
-def _to_torch_layout(value: np.ndarray, change: str) -> np.ndarray:
-    if change == "transpose":
-        return value.T
-    if change == "conv":
-        return value[:, None, :]
-    return value
-
-
-def _to_flax_layout(value: np.ndarray, change: str) -> np.ndarray:
-    if change == "transpose":
-        return value.T
-    if change == "conv":
-        return value[:, 0, :] if value.ndim == 3 else value
-    return value
+    return rule_for(name, _RULES)[0]
 
 
 def expected_params(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
@@ -85,11 +71,7 @@ def expected_params(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
 
 def to_torch_state_dict(params: Mapping[str, np.ndarray], cfg: ModelConfig) -> dict[str, np.ndarray]:
     """Our flat params -> mamba-ssm state dict (numpy float32, contiguous)."""
-    _check_keys(set(params), expected_params(cfg), lambda k: np.shape(params[k]), "params")
-    state = {}
-    for name, value in params.items():
-        key, change = _rule(name)
-        state[key] = np.ascontiguousarray(_to_torch_layout(np.asarray(value, np.float32), change))
+    state = to_torch(params, expected_params(cfg), _RULES, "params")
     if cfg.tie_embeddings:
         state["lm_head.weight"] = state["backbone.embedding.weight"]
     return state
@@ -98,36 +80,12 @@ def to_torch_state_dict(params: Mapping[str, np.ndarray], cfg: ModelConfig) -> d
 def from_torch_state_dict(state: Mapping[str, np.ndarray], cfg: ModelConfig) -> dict[str, np.ndarray]:
     """mamba-ssm state dict (numpy arrays) -> our flat params, strictly checked."""
     state = dict(state)
-    expected = expected_params(cfg)
     if cfg.tie_embeddings and "lm_head.weight" in state:
         lm_head = state.pop("lm_head.weight")
         embedding = state.get("backbone.embedding.weight")
         if embedding is not None and not np.array_equal(np.asarray(lm_head), np.asarray(embedding)):
             raise ConversionError("tie_embeddings is set but lm_head.weight differs from backbone.embedding.weight")
-    by_torch_key = {torch_name(name): name for name in expected}
-    _check_names(set(state), set(by_torch_key), "state dict keys")
-    params, mismatched = {}, []
-    for key, name in by_torch_key.items():
-        value = _to_flax_layout(np.asarray(state[key], np.float32), _rule(name)[1])
-        if value.shape != expected[name]:
-            mismatched.append(f"{key}: {tuple(np.shape(state[key]))} does not fit {name} {expected[name]}")
-        params[name] = value
-    if mismatched:
-        raise ConversionError("shape mismatches: " + "; ".join(mismatched))
-    return params
-
-
-def _check_names(keys: set[str], expected: set[str], what: str) -> None:
-    missing, unexpected = sorted(expected - keys), sorted(keys - expected)
-    if missing or unexpected:
-        raise ConversionError(f"{what} do not fit the config: missing {missing}, unexpected {unexpected}")
-
-
-def _check_keys(keys: set[str], expected: dict[str, tuple], shape_of, what: str) -> None:
-    _check_names(keys, set(expected), what)
-    bad = [f"{k}: {tuple(shape_of(k))} != {expected[k]}" for k in sorted(keys) if tuple(shape_of(k)) != expected[k]]
-    if bad:
-        raise ConversionError("shape mismatches: " + "; ".join(bad))
+    return from_torch(state, expected_params(cfg), _RULES)
 
 
 def to_mamba_config(cfg: ModelConfig) -> dict:

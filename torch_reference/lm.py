@@ -9,9 +9,10 @@ from jax_mamba.configs.schema import ModelConfig
 from torch_reference._tensors import to_numpy
 from torch_reference.backend import Reference
 from torch_reference.convert import to_mamba_config
+from torch_reference.torch_model import TorchModel
 
 
-class TorchLM:
+class TorchLM(TorchModel):
     def __init__(self, ref: Reference, cfg: ModelConfig, seed: int = 0):
         if cfg.attn_layer_idx and cfg.attn_cfg.rotary_emb_dim:
             raise ValueError(
@@ -26,13 +27,9 @@ class TorchLM:
         self.ref = ref
         self.model = ref.MambaLMHeadModel(ref.MambaConfig(**config), device=ref.device, dtype=torch.float32)
 
-    def state_dict(self) -> dict[str, np.ndarray]:
-        return {k: to_numpy(v) for k, v in self.model.state_dict().items()}
-
-    def named_parameters(self) -> dict[str, torch.nn.Parameter]:
-        return dict(self.model.named_parameters())  # a tied lm_head.weight is listed once, as the embedding
-
-    def loss_and_grads(self, inputs: np.ndarray, targets: np.ndarray, compute_dtype: str = "float32"):
+    def loss_and_grads(
+        self, inputs: np.ndarray, targets: np.ndarray, compute_dtype: str = "float32", label_smoothing: float = 0.0
+    ):
         """(logits (batch, L, vocab) float32 numpy, mean token NLL, {param name: grad}) for one batch."""
         self.model.zero_grad(set_to_none=True)
         ids = torch.from_numpy(inputs.astype(np.int64)).to(self.ref.device)
@@ -40,20 +37,8 @@ class TorchLM:
         autocast = compute_dtype == "bfloat16"
         with torch.autocast(self.ref.device, dtype=torch.bfloat16, enabled=autocast):
             logits = self.model(ids).logits
-        loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1))
+        flat = logits.float().reshape(-1, logits.shape[-1])
+        loss = F.cross_entropy(flat, labels.reshape(-1), label_smoothing=label_smoothing)
         loss.backward()
         grads = {k: to_numpy(p.grad) for k, p in self.named_parameters().items()}
         return to_numpy(logits), loss.item(), grads
-
-    def adamw_step(
-        self, *, lr: float, betas: tuple[float, float], eps: float, weight_decay: float, decayed: set[str]
-    ) -> dict[str, np.ndarray]:
-        """One torch.optim.AdamW step on the gradients of the last ``loss_and_grads``; weight decay only on the
-        parameter names in ``decayed``. Returns the new state dict."""
-        params = self.named_parameters()
-        groups = [
-            {"params": [p for k, p in params.items() if k in decayed], "weight_decay": weight_decay},
-            {"params": [p for k, p in params.items() if k not in decayed], "weight_decay": 0.0},
-        ]
-        torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps).step()
-        return self.state_dict()

@@ -1,63 +1,183 @@
-"""mamba-ssm's training step throughput: ``python -m torch_reference.train_bench --config NAME``.
+"""The PyTorch reference's training (or inference) throughput: ``python -m torch_reference.train_bench --config NAME``.
 
-The PyTorch side of ``compare.train_throughput``: ``MambaLMHeadModel`` from the same config (fp32 params), bf16
-autocast, cross-entropy on fp32 logits, global-norm clipping at 1.0, ``torch.optim.AdamW`` (0.9, 0.95, weight decay
-0.1), on the same byte batches as the JAX run. Prints one JSON line: mean tokens/s over steps 2..N (the first
-includes autotuning) and peak allocated CUDA memory."""
+The PyTorch side of ``compare.train_throughput``, for any family, at the reference's best settings: the model from
+the same config (fp32 params: mamba-ssm's ``MambaLMHeadModel`` with its fused kernels, or NVlabs' ``MambaVision``
+in channels-last memory format), bf16 autocast, cross-entropy on fp32 logits (label smoothing as configured),
+global-norm clipping, fused ``torch.optim.AdamW`` with the same betas, eps and weight-decay groups as ours (which
+parameters decay: ``Task.weight_decay_mask``), on the same batches as the JAX run. ``--inference``: eval-mode
+forwards under ``torch.inference_mode`` instead. Prints one JSON line: mean items/s (tokens or images) over the steps
+after ``--warmup`` (3, at most steps - 1: the first ones autotune and allocate), each from a batch already on the
+device to the loss read back, and peak allocated CUDA memory."""
 
 import argparse
 import json
 import sys
 import time
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 from jax_mamba.configs.loader import load_config, parse_args_with_overrides
-from jax_mamba.data import make_dataset
-from torch_reference.backend import load
-from torch_reference.lm import TorchLM
+from jax_mamba.configs.schema import RunConfig
+from jax_mamba.tasks import task_for
+from torch_reference.backend import Reference, load
 
 
-def measure(config: str, steps: int, batch_size: int, seq_len: int, overrides: list[str], device: str = "cuda") -> dict:
+class _Runner:
+    """One family's model, optimizer and batch handling; ``train_step`` returns the loss tensor."""
+
+    unit: str
+    model: torch.nn.Module
+
+    def __init__(self, ref: Reference, cfg: RunConfig, compile_model: bool):
+        self.ref, self.cfg, self.device = ref, cfg, ref.device
+        self.build()
+        ours = {name: np.zeros(p.shape, np.float32) for name, p in self.model.named_parameters()}
+        decayed = self.decayed(ours)
+        groups = [
+            {
+                "params": [p for n, p in self.model.named_parameters() if decayed[n]],
+                "weight_decay": cfg.optim.weight_decay,
+            },
+            {"params": [p for n, p in self.model.named_parameters() if not decayed[n]], "weight_decay": 0.0},
+        ]
+        o = cfg.optim
+        self.optimizer = torch.optim.AdamW(
+            groups, lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps, fused=self.device == "cuda"
+        )
+        self.forward = torch.compile(self.model) if compile_model else self.model
+
+    def build(self) -> None: ...
+
+    def decayed(self, params_by_torch_name: dict) -> dict[str, bool]: ...
+
+    def inputs(self, batch: dict): ...
+
+    def logits_and_labels(self, inputs) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def train_step(self, inputs) -> torch.Tensor:
+        with torch.autocast(self.device, dtype=torch.bfloat16):
+            logits, labels = self.logits_and_labels(inputs)
+        loss = F.cross_entropy(
+            logits.float().reshape(-1, logits.shape[-1]),
+            labels.reshape(-1),
+            label_smoothing=self.cfg.train.label_smoothing,
+        )
+        loss.backward()
+        if self.cfg.optim.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.optim.grad_clip)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return loss
+
+    def infer_step(self, inputs) -> torch.Tensor:
+        with torch.inference_mode(), torch.autocast(self.device, dtype=torch.bfloat16):
+            logits, _ = self.logits_and_labels(inputs)
+        return logits
+
+
+class _LanguageModel(_Runner):
+    unit = "tokens"
+
+    def build(self) -> None:
+        from torch_reference.lm import TorchLM
+
+        self.model = TorchLM(self.ref, self.cfg.model, seed=self.cfg.train.seed).model
+
+    def decayed(self, params_by_torch_name: dict) -> dict[str, bool]:
+        from torch_reference.convert import from_torch_state_dict, torch_name
+
+        ours = from_torch_state_dict(params_by_torch_name, self.cfg.model)
+        mask = {torch_name(k): v for k, v in task_for(self.cfg).weight_decay_mask(ours).items()}
+        return {name: mask[name] for name in params_by_torch_name}
+
+    def inputs(self, batch: dict):
+        to = lambda a: torch.from_numpy(a[0]).long().to(self.device)  # noqa: E731
+        return to(batch["inputs"]), to(batch["targets"])
+
+    def logits_and_labels(self, inputs):
+        ids, labels = inputs
+        return self.forward(ids).logits, labels
+
+
+class _MambaVision(_Runner):
+    unit = "images"
+
+    def build(self) -> None:
+        from torch_reference.mamba_vision import TorchMambaVision
+
+        model = TorchMambaVision(self.ref, self.cfg.model, seed=self.cfg.train.seed).model
+        self.model = model.to(memory_format=torch.channels_last)
+        data = self.cfg.data
+        self.mean = torch.tensor(data.mean, device=self.device).view(1, 3, 1, 1) * 255
+        self.inv_std = 1 / (torch.tensor(data.std, device=self.device).view(1, 3, 1, 1) * 255)
+
+    def decayed(self, params_by_torch_name: dict) -> dict[str, bool]:
+        return {name: value.ndim >= 2 for name, value in params_by_torch_name.items()}  # timm's rule, as ours
+
+    def inputs(self, batch: dict):
+        images = torch.from_numpy(batch["images"][0]).to(self.device)
+        return images, torch.from_numpy(batch["labels"][0]).long().to(self.device)
+
+    def logits_and_labels(self, inputs):
+        """uint8 (batch, H, W, 3) images normalized on the device (inside the timed step, as ours are)."""
+        images, labels = inputs
+        x = (images.permute(0, 3, 1, 2).float() - self.mean) * self.inv_std
+        return self.forward(x.contiguous(memory_format=torch.channels_last)), labels
+
+
+_RUNNERS = {"lm": _LanguageModel, "mamba_vision": _MambaVision}
+
+
+def measure(
+    config: str,
+    steps: int,
+    batch_size: int,
+    seq_len: int,
+    overrides: list[str],
+    device: str = "cuda",
+    inference: bool = False,
+    compile_model: bool = False,
+    warmup: int = 3,
+) -> dict:
     cfg = load_config(config, [f"--batch_size={batch_size}", f"--seq_len={seq_len}", "--eval_batches=1", *overrides])
     ref = load(device)
-    lm = TorchLM(ref, cfg.model, seed=cfg.train.seed)
-    dataset = make_dataset(cfg.data, cfg.train)
-    optimizer = torch.optim.AdamW(
-        lm.model.parameters(),
-        lr=cfg.optim.lr,
-        betas=(cfg.optim.beta1, cfg.optim.beta2),
-        eps=cfg.optim.eps,
-        weight_decay=cfg.optim.weight_decay,
-    )
+    if device == "cuda":
+        torch.backends.cudnn.benchmark = True
+    runner = _RUNNERS[cfg.family](ref, cfg, compile_model)
+    runner.model.train(not inference)
+    dataset = task_for(cfg).make_dataset()
     timed, losses = [], []
+    warmup = min(warmup, steps - 1)  # at least one timed step
     for step in range(steps):
-        batch = dataset.train_batch(step, 1)
-        ids = torch.from_numpy(batch["inputs"][0]).long().to(device)
-        labels = torch.from_numpy(batch["targets"][0]).long().to(device)
+        inputs = runner.inputs(dataset.train_batch(step, 1))
         if device == "cuda":
             torch.cuda.synchronize()
         began = time.perf_counter()
-        with torch.autocast(device, dtype=torch.bfloat16):
-            logits = lm.model(ids).logits
-        loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1))
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(lm.model.parameters(), cfg.optim.grad_clip)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        losses.append(loss.item())  # synchronizes, as the JAX loop does
-        if step > 0:
+        if inference:
+            out = runner.infer_step(inputs)
+            out.float().sum().item()  # synchronizes
+        else:
+            losses.append(runner.train_step(inputs).item())  # synchronizes, as the JAX loop does
+        if step >= warmup:
             timed.append(time.perf_counter() - began)
-    tokens = batch_size * seq_len
+    items = batch_size * (seq_len if cfg.family == "lm" else 1)
     return {
         "config": config,
         "framework": "torch",
+        "mode": "inference" if inference else "training",
         "reference": ref.describe(),
-        "tokens_per_s": tokens * len(timed) / sum(timed),
+        "settings": ", ".join(
+            ["bf16 autocast", "fused AdamW" if device == "cuda" else "AdamW"]
+            + (["channels_last"] if cfg.family != "lm" else [])
+            + (["torch.compile"] if compile_model else [])
+        ),
+        "unit": runner.unit,
+        "items_per_s": items * len(timed) / sum(timed),
         "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else None,
-        "final_loss": losses[-1],
-        "parameters": sum(p.numel() for p in lm.model.parameters()),
+        "final_loss": losses[-1] if losses else None,
+        "parameters": sum(p.numel() for p in runner.model.parameters()),
     }
 
 
@@ -71,9 +191,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--batch_size", type=int, default=8)
     parser.add_argument("--seq_len", type=int, default=2048)
-    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu: mamba-ssm's CPU fallback")
+    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu: the reference's CPU fallback")
+    parser.add_argument("--inference", action="store_true", help="time eval-mode forwards instead of training steps")
+    parser.add_argument("--compile", action="store_true", help="run the model through torch.compile")
+    parser.add_argument("--warmup", type=int, default=3, help="first steps left out of the mean (at most steps - 1)")
     args, overrides = parse_args_with_overrides(parser, argv)
-    print(json.dumps(measure(args.config, args.steps, args.batch_size, args.seq_len, overrides, args.device)))
+    result = measure(
+        args.config,
+        args.steps,
+        args.batch_size,
+        args.seq_len,
+        overrides,
+        args.device,
+        args.inference,
+        args.compile,
+        args.warmup,
+    )
+    print(json.dumps(result))
     return 0
 
 

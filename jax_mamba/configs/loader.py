@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from jax_mamba.configs.schema import RunConfig, validate
+from jax_mamba.configs.schema import EMBEDDED_DATA_KIND, FAMILIES, MODEL_CONFIGS, RunConfig, validate
 
 CONFIG_DIR = Path(__file__).parent
 
@@ -72,10 +72,22 @@ def _read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict:
     return _merge(_read_yaml(_resolve_path(base, path.parent), (*seen, path.resolve())), data)
 
 
-def _leaf_paths(cls, prefix: str = "") -> list[str]:
+def _field_types(cls, data: dict) -> dict:
+    """Field name -> type; a ``RunConfig``'s model section is the class of its ``family`` (``lm`` by default)."""
+    hints = typing.get_type_hints(cls)
+    if cls is RunConfig:
+        family = data.get("family", "lm")
+        if family not in FAMILIES:
+            raise ConfigError(f"config field family: expected one of {FAMILIES}, got {family!r}")
+        hints["model"] = MODEL_CONFIGS[family]
+    return hints
+
+
+def _leaf_paths(cls, prefix: str = "", data: dict | None = None) -> list[str]:
     paths = []
+    hints = _field_types(cls, data or {})
     for f in dataclasses.fields(cls):
-        hint = typing.get_type_hints(cls)[f.name]
+        hint = hints[f.name]
         if dataclasses.is_dataclass(hint):
             paths += _leaf_paths(hint, f"{prefix}{f.name}.")
         else:
@@ -93,7 +105,7 @@ def _apply_override(data: dict, item: str | tuple[str, object]) -> None:
             raise ConfigError(f"override {item!r} must look like --key=value")
         value = yaml.safe_load(raw) if raw != "" else None
     if "." not in key:
-        matches = [p for p in _leaf_paths(RunConfig) if p.split(".")[-1] == key]
+        matches = [p for p in _leaf_paths(RunConfig, data=data) if p.split(".")[-1] == key]
         if len(matches) > 1:
             raise ConfigError(f"override key {key!r} is ambiguous: use one of {matches}")
         if matches:
@@ -151,7 +163,12 @@ def _build(cls, data, path: str):
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(f"config section {path or 'top level'}: expected a mapping, got {data!r}")
-    hints = typing.get_type_hints(cls)
+    hints = _field_types(cls, data)
+    if cls is RunConfig:  # the model section's class and the default data kind depend on the family
+        data = {**data, "model": {} if data.get("model") is None else data["model"]}
+        section = data.get("data")
+        if section is None or isinstance(section, dict):
+            data["data"] = {"kind": EMBEDDED_DATA_KIND.get(data.get("family", "lm")), **(section or {})}
     names = [f.name for f in dataclasses.fields(cls)]
     unknown = [k for k in data if k not in names]
     if unknown:

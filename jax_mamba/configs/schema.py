@@ -1,5 +1,7 @@
-"""Configuration dataclasses. ``ModelConfig`` mirrors mamba-ssm's ``MambaConfig`` (``ssm_cfg``/``attn_cfg`` as
-typed sections) so that configs convert field by field; the rest describe a training run.
+"""Configuration dataclasses. A run's ``family`` picks its model section: ``ModelConfig`` (family ``lm``) mirrors
+mamba-ssm's ``MambaConfig`` (``ssm_cfg``/``attn_cfg`` as typed sections) and ``MambaVisionConfig`` (family
+``mamba_vision``) NVlabs' ``MambaVision`` arguments, so that configs convert field by field; the rest describe a
+training run.
 
 ``validate`` checks a whole ``RunConfig`` and raises ``ValueError`` naming the offending field by its dotted path.
 """
@@ -11,7 +13,16 @@ MODEL_IMPLS = ("auto", "reference", "pallas")  # what each means: jax_mamba.modu
 
 SSM_LAYERS = ("Mamba1", "Mamba2")
 COMPUTE_DTYPES = ("auto", "float32", "bfloat16")
-DATA_KINDS = ("stdlib", "text", "selective_copying", "induction_heads")
+FAMILIES = ("lm", "mamba_vision")
+DATA_KINDS = {  # family: the data kinds its task reads
+    "lm": ("stdlib", "text", "selective_copying", "induction_heads"),
+    "mamba_vision": ("shapes", "image_folder"),
+}
+PATH_DATA_KIND = {"lm": "text", "mamba_vision": "image_folder"}  # what ``--data PATH`` means per family
+EMBEDDED_DATA_KIND = {"lm": "stdlib", "mamba_vision": "shapes"}  # data.kind where a config names none
+OPTIMIZERS = ("adamw", "lamb")
+BAD_IMAGE_POLICIES = ("stop", "skip")
+WORKER_TYPES = ("process", "thread")
 
 
 @dataclass
@@ -99,9 +110,43 @@ class ModelConfig:
 
 
 @dataclass
-class OptimConfig:
-    """AdamW with linear warmup then cosine decay to ``min_lr``, global-norm clipping (the Mamba paper's recipe)."""
+class MambaVisionConfig:
+    """NVlabs' ``MambaVision(...)`` arguments (``mambavision/models/mamba_vision.py``), plus how to run it.
 
+    Four stages: two of residual conv blocks, then two whose first half (rounded down) are MambaVision mixer blocks
+    and the rest windowed self-attention; stage i has ``dim * 2**i`` channels and a stride-2 conv downsample after
+    it (not after the last). The mixers use NVlabs' fixed d_state 8, d_conv 3, expand 1."""
+
+    dim: int = 80
+    in_dim: int = 32  # channels after the stem's first conv
+    depths: list[int] = field(default_factory=lambda: [1, 3, 8, 4])
+    num_heads: list[int] = field(default_factory=lambda: [2, 4, 8, 16])
+    window_size: list[int] = field(default_factory=lambda: [8, 8, 14, 7])
+    mlp_ratio: float = 4.0
+    drop_path_rate: float = 0.2  # stochastic depth, linear in the block index from 0 to this
+    in_chans: int = 3
+    num_classes: int = 1000
+    qkv_bias: bool = True
+    qk_scale: bool | None = None  # NVlabs passes it as the attention's qk_norm: LayerNorm on q and k when true
+    drop_rate: float = 0.0  # dropout after the attention projection and in the MLPs
+    attn_drop_rate: float = 0.0  # dropout on the attention probabilities (training only)
+    layer_scale: float | None = None  # initial value of per-channel scales on the hybrid blocks' branches
+    layer_scale_conv: float | None = None  # the same for the conv blocks
+    # How to run it (not part of NVlabs' arguments):
+    impl: str = "auto"  # the selective scan: "auto" (Pallas on GPU), "pallas" or "reference"; see modules.impl
+    compute_dtype: str = "auto"  # "auto": bfloat16 on GPU, float32 on CPU; params and norm statistics stay float32
+    remat: bool = False  # recompute each hybrid block in the backward pass
+
+
+MODEL_CONFIGS = {"lm": ModelConfig, "mamba_vision": MambaVisionConfig}  # family -> model section
+
+
+@dataclass
+class OptimConfig:
+    """AdamW (or LAMB) with linear warmup then cosine decay to ``min_lr``, global-norm clipping (the Mamba paper's
+    recipe; NVlabs trains MambaVision with LAMB)."""
+
+    name: str = "adamw"  # or "lamb" (optax.lamb: AdamW's update scaled per parameter by its trust ratio)
     lr: float = 1e-3
     min_lr: float = 1e-5
     warmup_steps: int = 100
@@ -114,15 +159,30 @@ class OptimConfig:
 
 @dataclass
 class DataConfig:
-    """Where batches come from. ``stdlib``: byte-level Python standard library sources (embedded default);
-    ``text``: a user's text file or folder (bytes); ``selective_copying``/``induction_heads``: the Mamba paper's
-    synthetic tasks, scored by accuracy."""
+    """Where batches come from.
+
+    Language models: ``stdlib``: byte-level Python standard library sources (embedded default); ``text``: a user's
+    text file or folder (bytes); ``selective_copying``/``induction_heads``: the Mamba paper's synthetic tasks, scored
+    by accuracy. Images: ``shapes``: generated images of ten shape classes (embedded default); ``image_folder``: a
+    folder with one subfolder of images per class (ImageNet layout, optionally split into train/ and val/)."""
 
     kind: str = "stdlib"
     path: str | None = None
     val_fraction: float = 0.05
     num_symbols: int = 16  # synthetic tasks: distinct data tokens
     num_tokens_to_copy: int = 16  # selective copying: tokens to memorize
+    # Images
+    image_size: int = 224  # side of the square crops the model sees, pixels
+    crop_pct: float = 0.875  # eval: resize the shorter side to image_size / crop_pct, then center crop
+    min_scale: float = 0.08  # train: random resized crops cover this to 1.0 of the image area
+    hflip: float = 0.5  # train: probability of a horizontal flip
+    mean: tuple[float, float, float] = (0.485, 0.456, 0.406)  # per-channel normalization, on the device
+    std: tuple[float, float, float] = (0.229, 0.224, 0.225)
+    num_workers: int = 0  # decoding workers; 0: one per CPU core
+    worker_type: str = "process"  # decode in worker "process"es (scales with cores) or "thread"s (no start-up)
+    prefetch: int = 4  # training batches decoded ahead of the one in use
+    bad_images: str = "stop"  # an unreadable image file: "stop" with an error naming it, or "skip" (count it)
+    num_images: int = 4000  # shapes: images generated (val_fraction of them for validation)
 
 
 @dataclass
@@ -140,12 +200,14 @@ class TrainConfig:
     run_dir: str | None = None  # None: runs/<config name>/<timestamp>
     stop_after_steps: int | None = None  # end this invocation early (preemptible jobs); continue with --resume
     progress: bool = True  # progress bar on stderr
+    label_smoothing: float = 0.0  # cross-entropy targets: 1 - eps on the label, eps spread over all classes
 
 
 @dataclass
 class RunConfig:
     name: str = "custom"
-    model: ModelConfig = field(default_factory=ModelConfig)
+    family: str = "lm"  # which model section and task: "lm" (ModelConfig) or "mamba_vision" (MambaVisionConfig)
+    model: ModelConfig | MambaVisionConfig = field(default_factory=ModelConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
@@ -233,10 +295,45 @@ def validate_model(m: ModelConfig) -> ModelConfig:
     return m
 
 
+def validate_mamba_vision(m: MambaVisionConfig) -> MambaVisionConfig:
+    """Check a MambaVision model section; raise ValueError naming the field (as ``model.<name>``). Returns ``m``."""
+    for name in ("dim", "in_dim", "in_chans", "num_classes"):
+        _positive(f"model.{name}", getattr(m, name))
+    for name in ("depths", "num_heads", "window_size"):
+        values = getattr(m, name)
+        _require(
+            len(values) == 4 and all(isinstance(v, int) and v > 0 for v in values),
+            f"model.{name}",
+            "a list of 4 positive integers (one per stage)",
+            values,
+        )
+    for stage in (2, 3):
+        width, heads = m.dim * 2**stage, m.num_heads[stage]
+        _require(
+            width % heads == 0,
+            "model.num_heads",
+            f"stage {stage}'s heads dividing its width dim * 2**{stage} = {width}",
+            m.num_heads,
+        )
+    _require(m.mlp_ratio > 0, "model.mlp_ratio", "a positive number", m.mlp_ratio)
+    for name in ("drop_path_rate", "drop_rate", "attn_drop_rate"):
+        _require(0 <= getattr(m, name) < 1, f"model.{name}", "in [0, 1)", getattr(m, name))
+    _require(m.impl in MODEL_IMPLS, "model.impl", f"one of {MODEL_IMPLS}", m.impl)
+    _require(m.compute_dtype in COMPUTE_DTYPES, "model.compute_dtype", f"one of {COMPUTE_DTYPES}", m.compute_dtype)
+    return m
+
+
 def validate(cfg: RunConfig) -> RunConfig:
     """Check the semantic constraints of a whole run; raise ValueError naming the field. Returns ``cfg``."""
-    validate_model(cfg.model)
+    _require(cfg.family in FAMILIES, "family", f"one of {FAMILIES}", cfg.family)
+    expected_model = MODEL_CONFIGS[cfg.family]
+    _require(isinstance(cfg.model, expected_model), "model", f"a {expected_model.__name__}", type(cfg.model).__name__)
+    if cfg.family == "lm":
+        validate_model(cfg.model)
+    else:
+        validate_mamba_vision(cfg.model)
     o = cfg.optim
+    _require(o.name in OPTIMIZERS, "optim.name", f"one of {OPTIMIZERS}", o.name)
     _require(o.lr > 0, "optim.lr", "a positive float", o.lr)
     _require(0 <= o.min_lr <= o.lr, "optim.min_lr", "in [0, lr]", o.min_lr)
     _require(o.warmup_steps >= 0, "optim.warmup_steps", "an integer >= 0", o.warmup_steps)
@@ -245,11 +342,23 @@ def validate(cfg: RunConfig) -> RunConfig:
     _require(o.grad_clip >= 0, "optim.grad_clip", "a float >= 0 (0 disables)", o.grad_clip)
 
     d = cfg.data
-    _require(d.kind in DATA_KINDS, "data.kind", f"one of {DATA_KINDS}", d.kind)
-    _require(d.kind != "text" or bool(d.path), "data.path", "a file or folder when data.kind is 'text'", d.path)
+    kinds = DATA_KINDS[cfg.family]
+    _require(d.kind in kinds, "data.kind", f"one of {kinds} for family {cfg.family!r}", d.kind)
+    path_kind = PATH_DATA_KIND[cfg.family]
+    _require(d.kind != path_kind or bool(d.path), "data.path", f"a path when data.kind is {path_kind!r}", d.path)
     _require(0 < d.val_fraction < 1, "data.val_fraction", "in (0, 1)", d.val_fraction)
     _positive("data.num_symbols", d.num_symbols)
     _positive("data.num_tokens_to_copy", d.num_tokens_to_copy)
+    _positive("data.image_size", d.image_size)
+    _require(0 < d.crop_pct <= 1, "data.crop_pct", "in (0, 1]", d.crop_pct)
+    _require(0 < d.min_scale <= 1, "data.min_scale", "in (0, 1]", d.min_scale)
+    _require(0 <= d.hflip <= 1, "data.hflip", "a probability in [0, 1]", d.hflip)
+    _require(all(s > 0 for s in d.std), "data.std", "positive per-channel values", d.std)
+    _require(d.num_workers >= 0, "data.num_workers", "an integer >= 0 (0: one per CPU core)", d.num_workers)
+    _require(d.worker_type in WORKER_TYPES, "data.worker_type", f"one of {WORKER_TYPES}", d.worker_type)
+    _positive("data.prefetch", d.prefetch)
+    _require(d.bad_images in BAD_IMAGE_POLICIES, "data.bad_images", f"one of {BAD_IMAGE_POLICIES}", d.bad_images)
+    _require(d.num_images >= 2, "data.num_images", "an integer >= 2", d.num_images)
 
     t = cfg.train
     for name in (
@@ -266,4 +375,5 @@ def validate(cfg: RunConfig) -> RunConfig:
         _positive(f"train.{name}", getattr(t, name))
     if t.stop_after_steps is not None:
         _positive("train.stop_after_steps", t.stop_after_steps)
+    _require(0 <= t.label_smoothing < 1, "train.label_smoothing", "in [0, 1)", t.label_smoothing)
     return cfg

@@ -1,11 +1,14 @@
 """The batch format and the dataset interface the training loop relies on."""
 
+from collections.abc import Iterable
 from typing import Protocol
 
 import numpy as np
 
 Batch = dict[str, np.ndarray]
-"""inputs int32 (..., batch, L); targets int32 (..., batch, L); mask float32 (..., batch, L): 1 where scored."""
+"""Language models: inputs int32 (..., batch, L); targets int32 (..., batch, L); mask float32 (..., batch, L).
+Images: images uint8 (..., batch, H, W, 3); labels int32 (..., batch); mask float32 (..., batch).
+The mask is 1 where a position or sample is scored."""
 
 EVAL_STREAM = 1_000_003  # seed-sequence entry separating evaluation batches from training batches
 
@@ -16,15 +19,14 @@ def step_rng(seed: int, step: int, micro: int) -> np.random.Generator:
 
 
 class Dataset(Protocol):
-    vocab_size: int  # tokens are in [0, vocab_size)
-    metric: str  # "bits_per_byte" (byte-level text) or "accuracy" (synthetic tasks)
+    metric: str  # "bits_per_byte" (byte-level text), "accuracy" (synthetic tasks) or "top1" (images)
 
     def train_batch(self, step: int, accum: int) -> Batch:
-        """Arrays shaped (accum, batch, L) for optimizer step ``step``."""
+        """Arrays with leading axes (accum, batch) for optimizer step ``step``."""
         ...
 
-    def eval_batches(self) -> list[Batch]:
-        """A fixed list of (batch, L) batches, the same at every evaluation."""
+    def eval_batches(self) -> Iterable[Batch]:
+        """Batches with leading axis (batch,), the same at every evaluation."""
         ...
 
     def describe(self) -> dict:

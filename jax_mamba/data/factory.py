@@ -3,10 +3,28 @@
 from jax_mamba.configs.schema import DataConfig, TrainConfig
 from jax_mamba.data.batches import Dataset
 from jax_mamba.data.corpus import DataError, stdlib_corpus, text_corpus
+from jax_mamba.data.image_classification import ArrayImageDataset, FolderImageDataset
+from jax_mamba.data.image_folder import scan_image_folder
 from jax_mamba.data.language_modeling import ByteLMDataset
+from jax_mamba.data.shapes import CLASSES, render_shapes
 from jax_mamba.data.synthetic import InductionHeads, SelectiveCopying
 
 __all__ = ["DataError", "make_dataset"]
+
+
+def _shapes(data: DataConfig, train: TrainConfig) -> ArrayImageDataset:
+    images, labels = render_shapes(data.num_images, data.image_size)
+    cut = max(1, min(data.num_images - 1, round(data.num_images * (1 - data.val_fraction))))
+    return ArrayImageDataset(
+        (images[:cut], labels[:cut]),
+        (images[cut:], labels[cut:]),
+        list(CLASSES),
+        batch_size=train.batch_size,
+        seed=train.seed,
+        eval_batches=train.eval_batches,
+        hflip=data.hflip,
+        source=f"shapes: {data.num_images} generated {data.image_size}px images",
+    )
 
 
 def make_dataset(data: DataConfig, train: TrainConfig) -> Dataset:
@@ -21,4 +39,23 @@ def make_dataset(data: DataConfig, train: TrainConfig) -> Dataset:
         return SelectiveCopying(num_symbols=data.num_symbols, num_tokens_to_copy=data.num_tokens_to_copy, **common)
     if data.kind == "induction_heads":
         return InductionHeads(num_symbols=data.num_symbols, **common)
-    raise DataError(f"data.kind must be one of stdlib, text, selective_copying, induction_heads; got {data.kind!r}")
+    if data.kind == "shapes":
+        return _shapes(data, train)
+    if data.kind == "image_folder":
+        if not data.path:
+            raise DataError("data.kind 'image_folder' needs data.path (a folder of class subfolders); pass --data PATH")
+        return FolderImageDataset(
+            scan_image_folder(data.path, data.val_fraction),
+            batch_size=train.batch_size,
+            seed=train.seed,
+            eval_batches=train.eval_batches,
+            image_size=data.image_size,
+            crop_pct=data.crop_pct,
+            min_scale=data.min_scale,
+            hflip=data.hflip,
+            num_workers=data.num_workers,
+            worker_type=data.worker_type,
+            prefetch=data.prefetch,
+            bad_images=data.bad_images,
+        )
+    raise DataError(f"unknown data.kind {data.kind!r}")

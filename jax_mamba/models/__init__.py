@@ -1,6 +1,8 @@
-"""Whole models: mamba-ssm's ``MixerModel`` / ``MambaLMHeadModel`` built from a ``ModelConfig``."""
+"""Whole models: mamba-ssm's ``MixerModel`` / ``MambaLMHeadModel`` built from a ``ModelConfig`` and NVlabs'
+``MambaVision`` built from a ``MambaVisionConfig``."""
 
+from jax_mamba.models.mamba_vision import MambaVision
 from jax_mamba.models.mixer_seq_simple import MambaLMHeadModel, MixerModel, compute_dtype_for, ssm_layer_kwargs
 from jax_mamba.models.params import ParamLayout
 
-__all__ = ["MambaLMHeadModel", "MixerModel", "ParamLayout", "compute_dtype_for", "ssm_layer_kwargs"]
+__all__ = ["MambaLMHeadModel", "MambaVision", "MixerModel", "ParamLayout", "compute_dtype_for", "ssm_layer_kwargs"]

@@ -11,18 +11,12 @@ from flax import nnx
 
 from jax_mamba.configs.schema import ModelConfig, SSMConfig
 from jax_mamba.modules.block import Block
+from jax_mamba.modules.impl import compute_dtype_for
 from jax_mamba.modules.layers import LayerNorm, RMSNorm, embedding, linear
 from jax_mamba.modules.mamba2 import Mamba2
 from jax_mamba.modules.mamba_simple import Mamba
 from jax_mamba.modules.mha import MHA
 from jax_mamba.modules.mlp import GatedMLP
-
-
-def compute_dtype_for(cfg: ModelConfig):
-    """bfloat16 on GPU and float32 on CPU for "auto"; otherwise the named dtype."""
-    if cfg.compute_dtype == "auto":
-        return jnp.bfloat16 if jax.default_backend() == "gpu" else jnp.float32
-    return jnp.dtype(cfg.compute_dtype)
 
 
 def ssm_layer_kwargs(ssm_cfg: SSMConfig) -> dict:

@@ -1,10 +1,15 @@
-"""Parameters as a flat ``{"backbone.layers.0.mixer.in_proj.kernel": array}`` dict (torch state-dict style names),
-the form the optimizer, checkpoints and weight conversion use; ``ParamLayout`` maps it to and from the NNX model."""
+"""Model variables as flat ``{"backbone.layers.0.mixer.in_proj.kernel": array}`` dicts (torch state-dict style names),
+the form the optimizer, checkpoints and weight conversion use; ``ParamLayout`` maps them to and from the NNX model.
+
+Two dicts: ``params`` (``nnx.Param``: what the optimizer trains) and ``state`` (``nnx.BatchStat``: what a forward
+pass in training updates, e.g. BatchNorm running statistics; empty for the language models)."""
 
 from dataclasses import dataclass
 
 import jax
 from flax import nnx
+
+_KINDS = {nnx.Param: "param", nnx.BatchStat: "state"}
 
 
 def _key_name(entry) -> str:
@@ -14,36 +19,53 @@ def _key_name(entry) -> str:
     raise TypeError(f"unexpected pytree path entry {entry!r}")
 
 
+def _flat_names(state) -> tuple[list[str], list, jax.tree_util.PyTreeDef]:
+    leaves_with_paths, treedef = jax.tree_util.tree_flatten_with_path(state)
+    names = []
+    for path, _ in leaves_with_paths:
+        parts = [_key_name(p) for p in path]
+        if parts[-1] == "value":  # a Variable's payload
+            parts = parts[:-1]
+        names.append(".".join(parts))
+    return names, [leaf for _, leaf in leaves_with_paths], treedef
+
+
 @dataclass(frozen=True)
 class ParamLayout:
-    """What it takes to rebuild a model from flat params: the NNX graph, the state's tree structure, the names."""
+    """What it takes to rebuild a model from flat dicts: the NNX graph, the state's tree structure, the names (in
+    tree order) and which of them are state rather than parameters."""
 
     graphdef: nnx.GraphDef
     treedef: jax.tree_util.PyTreeDef
     names: tuple[str, ...]
+    state_names: frozenset[str]
 
     @classmethod
-    def split(cls, model: nnx.Module) -> tuple["ParamLayout", dict[str, jax.Array]]:
-        """(layout, flat params) of a model holding only ``nnx.Param`` state."""
+    def split(cls, model: nnx.Module) -> tuple["ParamLayout", dict[str, jax.Array], dict[str, jax.Array]]:
+        """(layout, params, state) of a model holding ``nnx.Param`` and ``nnx.BatchStat`` variables only."""
         graphdef, state = nnx.split(model)
-        leaves_with_paths, treedef = jax.tree_util.tree_flatten_with_path(state)
-        names = []
-        for path, _ in leaves_with_paths:
-            parts = [_key_name(p) for p in path]
-            if parts[-1] == "value":  # a Variable's payload
-                parts = parts[:-1]
-            names.append(".".join(parts))
-        non_params = [n for n, (_, v) in zip(names, nnx.to_flat_state(state), strict=True) if type(v) is not nnx.Param]
-        if non_params:
-            raise ValueError(f"model holds state other than nnx.Param: {non_params[:5]}")
-        layout = cls(graphdef, treedef, tuple(names))
-        return layout, dict(zip(names, (leaf for _, leaf in leaves_with_paths), strict=True))
+        names, leaves, treedef = _flat_names(state)
+        kinds = [_KINDS.get(type(v)) for _, v in nnx.to_flat_state(state)]
+        others = [n for n, kind in zip(names, kinds, strict=True) if kind is None]
+        if others:
+            raise ValueError(f"model holds state other than nnx.Param and nnx.BatchStat: {others[:5]}")
+        state_names = frozenset(n for n, kind in zip(names, kinds, strict=True) if kind == "state")
+        layout = cls(graphdef, treedef, tuple(names), state_names)
+        values = dict(zip(names, leaves, strict=True))
+        params = {n: v for n, v in values.items() if n not in layout.state_names}
+        return layout, params, {n: v for n, v in values.items() if n in layout.state_names}
 
-    def merge(self, params: dict[str, jax.Array]) -> nnx.Module:
-        """A model whose parameters are ``params`` (any dict with exactly these names); works under jit."""
-        missing = [n for n in self.names if n not in params]
-        extra = [n for n in params if n not in set(self.names)]
+    def merge(self, params: dict[str, jax.Array], state: dict[str, jax.Array] | None = None) -> nnx.Module:
+        """A model whose variables are ``params`` and ``state`` (together exactly these names); works under jit."""
+        values = {**params, **(state or {})}
+        missing = [n for n in self.names if n not in values]
+        extra = [n for n in values if n not in set(self.names)]
         if missing or extra:
-            raise KeyError(f"params do not fit the model: missing {missing[:5]}, unexpected {extra[:5]}")
-        state = jax.tree_util.tree_unflatten(self.treedef, [params[n] for n in self.names])
-        return nnx.merge(self.graphdef, state)
+            raise KeyError(f"variables do not fit the model: missing {missing[:5]}, unexpected {extra[:5]}")
+        tree = jax.tree_util.tree_unflatten(self.treedef, [values[n] for n in self.names])
+        return nnx.merge(self.graphdef, tree)
+
+    def state_of(self, model: nnx.Module) -> dict[str, jax.Array]:
+        """The model's current state values (e.g. running statistics after a training forward), by name."""
+        names, leaves, _ = _flat_names(nnx.split(model)[1])
+        return {n: v for n, v in zip(names, leaves, strict=True) if n in self.state_names}

@@ -1,4 +1,4 @@
-"""Model-level choice of kernels (``ModelConfig.impl``) mapped to each op's ``impl=``.
+"""Model-level choice of kernels (``ModelConfig.impl``) mapped to each op's ``impl=``, and of the compute dtype.
 
 - ``"reference"``: every op runs its pure-JAX reference.
 - ``"pallas"``: ops that have a Pallas kernel run it (interpreted when JAX has no GPU, which is slow: for tests);
@@ -7,6 +7,7 @@
 """
 
 import jax
+import jax.numpy as jnp
 
 from jax_mamba.configs.schema import MODEL_IMPLS
 from pallas_kernels import available_impls
@@ -18,3 +19,27 @@ def op_impl(model_impl: str, op) -> str:
         raise ValueError(f"impl must be one of {MODEL_IMPLS}, got {model_impl!r}")
     wants_pallas = model_impl == "pallas" or (model_impl == "auto" and jax.default_backend() == "gpu")
     return "pallas" if wants_pallas and "pallas" in available_impls(op) else "reference"
+
+
+def compute_dtype_for(cfg):
+    """The matmul dtype of a model config (any family's: it reads ``cfg.compute_dtype``): bfloat16 on GPU and
+    float32 on CPU for "auto"; otherwise the named dtype."""
+    if cfg.compute_dtype == "auto":
+        return jnp.bfloat16 if jax.default_backend() == "gpu" else jnp.float32
+    return jnp.dtype(cfg.compute_dtype)
+
+
+def attention_impl(model_impl: str, dtype, head_dim: int) -> str:
+    """``implementation=`` for ``jax.nn.dot_product_attention``: ``"cudnn"`` (cuDNN's fused flash attention: no
+    (N, N) score matrix in memory) where the model may use GPU kernels (``impl`` "pallas" or "auto"), JAX runs on a
+    GPU and cuDNN takes the inputs (bfloat16/float16, head_dim a multiple of 8 up to 128); ``"xla"`` otherwise."""
+    if model_impl not in MODEL_IMPLS:
+        raise ValueError(f"impl must be one of {MODEL_IMPLS}, got {model_impl!r}")
+    fused = (
+        model_impl != "reference"
+        and jax.default_backend() == "gpu"
+        and jnp.dtype(dtype) in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+        and head_dim % 8 == 0
+        and head_dim <= 128
+    )
+    return "cudnn" if fused else "xla"

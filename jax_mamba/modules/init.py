@@ -33,3 +33,13 @@ def dt_bias_init(dt_min: float, dt_max: float, dt_init_floor: float):
         return (dt + jnp.log(-jnp.expm1(-dt))).astype(dtype)
 
     return init
+
+
+def trunc_normal(std: float, low: float = -2.0, high: float = 2.0):
+    """timm's ``trunc_normal_(std=std)``: normal(0, std) truncated to the absolute range [low, high] (not to
+    multiples of std, which ``nnx.initializers.truncated_normal`` uses)."""
+
+    def init(key, shape, dtype=jnp.float32):
+        return (jax.random.truncated_normal(key, low / std, high / std, shape, jnp.float32) * std).astype(dtype)
+
+    return init

@@ -10,18 +10,45 @@ from jax_mamba.modules.init import torch_default_uniform, uniform
 from pallas_kernels import causal_conv1d_fn, rmsnorm_fn
 
 
-def linear(in_features: int, out_features: int, *, bias: bool, dtype, rngs: nnx.Rngs) -> nnx.Linear:
-    """torch.nn.Linear under mamba-ssm's init: kernel U(+-1/sqrt(in)), bias zeros. kernel is (in, out) = weight.T."""
-    return nnx.Linear(
-        in_features,
-        out_features,
-        use_bias=bias,
-        dtype=dtype,
-        param_dtype=jnp.float32,
-        kernel_init=torch_default_uniform(in_features),
-        bias_init=nnx.initializers.zeros_init(),
-        rngs=rngs,
-    )
+@jax.custom_vjp
+def add_bias(y: jax.Array, bias: jax.Array) -> jax.Array:
+    """y (..., features) in the compute dtype + bias (features,): the sum in y's dtype, as torch's autocast does.
+
+    Its backward sums the output gradient over every leading position in float32 (torch accumulates there too), not
+    in the compute dtype: a bias gradient is a sum over the whole batch, which bf16 accumulation would degrade."""
+    return y + bias.astype(y.dtype)
+
+
+def _add_bias_fwd(y, bias):
+    return add_bias(y, bias), jnp.zeros((0,), bias.dtype)
+
+
+def _add_bias_bwd(bias_dtype, g):
+    reduced = jnp.sum(g.astype(jnp.float32), axis=tuple(range(g.ndim - 1)))
+    return g, reduced.astype(bias_dtype.dtype)
+
+
+add_bias.defvjp(_add_bias_fwd, _add_bias_bwd)
+
+
+class Linear(nnx.Module):
+    """torch.nn.Linear: kernel (in, out) = weight.T and bias (out,), float32 parameters; the matmul in ``dtype``
+    (the compute dtype), the bias added through :func:`add_bias`."""
+
+    def __init__(self, in_features: int, out_features: int, *, bias: bool, dtype, kernel_init, rngs: nnx.Rngs):
+        self.kernel = nnx.Param(kernel_init(rngs.params(), (in_features, out_features), jnp.float32))
+        self.bias = nnx.Param(jnp.zeros((out_features,), jnp.float32)) if bias else None
+        self.dtype = dtype
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        y = jnp.dot(x.astype(self.dtype), self.kernel[...].astype(self.dtype))
+        return y if self.bias is None else add_bias(y, self.bias[...])
+
+
+def linear(in_features: int, out_features: int, *, bias: bool, dtype, rngs: nnx.Rngs, kernel_init=None) -> Linear:
+    """torch.nn.Linear under mamba-ssm's init: kernel U(+-1/sqrt(in)) unless ``kernel_init`` is given, bias zeros."""
+    init = kernel_init or torch_default_uniform(in_features)
+    return Linear(in_features, out_features, bias=bias, dtype=dtype, kernel_init=init, rngs=rngs)
 
 
 def embedding(num_embeddings: int, features: int, *, std: float, dtype, rngs: nnx.Rngs) -> nnx.Embed:

@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 from jax_mamba.configs.loader import ConfigError, available_configs, load_config, parse_args_with_overrides
+from jax_mamba.configs.schema import PATH_DATA_KIND
 from jax_mamba.data import DataError
 from jax_mamba.train import run_dir as runs
 from jax_mamba.train.loop import TrainingDiverged, train
@@ -12,6 +13,8 @@ from jax_mamba.train.loop import TrainingDiverged, train
 EPILOG = """\
 overrides: any config field as --section.field=value, or --field=value when the name is unique, e.g.
   --train.batch_size=8 --seq_len=2048 --model.ssm_cfg.d_state=64 --lr=3e-3 --compute_dtype=bfloat16
+--data PATH: a text file or folder (language models, bytes) or an image folder with one subfolder per class
+  (MambaVision; ImageNet layout, optionally split into train/ and val/).
 outputs (in the run folder, default runs/<config>/<timestamp>/): config.yaml, run.json, metrics.jsonl,
   loss_curve.png, checkpoints/<step>/.
 bundled configs: """
@@ -28,12 +31,12 @@ def _run_dir_override(overrides: list[str]) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m jax_mamba.train",
-        description="Train a Mamba-family language model (or synthetic task).",
+        description="Train a Mamba-family model: a language model (or synthetic task) or a MambaVision classifier.",
         epilog=EPILOG + ", ".join(available_configs()),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--config", help="bundled config name or YAML path (default: 'default')")
-    parser.add_argument("--data", metavar="PATH", help="train on your text file or folder (byte level)")
+    parser.add_argument("--data", metavar="PATH", help="train on your text (file or folder) or image folder")
     parser.add_argument(
         "--resume",
         action="store_true",
@@ -45,16 +48,18 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(available_configs()))
         return 0
     overrides: list = list(rest)
-    if args.data is not None:
-        overrides += [("data.kind", "text"), ("data.path", args.data)]
     try:
         if args.resume:
             explicit = _run_dir_override(rest)
             run_dir = Path(explicit) if explicit else runs.latest_run(load_config(args.config or "default").name)
             runs.prepare_resume(run_dir)
-            cfg = load_config(str(run_dir / runs.CONFIG_FILE), overrides)
+            source = str(run_dir / runs.CONFIG_FILE)
         else:
-            cfg = load_config(args.config or "default", overrides)
+            source = args.config or "default"
+        if args.data is not None:  # a text file/folder or an image folder, by the config's family
+            overrides += [("data.kind", PATH_DATA_KIND[load_config(source).family]), ("data.path", args.data)]
+        cfg = load_config(source, overrides)
+        if not args.resume:
             run_dir = runs.new_run_dir(cfg)
         result = train(cfg, resume=args.resume, run_dir=run_dir)
     except (ConfigError, DataError, runs.RunDirError) as err:
@@ -63,9 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     except TrainingDiverged as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    tok_s = f"{result.tokens_per_s:,.0f} tokens/s" if result.tokens_per_s else "n/a tokens/s"
+    rate = f"{result.items_per_s:,.0f}" if result.items_per_s else "n/a"
     peak = f", peak device memory {result.peak_memory_bytes / 2**30:.2f} GiB" if result.peak_memory_bytes else ""
-    print(f"done: step {result.step}, train loss {result.loss:.4f}, {tok_s}{peak}")
+    print(f"done: step {result.step}, train loss {result.loss:.4f}, {rate} {result.unit}/s{peak}")
     print(f"run folder {result.run_dir}: metrics.jsonl, loss_curve.png, checkpoints/")
     return 0
 

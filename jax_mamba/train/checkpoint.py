@@ -1,4 +1,6 @@
-"""Checkpoints with orbax: {params, opt_state} plus JSON metadata per step, the last ``keep`` kept.
+"""Checkpoints with orbax: {params, opt_state, model_state} plus JSON metadata per step, the last ``keep`` kept.
+``model_state`` (BatchNorm running statistics) is stored only where the model has some, so the language models'
+checkpoints hold {params, opt_state} as before.
 
 Saves are synchronous (a checkpoint is complete on disk when ``save`` returns; orbax writes to a temporary folder and
 renames it, so an interrupted save never replaces a finished one)."""
@@ -21,18 +23,25 @@ class CheckpointStore:
     def latest_step(self) -> int | None:
         return self._manager.latest_step()
 
-    def save(self, step: int, params: dict, opt_state, meta: dict) -> None:
-        state = {"params": params, "opt_state": opt_state}
+    @staticmethod
+    def _tree(params: dict, opt_state, model_state: dict) -> dict:
+        tree = {"params": params, "opt_state": opt_state}
+        return {**tree, "model_state": model_state} if model_state else tree
+
+    def save(self, step: int, params: dict, opt_state, model_state: dict, meta: dict) -> None:
+        state = self._tree(params, opt_state, model_state)
         args = ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta))
         self._manager.save(step, args=args, force=True)
         self._manager.wait_until_finished()
 
-    def restore(self, step: int, params_like: dict, opt_state_like) -> tuple[dict, object, dict]:
-        """(params, opt_state, meta) of ``step``, shaped like the given templates (arrays or shape structs)."""
-        abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, {"params": params_like, "opt_state": opt_state_like})
+    def restore(self, step: int, params_like: dict, opt_state_like, model_state_like: dict) -> tuple:
+        """(params, opt_state, model_state, meta) of ``step``, shaped like the templates (arrays or shape structs)."""
+        tree = self._tree(params_like, opt_state_like, model_state_like)
+        abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, tree)
         args = ocp.args.Composite(state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore())
         restored = self._manager.restore(step, args=args)
-        return restored.state["params"], restored.state["opt_state"], dict(restored.meta)
+        state = restored.state
+        return state["params"], state["opt_state"], state.get("model_state", {}), dict(restored.meta)
 
     def close(self) -> None:
         self._manager.close()

@@ -16,15 +16,20 @@ from tqdm import tqdm
 
 from jax_mamba.configs.loader import config_from_dict
 from jax_mamba.configs.schema import RunConfig
-from jax_mamba.data import DataError, Dataset, make_dataset
-from jax_mamba.models import MambaLMHeadModel, ParamLayout, compute_dtype_for
+from jax_mamba.data import Dataset
+from jax_mamba.models import ParamLayout, compute_dtype_for
+from jax_mamba.tasks import Task, task_for
 from jax_mamba.train import run_dir as runs
 from jax_mamba.train.checkpoint import CheckpointStore
 from jax_mamba.train.metrics import MetricsLog, plot_loss_curve
 from jax_mamba.train.optim import learning_rate_schedule, make_optimizer
+from jax_mamba.train.prefetch import DevicePrefetch
 from jax_mamba.train.step import make_eval_step, make_train_step
 
 _RUNTIME_FIELDS = ("impl", "compute_dtype", "remat")  # may change on resume; the architecture may not
+# Steps of an invocation left out of its mean throughput (compilation, autotuning, first kernel loads), at most all
+# but one: the same warm-up as the PyTorch side's benchmark (torch_reference.train_bench --warmup).
+TIMING_WARMUP_STEPS = 3
 
 
 class TrainingDiverged(RuntimeError):
@@ -36,10 +41,11 @@ class TrainResult:
     run_dir: Path
     step: int  # optimizer steps completed
     loss: float  # training loss of the last step
-    eval: dict  # last evaluation: eval_loss and eval_bits_per_byte or eval_accuracy
+    eval: dict  # last evaluation: eval_loss and the task's metrics (bits per byte, accuracy, top-1/top-5)
     traces: int  # times the train step was traced (1: no retracing)
-    tokens_per_s: float | None  # mean over this invocation's steps after the first (compilation)
+    items_per_s: float | None  # tokens or images (``unit``) per second, mean over the steps after the warm-up
     peak_memory_bytes: int | None
+    unit: str = "tokens"
 
 
 def peak_memory_bytes() -> int | None:
@@ -65,41 +71,38 @@ def _check_resumable(saved: RunConfig, cfg: RunConfig, echo) -> None:
             )
 
 
-def _evaluate(eval_step, params, dataset: Dataset) -> dict:
-    loss_sum = count = correct = 0.0
+def _evaluate(task: Task, eval_step, params, state, dataset: Dataset) -> dict:
+    loss_sum, sums = 0.0, {}
     for batch in dataset.eval_batches():
-        l, c, k = jax.device_get(eval_step(params, batch))
-        loss_sum, count, correct = loss_sum + float(l), count + float(c), correct + float(k)
-    loss = loss_sum / max(count, 1.0)
-    result = {"eval_loss": loss, "eval_perplexity": math.exp(min(loss, 700.0))}
-    if dataset.metric == "bits_per_byte":
-        result["eval_bits_per_byte"] = loss / math.log(2)
-    else:
-        result["eval_accuracy"] = correct / max(count, 1.0)
-    return result
+        batch_loss, batch_sums = jax.device_get(eval_step(params, state, batch))
+        loss_sum += float(batch_loss)
+        sums = {k: sums.get(k, 0.0) + float(v) for k, v in batch_sums.items()}
+    return task.eval_metrics(loss_sum, sums)
 
 
 def train(cfg: RunConfig, *, resume: bool = False, run_dir: Path | None = None, echo=print) -> TrainResult:
     """Train ``cfg`` in ``run_dir`` (default: a new folder under runs/<name>/), or continue it with ``resume``."""
-    t = cfg.train
     run_dir = Path(run_dir) if run_dir is not None else runs.new_run_dir(cfg)
     if resume:
         runs.prepare_resume(run_dir)
         saved = config_from_dict(yaml.safe_load((run_dir / runs.CONFIG_FILE).read_text()))
         _check_resumable(saved, cfg, echo)
-    dataset = make_dataset(cfg.data, t)
-    if cfg.model.vocab_size < dataset.vocab_size:
-        raise DataError(
-            f"model.vocab_size={cfg.model.vocab_size} is smaller than the data's vocabulary "
-            f"({dataset.vocab_size} tokens)"
-        )
+    task = task_for(cfg)
+    dataset = task.make_dataset()
+    try:
+        return _train(cfg, task, dataset, resume, run_dir, echo)
+    finally:
+        if hasattr(dataset, "close"):
+            dataset.close()
+
+
+def _train(cfg: RunConfig, task: Task, dataset: Dataset, resume: bool, run_dir: Path, echo) -> TrainResult:
+    t = cfg.train
     if not resume:
         runs.prepare_new(run_dir, cfg)
 
-    model = MambaLMHeadModel(cfg.model, rngs=nnx.Rngs(params=t.seed))
-    layout, params = ParamLayout.split(model)
-    del model
-    tx = make_optimizer(cfg.optim, t.max_steps, params)
+    layout, params, model_state = ParamLayout.split(task.build_model(nnx.Rngs(params=t.seed)))
+    tx = make_optimizer(cfg.optim, t.max_steps, task.weight_decay_mask(params))
     opt_state = tx.init(params)
     store = CheckpointStore(run_dir / runs.CHECKPOINT_DIR, t.keep_checkpoints)
     metrics = MetricsLog(run_dir / "metrics.jsonl")
@@ -107,7 +110,7 @@ def train(cfg: RunConfig, *, resume: bool = False, run_dir: Path | None = None, 
     if resume:
         start = store.latest_step()
         try:
-            params, opt_state, _ = store.restore(start, params, opt_state)
+            params, opt_state, model_state, _ = store.restore(start, params, opt_state, model_state)
         except ValueError as err:
             raise runs.RunDirError(
                 f"--resume: checkpoint {start} in {store.directory} does not fit this run's model "
@@ -134,15 +137,17 @@ def train(cfg: RunConfig, *, resume: bool = False, run_dir: Path | None = None, 
             f"({info['compute_dtype']} compute), data {dataset.describe()['kind']}, run folder {run_dir}"
         )
 
-    train_step, traces = make_train_step(layout, tx, t.grad_accum_steps)
-    eval_step = make_eval_step(layout)
+    train_step, traces = make_train_step(task, layout, tx, t.grad_accum_steps, t.seed)
+    eval_step = make_eval_step(task, layout)
     schedule = learning_rate_schedule(cfg.optim, t.max_steps)
     end = t.max_steps if t.stop_after_steps is None else min(t.max_steps, start + t.stop_after_steps)
-    tokens_per_step = t.batch_size * t.seq_len * t.grad_accum_steps
+    items_per_step = task.items_per_batch() * t.grad_accum_steps
+    rate_key = f"{task.unit}_per_s"
     saved_step = start if resume else None
     last = {"loss": float("nan")}
     eval_result: dict = {}
-    timed_steps, timed_seconds = 0, 0.0
+    timed_steps, timed_seconds, data_wait = 0, 0.0, 0.0  # data_wait: seconds the timed steps waited for batches
+    timed_after = start + min(TIMING_WARMUP_STEPS, max(end - start - 1, 1))  # steps after this one are timed
     window_start, window_steps = time.perf_counter(), 0
     step = start
     bar = tqdm(total=t.max_steps, initial=start, disable=not t.progress, dynamic_ncols=True, mininterval=1.0)
@@ -150,70 +155,88 @@ def train(cfg: RunConfig, *, resume: bool = False, run_dir: Path | None = None, 
     def save(at: int) -> None:
         nonlocal saved_step
         if saved_step != at:
-            store.save(at, params, opt_state, {"step": at, "loss": last["loss"], "config": cfg.name})
+            store.save(at, params, opt_state, model_state, {"step": at, "loss": last["loss"], "config": cfg.name})
             saved_step = at
 
-    try:
-        batch = jax.device_put(dataset.train_batch(start, t.grad_accum_steps)) if start < end else None
-        while step < end:
-            began = time.perf_counter()
-            params, opt_state, out = train_step(params, opt_state, batch)
-            if step + 1 < end:  # prepare the next batch while the device works
-                batch = jax.device_put(dataset.train_batch(step + 1, t.grad_accum_steps))
-            last = {k: float(v) for k, v in jax.device_get(out).items()}
-            step += 1
+    def read(window: list[tuple[int, dict]]) -> None:
+        """Read the metrics of the steps dispatched since the last read point (waiting for the last of them), stop at
+        the first NaN/Inf, log the steps due and count the window's time."""
+        nonlocal last, timed_steps, timed_seconds, previous_end, window_start, window_steps
+        values = jax.device_get([out for _, out in window])
+        now = time.perf_counter()
+        for (at, _), out in zip(window, values, strict=True):
+            last = {k: float(v) for k, v in out.items()}
             if not (math.isfinite(last["loss"]) and math.isfinite(last["grad_norm"])):
-                metrics.write({"step": step, "event": "diverged", **last})
+                metrics.write({"step": at, "event": "diverged", **last})
                 where = f"step {saved_step} in {store.directory}" if saved_step is not None else "none was saved yet"
                 raise TrainingDiverged(
-                    f"training diverged at step {step}: loss={last['loss']}, grad_norm={last['grad_norm']}. "
+                    f"training diverged at step {at}: loss={last['loss']}, grad_norm={last['grad_norm']}. "
                     f"Stopped without saving; the last good checkpoint is {where}. Lower optim.lr or lengthen "
                     "optim.warmup_steps, then continue with --resume."
                 )
-            elapsed = time.perf_counter() - began
-            if step > start + 1:  # the first step of an invocation includes compilation
-                timed_steps, timed_seconds = timed_steps + 1, timed_seconds + elapsed
             window_steps += 1
-            bar.update(1)
-            if step % t.log_every == 0 or step == end:
-                now = time.perf_counter()
-                tok_s = tokens_per_step * window_steps / max(now - window_start, 1e-9)
+            if at % t.log_every == 0 or at == end:
+                rate = items_per_step * window_steps / max(now - window_start, 1e-9)
                 window_start, window_steps = now, 0
-                record = {
-                    "step": step,
-                    "loss": last["loss"],
-                    "grad_norm": last["grad_norm"],
-                    "lr": float(schedule(step - 1)),
-                    "tokens_per_s": tok_s,
-                    "time": time.time(),
-                }
-                if dataset.metric == "accuracy":
-                    record["accuracy"] = last["accuracy"]
+                record = {"step": at, **last, "lr": float(schedule(at - 1)), rate_key: rate, "time": time.time()}
                 metrics.write(record)
-                bar.set_postfix(loss=f"{last['loss']:.4f}", tok_s=f"{tok_s:,.0f}")
-            if step % t.eval_every == 0 or step == end:
-                eval_result = _evaluate(eval_step, params, dataset)
+                bar.set_postfix(loss=f"{last['loss']:.4f}", **{rate_key: f"{rate:,.0f}"})
+        bar.update(len(window))
+        # A window's time runs from the previous read point (or the end of evaluation or saving): dispatching,
+        # waiting for data and for the device all count. Not counted: the warm-up steps, evaluation, saving.
+        if window[0][0] > timed_after:
+            timed_steps, timed_seconds = timed_steps + len(window), timed_seconds + now - previous_end
+        previous_end = now
+
+    def due(every: int) -> bool:
+        return step % every == 0
+
+    prefetch = DevicePrefetch(dataset, start, end, t.grad_accum_steps)  # batches made while the device works
+    try:
+        previous_end = time.perf_counter()
+        # Steps are dispatched back to back and their metrics read only at read points (log, eval and save steps,
+        # the end of the warm-up, the last step): a read waits for the device, and reading every step would keep
+        # the host from queueing the next step while the device works on this one.
+        window: list[tuple[int, dict]] = []
+        while step < end:
+            asked = time.perf_counter()
+            batch = prefetch.next(step)
+            if step >= timed_after:  # the steps whose time counts
+                data_wait += time.perf_counter() - asked
+            params, opt_state, model_state, out = train_step(params, opt_state, model_state, batch, np.int32(step))
+            step += 1
+            window.append((step, out))
+            if not (due(t.log_every) or due(t.eval_every) or due(t.save_every) or step in (end, timed_after)):
+                continue
+            read(window)  # never evaluate or save past an unread (possibly diverged) step
+            window = []
+            if due(t.eval_every) or step == end:
+                eval_result = _evaluate(task, eval_step, params, model_state, dataset)
                 metrics.write({"step": step, **eval_result})
                 echo(f"step {step}: " + ", ".join(f"{k} {v:.4f}" for k, v in eval_result.items()))
-            if step % t.save_every == 0 or step == end:
+            if due(t.save_every) or step == end:
                 save(step)
+            if due(t.eval_every) or due(t.save_every):
+                previous_end = time.perf_counter()
     finally:
+        prefetch.close()
         bar.close()
         store.close()
         records = metrics.read()
         if records:
             plot_loss_curve(records, run_dir / "loss_curve.png", f"{cfg.name} ({run_dir.name})")
 
-    tokens_per_s = tokens_per_step * timed_steps / timed_seconds if timed_steps else None
+    items_per_s = items_per_step * timed_steps / timed_seconds if timed_steps else None
     peak = peak_memory_bytes()
     metrics.write(
         {
             "event": "end",
             "step": step,
-            "tokens_per_s_mean": tokens_per_s,
+            f"{rate_key}_mean": items_per_s,
+            "data_wait_fraction": data_wait / timed_seconds if timed_steps else None,
             "peak_memory_bytes": peak,
             "traces": traces[0],
             "time": time.time(),
         }
     )
-    return TrainResult(run_dir, step, last["loss"], eval_result, traces[0], tokens_per_s, peak)
+    return TrainResult(run_dir, step, last["loss"], eval_result, traces[0], items_per_s, peak, task.unit)

@@ -5,6 +5,8 @@ import json
 import math
 from pathlib import Path
 
+ACCURACY_KEYS = ("eval_accuracy", "eval_top1", "eval_top5")
+
 
 class MetricsLog:
     def __init__(self, path: Path):
@@ -29,13 +31,14 @@ def _last_per_step(records: list[dict], key: str) -> tuple[list[int], list[float
 
 
 def plot_loss_curve(records: list[dict], path: Path, title: str) -> None:
-    """Train and eval loss against step (plus eval accuracy for synthetic tasks) into a PNG."""
+    """Train and eval loss against step (plus eval accuracy: synthetic tasks, top-1/top-5 for images) into a PNG."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    has_accuracy = any(r.get("eval_accuracy") is not None for r in records)
+    accuracies = [k for k in ACCURACY_KEYS if any(r.get(k) is not None for r in records)]
+    has_accuracy = bool(accuracies)
     fig, axes = plt.subplots(1, 2 if has_accuracy else 1, figsize=(11 if has_accuracy else 6.5, 4), squeeze=False)
     ax = axes[0, 0]
     for key, label in (("loss", "train"), ("eval_loss", "eval")):
@@ -43,17 +46,19 @@ def plot_loss_curve(records: list[dict], path: Path, title: str) -> None:
         if steps:
             ax.plot(steps, values, marker="o" if key == "eval_loss" else None, ms=3, label=label)
     ax.set_xlabel("step")
-    ax.set_ylabel("loss (nats / token)")
+    ax.set_ylabel("loss (nats)")
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend()
+    for key in accuracies:
+        steps, values = _last_per_step(records, key)
+        axes[0, 1].plot(steps, values, marker="o", ms=3, label=key.removeprefix("eval_"))
     if has_accuracy:
-        steps, values = _last_per_step(records, "eval_accuracy")
-        axes[0, 1].plot(steps, values, marker="o", ms=3)
         axes[0, 1].set_xlabel("step")
         axes[0, 1].set_ylabel("eval accuracy")
         axes[0, 1].set_ylim(0, 1.02)
         axes[0, 1].grid(alpha=0.3)
+        axes[0, 1].legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

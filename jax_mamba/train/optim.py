@@ -1,11 +1,9 @@
-"""AdamW with linear warmup and cosine decay, global-norm clipping, and weight decay only on weight matrices."""
+"""AdamW (or LAMB) with linear warmup and cosine decay, global-norm clipping, and weight decay on the parameters
+the task names (``Task.weight_decay_mask``)."""
 
-import jax
 import optax
 
 from jax_mamba.configs.schema import OptimConfig
-
-_DECAYED_SUFFIXES = (".kernel", ".embedding", "conv1d.weight")
 
 
 def learning_rate_schedule(cfg: OptimConfig, max_steps: int) -> optax.Schedule:
@@ -20,21 +18,17 @@ def learning_rate_schedule(cfg: OptimConfig, max_steps: int) -> optax.Schedule:
     )
 
 
-def weight_decay_mask(params: dict[str, jax.Array]) -> dict[str, bool]:
-    """Decay Linear/Embedding/conv weights; never A_log, D, dt_bias, biases or norm weights (mamba-ssm's
-    ``_no_weight_decay`` parameters and the usual GPT exclusions)."""
-    return {name: name.endswith(_DECAYED_SUFFIXES) for name in params}
-
-
-def make_optimizer(cfg: OptimConfig, max_steps: int, params: dict[str, jax.Array]) -> optax.GradientTransformation:
-    adamw = optax.adamw(
+def make_optimizer(cfg: OptimConfig, max_steps: int, decay_mask: dict[str, bool]) -> optax.GradientTransformation:
+    """``decay_mask``: {parameter name: whether weight decay applies} (a task's ``weight_decay_mask``)."""
+    optimizer = optax.lamb if cfg.name == "lamb" else optax.adamw
+    update = optimizer(
         learning_rate_schedule(cfg, max_steps),
         b1=cfg.beta1,
         b2=cfg.beta2,
         eps=cfg.eps,
         weight_decay=cfg.weight_decay,
-        mask=weight_decay_mask(params),
+        mask=decay_mask,
     )
     if cfg.grad_clip > 0:
-        return optax.chain(optax.clip_by_global_norm(cfg.grad_clip), adamw)
-    return adamw
+        return optax.chain(optax.clip_by_global_norm(cfg.grad_clip), update)
+    return update

@@ -1,63 +1,76 @@
-"""The jit-compiled train and eval steps over flat parameter dicts (see ``models.params``)."""
+"""The jit-compiled train and eval steps over flat variable dicts (see ``models.params``), for any ``Task``.
+
+A step takes the parameters, the optimizer state and the model state (BatchNorm running statistics; empty for the
+language models) and returns all three updated. Randomness in training (drop path, dropout) comes from
+``fold_in(key(seed), step, micro-batch)``: a pure function of the step, so a resumed run draws the same."""
 
 from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 import optax
+from flax import nnx
 
 from jax_mamba.models.params import ParamLayout
+from jax_mamba.tasks import Task
 
 
-def loss_terms(layout: ParamLayout, params: dict, batch: dict) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
-    """(summed token NLL, (scored tokens, correct argmax predictions)) over the positions where mask is 1.
-
-    Logits are upcast to float32 before the softmax, whatever the compute dtype."""
-    logits = layout.merge(params)(batch["inputs"]).astype(jnp.float32)
-    nll = optax.softmax_cross_entropy_with_integer_labels(logits, batch["targets"])
-    mask = batch["mask"]
-    correct = (jnp.argmax(logits, axis=-1) == batch["targets"]).astype(jnp.float32)
-    return jnp.sum(nll * mask), (jnp.sum(mask), jnp.sum(correct * mask))
+def _training_key(seed: int, step: jax.Array, micro: jax.Array) -> jax.Array:
+    return jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), step), micro)
 
 
-def make_train_step(layout: ParamLayout, tx: optax.GradientTransformation, accum: int) -> tuple[Callable, list[int]]:
-    """Returns (step, traces): ``step(params, opt_state, batch) -> (params, opt_state, metrics)`` with batch arrays
-    (accum, batch, L), params and opt_state donated; ``traces`` counts how often it was traced (1 after the first
-    call means no retracing). Gradients are averaged over all scored tokens of all micro-batches."""
+def make_train_step(
+    task: Task, layout: ParamLayout, tx: optax.GradientTransformation, accum: int, seed: int = 0
+) -> tuple[Callable, list[int]]:
+    """Returns (step, traces): ``step(params, opt_state, state, batch, step_index) -> (params, opt_state, state,
+    metrics)`` with batch arrays (accum, batch, ...), params, opt_state and state donated; ``traces`` counts how often
+    it was traced (1 after the first call means no retracing). Gradients are averaged over all scored items of all
+    micro-batches; the model state passes through the micro-batches in order."""
     traces = [0]
-    grad_fn = jax.value_and_grad(lambda p, b: loss_terms(layout, p, b), has_aux=True)
 
-    def step(params, opt_state, batch):
+    def loss_fn(params, state, micro_batch, key):
+        model = layout.merge(params, state)
+        model.train()
+        loss_sum, sums = task.loss_terms(model, micro_batch, train=True, rngs=nnx.Rngs(dropout=key))
+        return loss_sum, (sums, layout.state_of(model))
+
+    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+
+    def step(params, opt_state, state, batch, step_index):
         traces[0] += 1
 
-        def micro(carry, micro_batch):
-            (loss_sum, (count, correct)), grads = grad_fn(params, micro_batch)
-            acc_grads, acc_loss, acc_count, acc_correct = carry
+        def micro(carry, inputs):
+            micro_batch, index = inputs
+            acc_grads, acc_loss, acc_sums, model_state = carry
+            key = _training_key(seed, step_index, index)
+            (loss_sum, (sums, model_state)), grads = grad_fn(params, model_state, micro_batch, key)
             acc_grads = jax.tree.map(jnp.add, acc_grads, grads)
-            return (acc_grads, acc_loss + loss_sum, acc_count + count, acc_correct + correct), None
+            acc_sums = {k: acc_sums[k] + sums[k] for k in sums} if acc_sums else sums
+            return (acc_grads, acc_loss + loss_sum, acc_sums, model_state), None
 
         zeros = jax.tree.map(jnp.zeros_like, params)
-        init = (zeros, jnp.float32(0), jnp.float32(0), jnp.float32(0))
-        if accum == 1:
-            carry, _ = micro(init, jax.tree.map(lambda x: x[0], batch))
-        else:
-            carry, _ = jax.lax.scan(micro, init, batch)
-        grads, loss_sum, count, correct = carry
-        count = jnp.maximum(count, 1.0)
+        carry, _ = micro((zeros, jnp.float32(0), {}, state), (jax.tree.map(lambda x: x[0], batch), 0))
+        if accum > 1:
+            rest = jax.tree.map(lambda x: x[1:], batch)
+            carry, _ = jax.lax.scan(micro, carry, (rest, jnp.arange(1, accum)))
+        grads, loss_sum, sums, state = carry
+        count = jnp.maximum(sums["count"], 1.0)
         grads = jax.tree.map(lambda g: g / count, grads)
         updates, opt_state = tx.update(grads, opt_state, params)
         params = optax.apply_updates(params, updates)
-        metrics = {"loss": loss_sum / count, "accuracy": correct / count, "grad_norm": optax.tree.norm(grads)}
-        return params, opt_state, metrics
+        metrics = {"loss": loss_sum / count, "grad_norm": optax.tree.norm(grads), **task.train_metrics(sums)}
+        return params, opt_state, state, metrics
 
-    return jax.jit(step, donate_argnums=(0, 1)), traces
+    return jax.jit(step, donate_argnums=(0, 1, 2)), traces
 
 
-def make_eval_step(layout: ParamLayout) -> Callable:
-    """``eval_step(params, batch) -> (loss_sum, count, correct)`` for one (batch, L) batch."""
+def make_eval_step(task: Task, layout: ParamLayout) -> Callable:
+    """``eval_step(params, state, batch) -> (loss_sum, sums)`` for one batch (leading axis batch), model in eval
+    mode (running statistics, no dropout)."""
 
-    def evaluate(params, batch):
-        loss_sum, (count, correct) = loss_terms(layout, params, batch)
-        return loss_sum, count, correct
+    def evaluate(params, state, batch):
+        model = layout.merge(params, state)
+        model.eval()
+        return task.loss_terms(model, batch, train=False, rngs=None)
 
     return jax.jit(evaluate)

@@ -117,6 +117,39 @@ def test_invalid_configs_fail_at_load_naming_the_field(overrides, message):
         load_config("mamba2-tiny", overrides)
 
 
+VISION_BAD = [
+    (["--model.depths=[1,1,2]"], "model.depths: expected a list of 4 positive integers"),
+    (["--model.num_heads=[1,1,3,4]"], "model.num_heads: expected stage 2's heads dividing its width"),
+    (["--model.drop_path_rate=1.0"], "model.drop_path_rate: expected in [0, 1)"),
+    (["--model.d_model=8"], "unknown config key model.d_model"),
+    (["--data.kind=text"], "data.kind: expected one of ('shapes', 'image_folder') for family 'mamba_vision'"),
+    (["--data.kind=image_folder"], "data.path: expected a path when data.kind is 'image_folder'"),
+    (["--data.crop_pct=0"], "data.crop_pct"),
+    (["--data.bad_images=ignore"], "data.bad_images"),
+    (["--data.worker_type=fork"], "data.worker_type"),
+    (["--optim.name=sgd"], "optim.name"),
+    (["--label_smoothing=1.0"], "train.label_smoothing"),
+    (["--family=audio"], "config field family: expected one of"),
+]
+
+
+@pytest.mark.parametrize("overrides,message", VISION_BAD)
+def test_invalid_vision_configs_fail_at_load_naming_the_field(overrides, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config("mambavision-tiny", overrides)
+
+
+def test_the_family_picks_the_model_section(tmp_path):
+    vision = load_config("mambavision-T", ["--dim=96", "--num_classes=10"])
+    assert vision.family == "mamba_vision" and (vision.model.dim, vision.model.num_classes) == (96, 10)
+    assert load_config("vision-224").model.depths == [1, 3, 8, 4]  # NVlabs' defaults when the file has none
+    path = tmp_path / "mine.yaml"
+    path.write_text("family: mamba_vision\nmodel:\n  dim: 8\n")
+    assert load_config(str(path)).model.dim == 8
+    with pytest.raises(ConfigError, match=r"unknown config key model\.dim"):
+        load_config("mamba2-tiny", ["--model.dim=8"])
+
+
 def test_unknown_config_name():
     with pytest.raises(ConfigError, match="not found"):
         load_config("mamba9-13b")

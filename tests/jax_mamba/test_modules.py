@@ -24,7 +24,7 @@ def params64(module) -> dict[str, np.ndarray]:
 
 def perturb(module, rng, scale=0.3):
     """Random values on every parameter (so zero-initialized biases and ones-initialized D/norms are exercised)."""
-    layout, params = ParamLayout.split(module)
+    layout, params, _ = ParamLayout.split(module)
     noisy = {k: v + jnp.asarray(rng.normal(0, scale, v.shape), v.dtype) for k, v in params.items()}
     return layout.merge(noisy)
 
@@ -131,6 +131,19 @@ def test_model_impl_picks_pallas_where_an_op_has_it():
     assert op_impl("auto", selective_scan_fn) == expected_auto
     with pytest.raises(ValueError, match="impl must be one of"):
         op_impl("cuda", selective_scan_fn)
+
+
+def test_attention_uses_cudnn_only_on_a_gpu_for_half_precision():
+    from jax_mamba.modules.impl import attention_impl
+
+    on_gpu = jax.default_backend() == "gpu"
+    assert attention_impl("auto", jnp.bfloat16, 40) == ("cudnn" if on_gpu else "xla")
+    assert attention_impl("pallas", jnp.float16, 64) == ("cudnn" if on_gpu else "xla")
+    assert attention_impl("auto", jnp.float32, 64) == "xla"
+    assert attention_impl("auto", jnp.bfloat16, 49) == "xla"  # cuDNN wants head_dim % 8 == 0
+    assert attention_impl("reference", jnp.bfloat16, 64) == "xla"
+    with pytest.raises(ValueError, match="impl must be one of"):
+        attention_impl("cuda", jnp.bfloat16, 64)
 
 
 @pytest.mark.parametrize(
@@ -266,7 +279,7 @@ def test_remat_gives_same_loss_and_gradients(rng):
     ids = jnp.asarray(rng.integers(0, 50, size=(2, 12)))
 
     def loss_and_grads(remat):
-        layout, params = ParamLayout.split(
+        layout, params, _ = ParamLayout.split(
             MambaLMHeadModel(tiny_model_config("Mamba2", remat=remat, **HYBRID), rngs=nnx.Rngs(8))
         )
         return jax.value_and_grad(lambda p: jnp.mean(layout.merge(p)(ids) ** 2))(params)

@@ -13,7 +13,8 @@ import pytest
 from flax import nnx
 
 from jax_mamba.configs import load_config
-from jax_mamba.models import MambaLMHeadModel, ParamLayout
+from jax_mamba.models import ParamLayout
+from jax_mamba.tasks import task_for
 from jax_mamba.train.__main__ import main
 from jax_mamba.train.loop import TrainingDiverged, train
 from jax_mamba.train.run_dir import RunDirError
@@ -96,17 +97,18 @@ def test_a_new_run_never_overwrites_checkpoints(tmp_path):
 
 def test_gradient_accumulation_equals_one_big_batch(rng):
     cfg = load_config("mamba2-tiny")
-    layout, params = ParamLayout.split(MambaLMHeadModel(cfg.model, rngs=nnx.Rngs(0)))
+    task = task_for(cfg)
+    layout, params, state = ParamLayout.split(task.build_model(nnx.Rngs(0)))
     tx = optax.sgd(0.1)
     ids = rng.integers(0, 256, size=(2, 3, 17)).astype(np.int32)
     mask = rng.integers(0, 2, size=(2, 3, 16)).astype(np.float32)
     batch = {"inputs": ids[..., :-1], "targets": ids[..., 1:], "mask": mask}
     one = {k: v.reshape(1, 6, *v.shape[2:]) for k, v in batch.items()}
     copy = lambda t: jax.tree.map(jnp.array, t)  # noqa: E731  (the step donates its inputs)
-    accum_step, _ = make_train_step(layout, tx, 2)
-    single_step, _ = make_train_step(layout, tx, 1)
-    p2, _, m2 = accum_step(copy(params), tx.init(params), batch)
-    p1, _, m1 = single_step(copy(params), tx.init(params), one)
+    accum_step, _ = make_train_step(task, layout, tx, 2)
+    single_step, _ = make_train_step(task, layout, tx, 1)
+    p2, _, _, m2 = accum_step(copy(params), tx.init(params), state, batch, 0)
+    p1, _, _, m1 = single_step(copy(params), tx.init(params), state, one, 0)
     np.testing.assert_allclose(float(m2["loss"]), float(m1["loss"]), rtol=1e-5)
     for k in p1:
         np.testing.assert_allclose(np.asarray(p2[k]), np.asarray(p1[k]), rtol=1e-4, atol=1e-6, err_msg=k)

@@ -29,3 +29,12 @@ def test_one_device_per_process(cpu_reference):
         load("cuda")
     with pytest.raises(ValueError, match="device must be"):
         load("tpu")
+
+
+def test_nvlabs_mambavision_runs_on_the_cpu_fallback(cpu_reference):
+    """NVlabs' package imports mamba-ssm's selective_scan_fn into its own module: on the CPU that name must be
+    mamba-ssm's reference scan too (the stub CUDA module would raise)."""
+    from torch_reference.mamba_vision import nvlabs_module
+
+    module = nvlabs_module(cpu_reference)
+    assert module.selective_scan_fn is cpu_reference.selective_scan_ref

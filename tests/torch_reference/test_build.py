@@ -38,3 +38,10 @@ def test_build_needs_a_gpu():
         pytest.skip("a GPU is visible")
     with pytest.raises(RuntimeError, match="needs a GPU"):
         build.build()
+
+
+def test_unknown_extension_names_are_refused():
+    from torch_reference import build
+
+    with pytest.raises(ValueError, match="subset of"):
+        build.build(extensions=("selective_scan", "causal_conv1d_cuda"))

@@ -1,4 +1,4 @@
-"""mamba-ssm's training-step timing (the PyTorch side of compare.train_throughput), run here on the CPU fallback."""
+"""The PyTorch side of compare.train_throughput (mamba-ssm, NVlabs' MambaVision), run here on the CPU fallback."""
 
 import json
 
@@ -31,5 +31,19 @@ def test_train_bench_runs_and_learns(cpu_reference, capsys):
         == 0
     )
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert result["framework"] == "torch" and result["tokens_per_s"] > 0 and "cpu" in result["reference"]
+    assert result["framework"] == "torch" and result["items_per_s"] > 0 and "cpu" in result["reference"]
+    assert result["unit"] == "tokens" and result["mode"] == "training"
     assert np.isfinite(result["final_loss"]) and result["final_loss"] < np.log(256)  # below uniform over bytes
+
+
+@pytest.mark.parametrize("inference", [False, True])
+def test_train_bench_runs_nvlabs_mambavision(cpu_reference, capsys, inference):
+    from torch_reference.train_bench import main
+
+    flags = ["--inference"] if inference else []
+    argv = ["--config", "mambavision-tiny", "--steps", "3", "--batch_size", "4", "--device", "cpu", *flags]
+    assert main(argv) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["unit"] == "images" and result["items_per_s"] > 0
+    assert result["mode"] == ("inference" if inference else "training")
+    assert result["parameters"] == 582_194  # NVlabs' model from our config: the same size as ours

@@ -1,0 +1,78 @@
+"""Image classification (family ``mamba_vision``): NVlabs' MambaVision on labelled images, label-smoothed
+cross-entropy, top-1/top-5 accuracy. Images arrive as uint8 and are normalized on the device."""
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from jax_mamba.configs.schema import RunConfig
+from jax_mamba.data import Batch, DataError, Dataset, make_dataset
+from jax_mamba.models import MambaVision
+from jax_mamba.modules.impl import compute_dtype_for
+from jax_mamba.tasks.losses import cross_entropy, top_k_correct
+
+
+class ImageClassification:
+    unit = "images"
+
+    def __init__(self, cfg: RunConfig):
+        self.cfg = cfg
+
+    def build_model(self, rngs: nnx.Rngs) -> nnx.Module:
+        return MambaVision(self.cfg.model, rngs=rngs)
+
+    def make_dataset(self) -> Dataset:
+        if self.cfg.model.in_chans != 3:
+            raise DataError(f"image data is RGB: model.in_chans must be 3, got {self.cfg.model.in_chans}")
+        dataset = make_dataset(self.cfg.data, self.cfg.train)
+        if self.cfg.model.num_classes < dataset.num_classes:
+            raise DataError(
+                f"model.num_classes={self.cfg.model.num_classes} is smaller than the data's "
+                f"{dataset.num_classes} classes; set --model.num_classes={dataset.num_classes}"
+            )
+        return dataset
+
+    def items_per_batch(self) -> int:
+        return self.cfg.train.batch_size
+
+    def normalize(self, images: jax.Array) -> jax.Array:
+        """uint8 (..., H, W, 3) -> (x / 255 - mean) / std in the compute dtype."""
+        mean = jnp.asarray(self.cfg.data.mean, jnp.float32) * 255.0
+        inv_std = 1.0 / (jnp.asarray(self.cfg.data.std, jnp.float32) * 255.0)
+        x = (images.astype(jnp.float32) - mean) * inv_std
+        return x.astype(compute_dtype_for(self.cfg.model))
+
+    def forward(self, model, batch: Batch, rngs=None) -> jax.Array:
+        """logits (batch, classes) float32 of the batch's uint8 images."""
+        return model(self.normalize(batch["images"]), rngs)
+
+    def loss_terms(self, model, batch: Batch, *, train: bool, rngs=None) -> tuple[jax.Array, dict[str, jax.Array]]:
+        """Summed cross-entropy (label-smoothed in training if configured) over the scored samples, their count and
+        the top-1 / top-5 hits."""
+        logits = self.forward(model, batch, rngs)
+        labels, mask = batch["labels"], batch["mask"]
+        smoothing = self.cfg.train.label_smoothing if train else 0.0
+        loss = cross_entropy(logits, labels, smoothing)
+        top1 = (jnp.argmax(logits, axis=-1) == labels).astype(jnp.float32)
+        return jnp.sum(loss * mask), {
+            "count": jnp.sum(mask),
+            "top1": jnp.sum(top1 * mask),
+            "top5": jnp.sum(top_k_correct(logits, labels, 5) * mask),
+        }
+
+    def train_metrics(self, sums: dict[str, jax.Array]) -> dict[str, jax.Array]:
+        return {"top1": sums["top1"] / jnp.maximum(sums["count"], 1.0)}
+
+    def eval_metrics(self, loss_sum: float, sums: dict[str, float]) -> dict[str, float]:
+        count = max(sums["count"], 1.0)
+        loss = loss_sum / count
+        return {
+            "eval_loss": loss,
+            "eval_top1": sums["top1"] / count,
+            "eval_top5": sums["top5"] / count,
+        }
+
+    def weight_decay_mask(self, params: dict[str, jax.Array]) -> dict[str, bool]:
+        """timm's rule, which NVlabs' training uses: decay every parameter of two or more dimensions (Linear and
+        conv weights, the mixers' A_log), never biases, norms, layer scales or D."""
+        return {name: value.ndim >= 2 for name, value in params.items()}
