@@ -28,14 +28,11 @@ import time
 
 import jax
 import numpy as np
-from flax import nnx
 
 from jax_mamba.configs.loader import load_config, parse_args_with_overrides
-from jax_mamba.models import ParamLayout
 from jax_mamba.tasks import task_for
-from jax_mamba.train.optim import make_optimizer
 from jax_mamba.train.prefetch import DevicePrefetch
-from jax_mamba.train.step import make_train_step
+from jax_mamba.train.step import init_training
 
 _NO_LAUNCH = {"parameter", "get-tuple-element", "tuple", "bitcast", "constant", "after-all", "opt-barrier"}
 
@@ -59,10 +56,9 @@ def measure(config: str, overrides: list[str], steps: int, warmup: int, count_op
     cfg = load_config(config, overrides)
     task = task_for(cfg)
     dataset = task.make_dataset()
-    layout, params, state = ParamLayout.split(task.build_model(nnx.Rngs(params=cfg.train.seed)))
-    tx = make_optimizer(cfg.optim, cfg.train.max_steps, task.weight_decay_mask(params))
-    opt_state = tx.init(params)
-    train_step, traces = make_train_step(task, layout, tx, cfg.train.grad_accum_steps, cfg.train.seed)
+    setup = init_training(cfg, task)
+    params, state, opt_state = setup.params, setup.state, setup.opt_state
+    train_step, traces = setup.train_step, setup.traces
 
     data_s = []
     for step in range(warmup):

@@ -13,12 +13,16 @@ from jax_mamba.configs.schema import MODEL_IMPLS
 from pallas_kernels import available_impls
 
 
-def op_impl(model_impl: str, op) -> str:
-    """The ``impl=`` to call ``op`` (a pallas_kernels public function) with under ``model_impl``."""
+def _wants_kernels(model_impl: str) -> bool:
+    """Whether ``model_impl`` asks for the fast kernels: "pallas", or "auto" on a GPU."""
     if model_impl not in MODEL_IMPLS:
         raise ValueError(f"impl must be one of {MODEL_IMPLS}, got {model_impl!r}")
-    wants_pallas = model_impl == "pallas" or (model_impl == "auto" and jax.default_backend() == "gpu")
-    return "pallas" if wants_pallas and "pallas" in available_impls(op) else "reference"
+    return model_impl == "pallas" or (model_impl == "auto" and jax.default_backend() == "gpu")
+
+
+def op_impl(model_impl: str, op) -> str:
+    """The ``impl=`` to call ``op`` (a pallas_kernels public function) with under ``model_impl``."""
+    return "pallas" if _wants_kernels(model_impl) and "pallas" in available_impls(op) else "reference"
 
 
 def compute_dtype_for(cfg):
@@ -33,11 +37,9 @@ def attention_impl(model_impl: str, dtype, head_dim: int) -> str:
     """``implementation=`` for ``jax.nn.dot_product_attention``: ``"cudnn"`` (cuDNN's fused flash attention: no
     (N, N) score matrix in memory) where the model may use GPU kernels (``impl`` "pallas" or "auto"), JAX runs on a
     GPU and cuDNN takes the inputs (bfloat16/float16, head_dim a multiple of 8 up to 128); ``"xla"`` otherwise."""
-    if model_impl not in MODEL_IMPLS:
-        raise ValueError(f"impl must be one of {MODEL_IMPLS}, got {model_impl!r}")
     fused = (
-        model_impl != "reference"
-        and jax.default_backend() == "gpu"
+        _wants_kernels(model_impl)
+        and jax.default_backend() == "gpu"  # "pallas" off a GPU interprets Pallas kernels; cuDNN has no such mode
         and jnp.dtype(dtype) in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
         and head_dim % 8 == 0
         and head_dim <= 128

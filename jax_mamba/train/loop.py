@@ -11,20 +11,19 @@ from pathlib import Path
 import jax
 import numpy as np
 import yaml
-from flax import nnx
 from tqdm import tqdm
 
 from jax_mamba.configs.loader import config_from_dict
 from jax_mamba.configs.schema import RunConfig
 from jax_mamba.data import Dataset
-from jax_mamba.models import ParamLayout, compute_dtype_for
+from jax_mamba.models import compute_dtype_for
 from jax_mamba.tasks import Task, task_for
 from jax_mamba.train import run_dir as runs
 from jax_mamba.train.checkpoint import CheckpointStore
 from jax_mamba.train.metrics import MetricsLog, plot_loss_curve
-from jax_mamba.train.optim import learning_rate_schedule, make_optimizer
+from jax_mamba.train.optim import learning_rate_schedule
 from jax_mamba.train.prefetch import DevicePrefetch
-from jax_mamba.train.step import make_eval_step, make_train_step
+from jax_mamba.train.step import init_training, make_eval_step
 
 _RUNTIME_FIELDS = ("impl", "compute_dtype", "remat")  # may change on resume; the architecture may not
 # Steps of an invocation left out of its mean throughput (compilation, autotuning, first kernel loads), at most all
@@ -101,9 +100,9 @@ def _train(cfg: RunConfig, task: Task, dataset: Dataset, resume: bool, run_dir: 
     if not resume:
         runs.prepare_new(run_dir, cfg)
 
-    layout, params, model_state = ParamLayout.split(task.build_model(nnx.Rngs(params=t.seed)))
-    tx = make_optimizer(cfg.optim, t.max_steps, task.weight_decay_mask(params))
-    opt_state = tx.init(params)
+    setup = init_training(cfg, task)
+    layout, params, model_state, opt_state = setup.layout, setup.params, setup.state, setup.opt_state
+    train_step, traces = setup.train_step, setup.traces
     store = CheckpointStore(run_dir / runs.CHECKPOINT_DIR, t.keep_checkpoints)
     metrics = MetricsLog(run_dir / "metrics.jsonl")
     start = 0
@@ -137,7 +136,6 @@ def _train(cfg: RunConfig, task: Task, dataset: Dataset, resume: bool, run_dir: 
             f"({info['compute_dtype']} compute), data {dataset.describe()['kind']}, run folder {run_dir}"
         )
 
-    train_step, traces = make_train_step(task, layout, tx, t.grad_accum_steps, t.seed)
     eval_step = make_eval_step(task, layout)
     schedule = learning_rate_schedule(cfg.optim, t.max_steps)
     end = t.max_steps if t.stop_after_steps is None else min(t.max_steps, start + t.stop_after_steps)
@@ -158,13 +156,13 @@ def _train(cfg: RunConfig, task: Task, dataset: Dataset, resume: bool, run_dir: 
             store.save(at, params, opt_state, model_state, {"step": at, "loss": last["loss"], "config": cfg.name})
             saved_step = at
 
-    def read(window: list[tuple[int, dict]]) -> None:
+    def read(unread: list[tuple[int, dict]]) -> None:
         """Read the metrics of the steps dispatched since the last read point (waiting for the last of them), stop at
-        the first NaN/Inf, log the steps due and count the window's time."""
+        the first NaN/Inf, log the steps due and count their time."""
         nonlocal last, timed_steps, timed_seconds, previous_end, window_start, window_steps
-        values = jax.device_get([out for _, out in window])
+        values = jax.device_get([out for _, out in unread])
         now = time.perf_counter()
-        for (at, _), out in zip(window, values, strict=True):
+        for (at, _), out in zip(unread, values, strict=True):
             last = {k: float(v) for k, v in out.items()}
             if not (math.isfinite(last["loss"]) and math.isfinite(last["grad_norm"])):
                 metrics.write({"step": at, "event": "diverged", **last})
@@ -181,11 +179,11 @@ def _train(cfg: RunConfig, task: Task, dataset: Dataset, resume: bool, run_dir: 
                 record = {"step": at, **last, "lr": float(schedule(at - 1)), rate_key: rate, "time": time.time()}
                 metrics.write(record)
                 bar.set_postfix(loss=f"{last['loss']:.4f}", **{rate_key: f"{rate:,.0f}"})
-        bar.update(len(window))
-        # A window's time runs from the previous read point (or the end of evaluation or saving): dispatching,
+        bar.update(len(unread))
+        # Their time runs from the previous read point (or the end of evaluation or saving): dispatching,
         # waiting for data and for the device all count. Not counted: the warm-up steps, evaluation, saving.
-        if window[0][0] > timed_after:
-            timed_steps, timed_seconds = timed_steps + len(window), timed_seconds + now - previous_end
+        if unread[0][0] > timed_after:
+            timed_steps, timed_seconds = timed_steps + len(unread), timed_seconds + now - previous_end
         previous_end = now
 
     def due(every: int) -> bool:
@@ -197,7 +195,7 @@ def _train(cfg: RunConfig, task: Task, dataset: Dataset, resume: bool, run_dir: 
         # Steps are dispatched back to back and their metrics read only at read points (log, eval and save steps,
         # the end of the warm-up, the last step): a read waits for the device, and reading every step would keep
         # the host from queueing the next step while the device works on this one.
-        window: list[tuple[int, dict]] = []
+        unread: list[tuple[int, dict]] = []
         while step < end:
             asked = time.perf_counter()
             batch = prefetch.next(step)
@@ -205,11 +203,11 @@ def _train(cfg: RunConfig, task: Task, dataset: Dataset, resume: bool, run_dir: 
                 data_wait += time.perf_counter() - asked
             params, opt_state, model_state, out = train_step(params, opt_state, model_state, batch, np.int32(step))
             step += 1
-            window.append((step, out))
+            unread.append((step, out))
             if not (due(t.log_every) or due(t.eval_every) or due(t.save_every) or step in (end, timed_after)):
                 continue
-            read(window)  # never evaluate or save past an unread (possibly diverged) step
-            window = []
+            read(unread)  # never evaluate or save past an unread (possibly diverged) step
+            unread = []
             if due(t.eval_every) or step == end:
                 eval_result = _evaluate(task, eval_step, params, model_state, dataset)
                 metrics.write({"step": step, **eval_result})

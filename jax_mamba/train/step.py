@@ -5,14 +5,17 @@ language models) and returns all three updated. Randomness in training (drop pat
 ``fold_in(key(seed), step, micro-batch)``: a pure function of the step, so a resumed run draws the same."""
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
 import optax
 from flax import nnx
 
+from jax_mamba.configs.schema import RunConfig
 from jax_mamba.models.params import ParamLayout
 from jax_mamba.tasks import Task
+from jax_mamba.train.optim import make_optimizer
 
 
 def _training_key(seed: int, step: jax.Array, micro: jax.Array) -> jax.Array:
@@ -74,3 +77,27 @@ def make_eval_step(task: Task, layout: ParamLayout) -> Callable:
         return task.loss_terms(model, batch, train=False, rngs=None)
 
     return jax.jit(evaluate)
+
+
+@dataclass
+class Training:
+    """What a run of ``cfg`` starts from: the model's layout, its initial params and state, the optimizer and its
+    state, the jit train step and its trace counter (see ``make_train_step``)."""
+
+    layout: ParamLayout
+    params: dict
+    state: dict
+    tx: optax.GradientTransformation
+    opt_state: optax.OptState
+    train_step: Callable
+    traces: list[int]
+
+
+def init_training(cfg: RunConfig, task: Task) -> Training:
+    """The model, optimizer and train step of ``cfg`` as the training loop builds them (initialization seeded by
+    ``train.seed``; weight decay where the task's mask says)."""
+    t = cfg.train
+    layout, params, state = ParamLayout.split(task.build_model(nnx.Rngs(params=t.seed)))
+    tx = make_optimizer(cfg.optim, t.max_steps, task.weight_decay_mask(params))
+    train_step, traces = make_train_step(task, layout, tx, t.grad_accum_steps, t.seed)
+    return Training(layout, params, state, tx, tx.init(params), train_step, traces)
