@@ -2,7 +2,9 @@
 config, random init), weight conversion both ways, a batch, and a loss + gradients run. The driver does the rest the
 same way for every family: converted weights into our model, the comparisons, the AdamW step.
 
-Stochastic depth and dropout are switched off for parity (their random masks cannot match across frameworks)."""
+Stochastic depth and dropout are switched off for parity (their random masks cannot match across frameworks). Two
+optional hooks: ``batch_for(mode, data)`` (the batch as a mode runs it; default: ``data``) and
+``real_rows(data, outputs)`` (our outputs cut to the rows the reference returns; default: all)."""
 
 import dataclasses
 
@@ -42,22 +44,14 @@ class LanguageModelSide:
         return logits, loss, grads, {}
 
 
-class MambaVisionSide:
-    """NVlabs' ``MambaVision`` (the mambavision package): random uint8 images, classification loss; compared in
-    training mode (batch statistics, running-statistics update) and in eval mode."""
+class _BatchStatsSide:
+    """What the families with BatchNorm running statistics share: compared in eval mode (running statistics, moved
+    off their (0, 1) start so that their use is tested) and in training mode (batch statistics, and the running
+    statistics a forward leaves); our variables are params plus state."""
 
     modes = ("eval", "train")
 
-    def __init__(self, ref, cfg: RunConfig, seed: int):
-        from torch_reference import convert_mamba_vision as convert
-        from torch_reference.mamba_vision import TorchMambaVision
-
-        self.cfg, self.convert = cfg, convert
-        self.torch = TorchMambaVision(ref, cfg.model, seed)
-        self._perturb_buffers(seed)
-
     def _perturb_buffers(self, seed: int) -> None:
-        """Running statistics away from their (0, 1) start, so that eval mode tests their use."""
         import torch
 
         generator = torch.Generator().manual_seed(seed)
@@ -81,6 +75,18 @@ class MambaVisionSide:
         )
         return params
 
+
+class MambaVisionSide(_BatchStatsSide):
+    """NVlabs' ``MambaVision`` (the mambavision package): random uint8 images, classification loss."""
+
+    def __init__(self, ref, cfg: RunConfig, seed: int):
+        from torch_reference import convert_mamba_vision as convert
+        from torch_reference.mamba_vision import TorchMambaVision
+
+        self.cfg, self.convert = cfg, convert
+        self.torch = TorchMambaVision(ref, cfg.model, seed)
+        self._perturb_buffers(seed)
+
     def make_batch(self, rng: np.random.Generator, batch: int, size: int) -> dict:
         images = rng.integers(0, 256, size=(batch, size, size, self.cfg.model.in_chans), dtype=np.uint8)
         labels = rng.integers(0, self.cfg.model.num_classes, size=batch).astype(np.int32)
@@ -94,12 +100,74 @@ class MambaVisionSide:
         )
 
 
-SIDES = {"lm": LanguageModelSide, "mamba_vision": MambaVisionSide}
+class GraphMambaSide(_BatchStatsSide):
+    """Graph-Mamba on torch_geometric + mamba-ssm (``torch_reference.graph_mamba``): random small graphs padded as
+    ours (``size`` is the largest graph's node count), the task's loss. Both sides see the same degree tie-breaking
+    noise (one ordering per layer in training, ``eval_orderings`` in eval: ``batch_for`` picks) and LapPE signs."""
+
+    def __init__(self, ref, cfg: RunConfig, seed: int):
+        from torch_reference import convert_graph_mamba as convert
+        from torch_reference.graph_mamba import TorchGraphMamba
+
+        self.cfg, self.convert = cfg, convert
+        self.torch = TorchGraphMamba(ref, cfg.model, seed)
+        self._perturb_buffers(seed)
+
+    def _perturb_buffers(self, seed: int) -> None:
+        """The statistics of a training forward on another random batch, then moved at random (means by up to
+        0.1 standard deviations, variances by a factor in [0.5, 1.5)): eval mode tests their use, and deep models
+        stay finite (with their (0, 1) start, activations grow with every layer: 1e30 after 6 CLUSTER layers)."""
+        import torch
+
+        calibration = self.make_batch(np.random.default_rng(seed + 1), 4, 16)
+        self.torch.set_running_statistics(self.batch_for("train", calibration))
+        generator = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for module in self.torch.model.modules():
+                if isinstance(module, torch.nn.BatchNorm1d):
+                    std = module.running_var.sqrt()
+                    noise = torch.rand(std.shape, generator=generator) * 0.2 - 0.1
+                    module.running_mean.add_(noise.to(std.device) * std)
+                    module.running_var.mul_(torch.rand(std.shape, generator=generator).to(std.device) + 0.5)
+
+    def make_batch(self, rng: np.random.Generator, batch: int, size: int) -> dict:
+        from compare.graph_batch import random_graph_batch, random_order_noise, random_signs
+
+        m = self.cfg.model
+        data = random_graph_batch(rng, m, batch, size, self.cfg.data.lap_pe_freqs)
+        num_nodes = data["node_mask"].shape[0]
+        data["order_noise"] = random_order_noise(rng, m, m.eval_orderings, num_nodes)
+        data["train_order_noise"] = random_order_noise(rng, m, 1, num_nodes)
+        if m.lap_pe_dim:
+            data["eig_signs"] = random_signs(rng, data["eigvecs"].shape[1])
+        return data
+
+    def batch_for(self, mode: str, data: dict) -> dict:
+        """The batch as ``mode`` runs it: training takes the one-ordering noise."""
+        data = dict(data)
+        train_noise = data.pop("train_order_noise")
+        if mode == "train":
+            data["order_noise"] = train_noise
+        return data
+
+    def real_rows(self, data: dict, outputs: np.ndarray) -> np.ndarray:
+        """Our padded outputs (N or B rows) -> the real nodes' or graphs' rows, as the reference gives them."""
+        mask = data["node_mask"] if self.cfg.model.task_level == "node" else data["graph_mask"]
+        return outputs[np.asarray(mask) > 0]
+
+    def torch_run(self, data: dict, compute_dtype: str, mode: str, smoothing: float):
+        return self.torch.loss_and_grads(data, compute_dtype, train=mode == "train", label_smoothing=smoothing)
+
+
+SIDES = {"lm": LanguageModelSide, "mamba_vision": MambaVisionSide, "graph_mamba": GraphMambaSide}
 
 
 def without_randomness(cfg: RunConfig) -> RunConfig:
-    """The config with stochastic depth and dropout off (MambaVision); language models have none."""
-    if cfg.family != "mamba_vision":
+    """The config with stochastic depth and dropout off (MambaVision, Graph-Mamba); language models have none."""
+    if cfg.family == "mamba_vision":
+        model = dataclasses.replace(cfg.model, drop_path_rate=0.0, drop_rate=0.0, attn_drop_rate=0.0)
+    elif cfg.family == "graph_mamba":
+        model = dataclasses.replace(cfg.model, dropout=0.0)
+    else:
         return cfg
-    model = dataclasses.replace(cfg.model, drop_path_rate=0.0, drop_rate=0.0, attn_drop_rate=0.0)
     return dataclasses.replace(cfg, model=model)

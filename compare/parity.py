@@ -1,9 +1,10 @@
 """JAX vs PyTorch parity: ``python -m compare.parity --config NAME [--dtype bfloat16] [--ops-only]``.
 
 Model level, for any family (``compare.families``): the reference is built from the config (random init, seeded:
-mamba-ssm's ``MambaLMHeadModel``, NVlabs' ``MambaVision``), its weights converted into our model; the same batch
-gives logits, loss and every parameter gradient on both sides (MambaVision in eval and in training mode, where the
-running statistics after the forward are compared too), then one AdamW step with the same settings (weight-decay
+mamba-ssm's ``MambaLMHeadModel``, NVlabs' ``MambaVision``, Graph-Mamba on torch_geometric and mamba-ssm's ``Mamba``),
+its weights converted into our model; the same batch gives logits, loss and every parameter gradient on both sides
+(MambaVision and Graph-Mamba in eval and in training mode, where the running statistics after the forward are
+compared too), then one AdamW step with the same settings (weight-decay
 groups, lr, betas, eps) on the same gradients gives the new parameters.
 Op level: our ``pallas_kernels`` ops (every available ``impl``) against mamba-ssm's at the config's layer shapes,
 outputs and every input gradient. mamba-ssm runs at its best on a GPU (CUDA/Triton) or as its CPU fallback; the
@@ -30,7 +31,7 @@ from flax import nnx
 from compare.families import SIDES, without_randomness
 from compare.tolerances import GRAD_FLOOR, Comparison, compare, compare_to_reference_noise
 from jax_mamba.configs.loader import load_config, parse_args_with_overrides
-from jax_mamba.configs.schema import MambaVisionConfig, ModelConfig, OptimConfig, RunConfig
+from jax_mamba.configs.schema import GraphMambaConfig, MambaVisionConfig, ModelConfig, OptimConfig, RunConfig
 from jax_mamba.models import ParamLayout
 from jax_mamba.models.mamba_vision import MIXER
 from jax_mamba.tasks import task_for
@@ -59,7 +60,8 @@ def model_parity(
 ) -> list[Comparison]:
     """Logits, loss, every parameter gradient (and, for families with batch statistics, the running statistics a
     training forward leaves) in each of the family's modes, then one AdamW step (``gradients=False``: logits and
-    loss only). ``seq_len`` is the sequence length of language models and the image side of vision models.
+    loss only). ``seq_len`` is the sequence length of language models, the image side of vision models and the
+    largest graph's node count of graph models (``batch`` graphs).
 
     In bf16 (torch autocast vs our compute_dtype) the reference also runs in float32, and the bounds are relative to
     its own bf16 error (see ``compare.tolerances``)."""
@@ -71,33 +73,39 @@ def model_parity(
     state = {k: jnp.asarray(v) for k, v in state.items()}
     layout = ParamLayout.split(nnx.eval_shape(lambda: task.build_model(nnx.Rngs(0))))[0]
     data = side.make_batch(np.random.default_rng(seed), batch, seq_len)
+    batch_for = getattr(side, "batch_for", lambda mode, data: data)
+    real_rows = getattr(side, "real_rows", lambda data, outputs: outputs)
     dtype = jnp.dtype(compute_dtype)
     label = (lambda mode, name: f"{mode} {name}") if len(side.modes) > 1 else (lambda mode, name: name)
     rows: list[Comparison] = []
     for mode in side.modes:
         smoothing = cfg.train.label_smoothing if mode == "train" else 0.0
+        mode_data = batch_for(mode, data)
         fp32 = (None, None, {}, {})
         if compute_dtype != "float32":  # the reference's own bf16 error, measured against its float32 run
-            fp32 = side.torch_run(data, "float32", mode, smoothing)
-        t_logits, t_loss, t_grads, t_state = side.torch_run(data, compute_dtype, mode, smoothing)
+            fp32 = side.torch_run(mode_data, "float32", mode, smoothing)
+        t_logits, t_loss, t_grads, t_state = side.torch_run(mode_data, compute_dtype, mode, smoothing)
 
         def check(name, ours, theirs, theirs_fp32, floor=0.0):
             if compute_dtype == "float32":
                 return compare(name, ours, theirs, dtype, floor=floor)
             return compare_to_reference_noise(name, ours, theirs, theirs_fp32, dtype, floor=floor)
 
-        def run(p, mode=mode):
+        ours_data = {k: jnp.asarray(v) for k, v in mode_data.items()}  # our side gets device arrays, as in training
+
+        def run(p, mode=mode, data=ours_data):
             model = layout.merge(p, state)
             model.train() if mode == "train" else model.eval()
             loss_sum, sums = task.loss_terms(model, data, train=mode == "train", rngs=None)
             return loss_sum / sums["count"], layout.state_of(model)
 
-        def logits_of(p, mode=mode):
+        def logits_of(p, mode=mode, data=ours_data):
             model = layout.merge(p, state)
             model.train() if mode == "train" else model.eval()
             return task.forward(model, data).astype(jnp.float32)
 
-        rows.append(check(label(mode, "logits"), np.asarray(jax.jit(logits_of)(params)), t_logits, fp32[0]))
+        logits = real_rows(mode_data, np.asarray(jax.jit(logits_of)(params)))
+        rows.append(check(label(mode, "logits"), logits, t_logits, fp32[0]))
         if not gradients:
             loss, _ = jax.jit(run)(params)
             rows.append(check(label(mode, "loss"), np.float64(loss), np.float64(t_loss), fp32[1]))
@@ -200,9 +208,28 @@ def _selective_scan_rows(ref, rng, dtype: str, batch: int, seq_len: int, d: int,
     )
 
 
+def _causal_conv1d_rows(ref, rng, dtype: str, batch: int, seq_len: int, channels: int, width: int):
+    """Our causal conv1d (SiLU) vs mamba-ssm's, x (batch, seq_len, channels) and a (channels, width) filter."""
+    from torch_reference import ops
+
+    conv = {
+        "x": rounded(rng.normal(size=(batch, seq_len, channels)), dtype),
+        "weight": rounded(rng.uniform(-0.5, 0.5, (channels, width)), dtype),
+        "bias": rounded(rng.uniform(-0.5, 0.5, channels), dtype),
+    }
+    return _check_op(
+        "causal_conv1d",
+        partial(causal_conv1d_fn, activation="silu"),
+        partial(ops.run_causal_conv1d, ref, activation="silu"),
+        conv,
+        dtype,
+        rng,
+    )
+
+
 def op_parity(
     ref,
-    cfg: ModelConfig | MambaVisionConfig,
+    cfg: ModelConfig | MambaVisionConfig | GraphMambaConfig,
     *,
     dtype: str = "float32",
     batch: int = 2,
@@ -211,13 +238,18 @@ def op_parity(
 ) -> list[Comparison]:
     """Our ops vs mamba-ssm's at the layer shapes of ``cfg``: the SSM op of its layer type (plus, for Mamba-2,
     ``ssd_minimal_discrete`` and the gated norm), and the causal conv. For MambaVision: the selective scan of a
-    stage-3 mixer (no gate, N = 8) over a full window's tokens (``seq_len`` is not used)."""
+    stage-3 mixer (no gate, N = 8) over a full window's tokens (``seq_len`` is not used). For Graph-Mamba: the
+    global Mamba's gated selective scan and causal conv over ``batch`` graphs of ``seq_len`` nodes."""
     from torch_reference import ops
 
     rng = np.random.default_rng(seed)
     if isinstance(cfg, MambaVisionConfig):
         d, tokens = cfg.dim * 2**2 // 2, cfg.window_size[2] ** 2
         return _selective_scan_rows(ref, rng, dtype, batch, tokens, d, MIXER["d_state"], gated=False)
+    if isinstance(cfg, GraphMambaConfig):
+        d = cfg.expand * cfg.dim_hidden
+        rows = _selective_scan_rows(ref, rng, dtype, batch, seq_len, d, cfg.d_state, gated=True)
+        return rows + _causal_conv1d_rows(ref, rng, dtype, batch, seq_len, d, cfg.d_conv)
     s = cfg.ssm_cfg
     n = s.resolved_d_state()
     act = lambda *shape: rounded(rng.normal(size=shape), dtype)  # noqa: E731
@@ -277,20 +309,7 @@ def op_parity(
             rng,
         )
         conv_channels = d_ssm + 2 * g * n  # the conv runs over xBC
-    conv = {
-        "x": act(batch, seq_len, conv_channels),
-        "weight": rounded(rng.uniform(-0.5, 0.5, (conv_channels, s.d_conv)), dtype),
-        "bias": rounded(rng.uniform(-0.5, 0.5, conv_channels), dtype),
-    }
-    rows += _check_op(
-        "causal_conv1d",
-        partial(causal_conv1d_fn, activation="silu"),
-        partial(ops.run_causal_conv1d, ref, activation="silu"),
-        conv,
-        dtype,
-        rng,
-    )
-    return rows
+    return rows + _causal_conv1d_rows(ref, rng, dtype, batch, seq_len, conv_channels, s.d_conv)
 
 
 # ----------------------------------------------------------------------------------------------- report
@@ -330,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
         help="op inputs and model compute dtype (bf16: torch autocast / our compute_dtype)",
     )
     parser.add_argument("--batch", type=int, default=2)
-    parser.add_argument("--seq_len", type=int, default=64)
+    parser.add_argument("--seq_len", type=int, default=64, help="LM tokens, image side, or nodes of the largest graph")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--n_layer", type=int, help="override the config's layer count (e.g. 1 for one layer)")
     parser.add_argument("--ops-only", action="store_true", help="skip the model-level checks")
@@ -341,7 +360,12 @@ def main(argv: list[str] | None = None) -> int:
     from torch_reference.backend import load
 
     ref = load(args.device)
-    run_cfg = load_config(args.config, [*overrides, *([f"--model.n_layer={args.n_layer}"] if args.n_layer else [])])
+    run_cfg = load_config(args.config, overrides)
+    if args.n_layer:
+        field = next((f for f in ("n_layer", "n_layers") if hasattr(run_cfg.model, f)), None)
+        if field is None:
+            parser.error(f"--n_layer: a {run_cfg.family} model has no layer count to override")
+        run_cfg = load_config(args.config, [*overrides, f"--model.{field}={args.n_layer}"])
     cfg = run_cfg.model
     print(ref.describe())
     began = time.time()

@@ -9,6 +9,8 @@
 #   layers    compare.parity, 2-layer 130m-width Mamba-1 and Mamba-2, bf16, batch 2 x 2048: ops, logits, loss, grads
 #   full      compare.parity --forward-only on the whole 130m models (24 layers): logits and loss, bf16 and fp32
 #   vision    compare.parity on MambaVision-T in bf16 (batch 8, 224 px; train and eval mode) against NVlabs' package
+#   graph     compare.parity on Graph-Mamba at the peptides-func config in bf16 (16 peptide-like graphs; train and
+#             eval mode) against our PyTorch Graph-Mamba on mamba-ssm
 #   tests     pytest -m gpu (TESTS="path ..." narrows it)
 # NVlabs' mambavision wheel, if present in .whl/, is installed (--no-deps) first: it is not on the GPU image.
 #   triton    export Triton's compile cache (mamba-ssm's autotuned kernels) like the build; import with triton-import:D
@@ -56,6 +58,7 @@ for stage in $stages; do
                   done
               done ;;
         vision) parity mambavision-T-bf16 --config mambavision-T --dtype bfloat16 --batch 8 --seq_len 224 ;;
+        graph) parity graph-mamba-peptides-func-bf16 --config graph-mamba-peptides-func --dtype bfloat16 --batch 16 ;;
         tests) echo "== gpu tests" >> "$log"
                timeout "${TESTS_TIMEOUT:-300}" python3 -m pytest -q -m gpu ${TESTS:-tests} -p no:cacheprovider \
                    >> "$log" 2>&1

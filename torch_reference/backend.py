@@ -159,6 +159,7 @@ def _patch_cpu_fallbacks() -> None:
 def _collect(device: str) -> types.SimpleNamespace:
     from mamba_ssm.models.config_mamba import MambaConfig
     from mamba_ssm.models.mixer_seq_simple import MambaLMHeadModel
+    from mamba_ssm.modules.mamba_simple import Mamba
     from mamba_ssm.modules.ssd_minimal import ssd_minimal_discrete
     from mamba_ssm.ops.selective_scan_interface import selective_scan_fn, selective_scan_ref
     from mamba_ssm.ops.triton import layernorm_gated
@@ -167,6 +168,7 @@ def _collect(device: str) -> types.SimpleNamespace:
     ns = types.SimpleNamespace(
         MambaConfig=MambaConfig,
         MambaLMHeadModel=MambaLMHeadModel,
+        Mamba=Mamba,  # the Mamba-1 mixer alone (Graph-Mamba's global model); its module-level ops are patched above
         selective_scan_ref=selective_scan_ref,
         ssd_minimal_discrete=ssd_minimal_discrete,
         ssd_chunk_scan_combined_ref=ssd_chunk_scan_combined_ref,

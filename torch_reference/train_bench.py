@@ -1,13 +1,15 @@
 """The PyTorch reference's training (or inference) throughput: ``python -m torch_reference.train_bench --config NAME``.
 
 The PyTorch side of ``compare.train_throughput``, for any family, at the reference's best settings: the model from
-the same config (fp32 params: mamba-ssm's ``MambaLMHeadModel`` with its fused kernels, or NVlabs' ``MambaVision``
-in channels-last memory format), bf16 autocast, cross-entropy on fp32 logits (label smoothing as configured),
-global-norm clipping, fused ``torch.optim.AdamW`` with the same betas, eps and weight-decay groups as ours (which
-parameters decay: ``Task.weight_decay_mask``), on the same batches as the JAX run. ``--inference``: eval-mode
-forwards under ``torch.inference_mode`` instead. Prints one JSON line: mean items/s (tokens or images) over the steps
-after ``--warmup`` (3, at most steps - 1: the first ones autotune and allocate), each from a batch already on the
-device to the loss read back, and peak allocated CUDA memory."""
+the same config (fp32 params: mamba-ssm's ``MambaLMHeadModel`` with its fused kernels, NVlabs' ``MambaVision``
+in channels-last memory format, or Graph-Mamba on torch_geometric and mamba-ssm's ``Mamba``), bf16 autocast, the
+task's loss on fp32 logits (cross-entropy with label smoothing as configured; Graph-Mamba's multilabel BCE and
+regression L1), global-norm clipping, fused ``torch.optim.AdamW`` with the same betas, eps and weight-decay groups as
+ours (which parameters decay: ``Task.weight_decay_mask``), on the same batches as the JAX run (graph batches
+unpadded to PyG tensors on the device before the clock starts). ``--inference``: eval-mode forwards under
+``torch.inference_mode`` instead. Prints one JSON line: mean items/s (tokens, images or graphs) over the steps after
+``--warmup`` (3, at most steps - 1: the first ones autotune and allocate), each from a batch already on the device to
+the loss read back, and peak allocated CUDA memory."""
 
 import argparse
 import json
@@ -56,14 +58,16 @@ class _Runner:
 
     def logits_and_labels(self, inputs) -> tuple[torch.Tensor, torch.Tensor]: ...
 
+    def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """The training objective on float32 logits: cross-entropy with the configured label smoothing."""
+        return F.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), label_smoothing=self.cfg.train.label_smoothing
+        )
+
     def train_step(self, inputs) -> torch.Tensor:
         with torch.autocast(self.device, dtype=torch.bfloat16):
             logits, labels = self.logits_and_labels(inputs)
-        loss = F.cross_entropy(
-            logits.float().reshape(-1, logits.shape[-1]),
-            labels.reshape(-1),
-            label_smoothing=self.cfg.train.label_smoothing,
-        )
+        loss = self.loss(logits.float(), labels)
         loss.backward()
         if self.cfg.optim.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.optim.grad_clip)
@@ -127,7 +131,41 @@ class _MambaVision(_Runner):
         return self.forward(x.contiguous(memory_format=torch.channels_last)), labels
 
 
-_RUNNERS = {"lm": _LanguageModel, "mamba_vision": _MambaVision}
+class _GraphMamba(_Runner):
+    unit = "graphs"
+
+    def build(self) -> None:
+        from torch_reference.graph_mamba import TorchGraphMamba
+
+        self.model = TorchGraphMamba(self.ref, self.cfg.model, seed=self.cfg.train.seed).model
+
+    def decayed(self, params_by_torch_name: dict) -> dict[str, bool]:
+        """The task's rule (GraphGPS's AdamW decays every parameter), read through the conversion table."""
+        from torch_reference.convert_graph_mamba import expected_variables, split_variables, torch_name
+
+        shapes = expected_variables(self.cfg.model)
+        ours, _ = split_variables({k: np.zeros(v, np.float32) for k, v in shapes.items()}, self.cfg.model)
+        mask = {torch_name(k): v for k, v in task_for(self.cfg).weight_decay_mask(ours).items()}
+        return {name: mask[name] for name in params_by_torch_name}
+
+    def inputs(self, batch: dict):
+        """The padded batch -> unpadded PyG-style tensors on the device (the model draws its own orderings)."""
+        from torch_reference.graph_mamba import graph_inputs
+
+        g = graph_inputs({k: v[0] for k, v in batch.items()}, self.device)
+        return g, g.labels
+
+    def logits_and_labels(self, inputs):
+        g, labels = inputs
+        return self.forward(g), labels
+
+    def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        from torch_reference.graph_mamba import graph_loss
+
+        return graph_loss(logits, labels, self.cfg.model.task_type, self.cfg.train.label_smoothing)
+
+
+_RUNNERS = {"lm": _LanguageModel, "mamba_vision": _MambaVision, "graph_mamba": _GraphMamba}
 
 
 def measure(
@@ -170,7 +208,7 @@ def measure(
         "reference": ref.describe(),
         "settings": ", ".join(
             ["bf16 autocast", "fused AdamW" if device == "cuda" else "AdamW"]
-            + (["channels_last"] if cfg.family != "lm" else [])
+            + (["channels_last"] if cfg.family == "mamba_vision" else [])
             + (["torch.compile"] if compile_model else [])
         ),
         "unit": runner.unit,

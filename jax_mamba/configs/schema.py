@@ -13,14 +13,21 @@ MODEL_IMPLS = ("auto", "reference", "pallas")  # what each means: jax_mamba.modu
 
 SSM_LAYERS = ("Mamba1", "Mamba2")
 COMPUTE_DTYPES = ("auto", "float32", "bfloat16")
-FAMILIES = ("lm", "mamba_vision")
+FAMILIES = ("lm", "mamba_vision", "graph_mamba")
 DATA_KINDS = {  # family: the data kinds its task reads
     "lm": ("stdlib", "text", "selective_copying", "induction_heads"),
     "mamba_vision": ("shapes", "image_folder"),
+    "graph_mamba": ("cluster", "pattern", "graph_classes", "synthetic_peptides", "pyg"),
 }
-PATH_DATA_KIND = {"lm": "text", "mamba_vision": "image_folder"}  # what ``--data PATH`` means per family
-EMBEDDED_DATA_KIND = {"lm": "stdlib", "mamba_vision": "shapes"}  # data.kind where a config names none
+# what ``--data PATH`` means per family
+PATH_DATA_KIND = {"lm": "text", "mamba_vision": "image_folder", "graph_mamba": "pyg"}
+# data.kind where a config names none
+EMBEDDED_DATA_KIND = {"lm": "stdlib", "mamba_vision": "shapes", "graph_mamba": "cluster"}
 OPTIMIZERS = ("adamw", "lamb")
+GRAPH_TASK_LEVELS = ("node", "graph")
+GRAPH_TASK_TYPES = ("multiclass", "multilabel", "regression")
+GRAPH_FEATURE_KINDS = ("dense", "categorical")
+GRAPH_EDGE_KINDS = ("none", "dense", "categorical")
 BAD_IMAGE_POLICIES = ("stop", "skip")
 WORKER_TYPES = ("process", "thread")
 
@@ -138,7 +145,46 @@ class MambaVisionConfig:
     remat: bool = False  # recompute each hybrid block in the backward pass
 
 
-MODEL_CONFIGS = {"lm": ModelConfig, "mamba_vision": MambaVisionConfig}  # family -> model section
+@dataclass
+class GraphMambaConfig:
+    """Graph-Mamba (Wang et al. 2024; bowang-lab/Graph-Mamba's ``GPSModel`` with layer type
+    ``CustomGatedGCN+Mamba_Hybrid_Degree_Noise``): node/edge encoders (plus Laplacian positional encodings), then
+    ``n_layers`` GPS layers of a local GatedGCN and a global Mamba-1 over each graph's nodes ordered by degree, then
+    a node or graph (mean-pooled) head. Input and output fields describe the data and are checked against it."""
+
+    dim_hidden: int = 96
+    n_layers: int = 3
+    dropout: float = 0.0  # GatedGCN's node/edge dropout, the Mamba branch's and the FFN's (GraphGPS gt.dropout)
+    d_state: int = 16  # the global Mamba-1 (Graph-Mamba's fixed d_state 16, d_conv 4, expand 1)
+    d_conv: int = 4
+    expand: int = 1
+    eval_orderings: int = 5  # eval: the Mamba branch averaged over this many random tie-breaking orderings
+    # Inputs (what the data holds; checked against it)
+    node_feature_kind: str = "dense"  # "dense": a Linear on float features; "categorical": summed embeddings
+    node_in_dim: int = 7  # dense: features per node
+    node_vocab: list[int] = field(default_factory=list)  # categorical: cardinality of each feature column
+    edge_feature_kind: str = "none"  # "none": one learned embedding for every edge (GraphGPS DummyEdge)
+    edge_in_dim: int = 0
+    edge_vocab: list[int] = field(default_factory=list)
+    lap_pe_dim: int = 16  # width of the LapPE (DeepSet) encoding concatenated to the node encoding; 0: none
+    # (how many eigenpairs per graph it reads: data.lap_pe_freqs)
+    lap_pe_layers: int = 2  # DeepSet layers
+    # Outputs
+    task_level: str = "node"  # "node" or "graph" (mean pooling)
+    task_type: str = "multiclass"  # "multiclass", "multilabel" (sigmoid per target) or "regression"
+    num_outputs: int = 6  # classes or targets
+    head_layers: int = 1  # GraphGym's post-MP MLP: hidden Linear + ReLU + L2 normalization, then a Linear
+    # How to run it
+    impl: str = "auto"  # the selective scan: "auto" (Pallas on GPU), "pallas" or "reference"; see modules.impl
+    compute_dtype: str = "auto"  # "auto": bfloat16 on GPU, float32 on CPU; params and norm statistics stay float32
+    remat: bool = False  # recompute each GPS layer in the backward pass
+
+
+MODEL_CONFIGS = {
+    "lm": ModelConfig,
+    "mamba_vision": MambaVisionConfig,
+    "graph_mamba": GraphMambaConfig,
+}  # family -> model section
 
 
 @dataclass
@@ -164,7 +210,10 @@ class DataConfig:
     Language models: ``stdlib``: byte-level Python standard library sources (embedded default); ``text``: a user's
     text file or folder (bytes); ``selective_copying``/``induction_heads``: the Mamba paper's synthetic tasks, scored
     by accuracy. Images: ``shapes``: generated images of ten shape classes (embedded default); ``image_folder``: a
-    folder with one subfolder of images per class (ImageNet layout, optionally split into train/ and val/)."""
+    folder with one subfolder of images per class (ImageNet layout, optionally split into train/ and val/). Graphs:
+    ``cluster``/``pattern``: generated CLUSTER-/PATTERN-like node classification (embedded default: cluster);
+    ``graph_classes``: generated graph classification; ``synthetic_peptides``: generated peptide-like molecules (a
+    stand-in for LRGB peptides-func); ``pyg``: a PyG dataset saved on disk (jax_mamba.data.graphs)."""
 
     kind: str = "stdlib"
     path: str | None = None
@@ -183,6 +232,10 @@ class DataConfig:
     prefetch: int = 4  # training batches decoded ahead of the one in use
     bad_images: str = "stop"  # an unreadable image file: "stop" with an error naming it, or "skip" (count it)
     num_images: int = 4000  # shapes: images generated (val_fraction of them for validation)
+    # Graphs
+    num_graphs: int = 500  # generated graph sets: graphs generated (val_fraction of them for validation)
+    lap_pe_freqs: int = 10  # Laplacian PE: lowest-frequency eigenpairs per graph (GraphGPS max_freqs); 0: none
+    bucket_steps: int = 4  # padded batch sizes: this many sizes per octave (at most 1/steps padding, 25% for 4)
 
 
 @dataclass
@@ -206,8 +259,8 @@ class TrainConfig:
 @dataclass
 class RunConfig:
     name: str = "custom"
-    family: str = "lm"  # which model section and task: "lm" (ModelConfig) or "mamba_vision" (MambaVisionConfig)
-    model: ModelConfig | MambaVisionConfig = field(default_factory=ModelConfig)
+    family: str = "lm"  # model section and task: "lm", "mamba_vision" or "graph_mamba" (see MODEL_CONFIGS)
+    model: ModelConfig | MambaVisionConfig | GraphMambaConfig = field(default_factory=ModelConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
@@ -323,15 +376,62 @@ def validate_mamba_vision(m: MambaVisionConfig) -> MambaVisionConfig:
     return m
 
 
+def validate_graph_mamba(m: GraphMambaConfig) -> GraphMambaConfig:
+    """Check a Graph-Mamba model section; raise ValueError naming the field (as ``model.<name>``). Returns ``m``."""
+    for name in ("dim_hidden", "n_layers", "d_state", "d_conv", "expand", "eval_orderings", "num_outputs"):
+        _positive(f"model.{name}", getattr(m, name))
+    _require(0 <= m.dropout < 1, "model.dropout", "in [0, 1)", m.dropout)
+    _require(
+        m.node_feature_kind in GRAPH_FEATURE_KINDS,
+        "model.node_feature_kind",
+        f"one of {GRAPH_FEATURE_KINDS}",
+        m.node_feature_kind,
+    )
+    _require(
+        m.edge_feature_kind in GRAPH_EDGE_KINDS,
+        "model.edge_feature_kind",
+        f"one of {GRAPH_EDGE_KINDS}",
+        m.edge_feature_kind,
+    )
+    for kind, dim, vocab, prefix in (
+        (m.node_feature_kind, m.node_in_dim, m.node_vocab, "node"),
+        (m.edge_feature_kind, m.edge_in_dim, m.edge_vocab, "edge"),
+    ):
+        if kind == "dense":
+            _positive(f"model.{prefix}_in_dim", dim)
+        if kind == "categorical":
+            _require(
+                len(vocab) > 0 and all(isinstance(v, int) and v > 0 for v in vocab),
+                f"model.{prefix}_vocab",
+                "a non-empty list of positive cardinalities (one per feature column)",
+                vocab,
+            )
+    _require(0 <= m.lap_pe_dim < m.dim_hidden, "model.lap_pe_dim", f"in [0, dim_hidden={m.dim_hidden})", m.lap_pe_dim)
+    if m.lap_pe_dim:
+        _positive("model.lap_pe_layers", m.lap_pe_layers)
+    _require(m.task_level in GRAPH_TASK_LEVELS, "model.task_level", f"one of {GRAPH_TASK_LEVELS}", m.task_level)
+    _require(m.task_type in GRAPH_TASK_TYPES, "model.task_type", f"one of {GRAPH_TASK_TYPES}", m.task_type)
+    _require(
+        m.task_type != "multiclass" or m.num_outputs >= 2,
+        "model.num_outputs",
+        "at least 2 classes for a multiclass task",
+        m.num_outputs,
+    )
+    _positive("model.head_layers", m.head_layers)
+    _require(m.impl in MODEL_IMPLS, "model.impl", f"one of {MODEL_IMPLS}", m.impl)
+    _require(m.compute_dtype in COMPUTE_DTYPES, "model.compute_dtype", f"one of {COMPUTE_DTYPES}", m.compute_dtype)
+    return m
+
+
+_VALIDATORS = {"lm": validate_model, "mamba_vision": validate_mamba_vision, "graph_mamba": validate_graph_mamba}
+
+
 def validate(cfg: RunConfig) -> RunConfig:
     """Check the semantic constraints of a whole run; raise ValueError naming the field. Returns ``cfg``."""
     _require(cfg.family in FAMILIES, "family", f"one of {FAMILIES}", cfg.family)
     expected_model = MODEL_CONFIGS[cfg.family]
     _require(isinstance(cfg.model, expected_model), "model", f"a {expected_model.__name__}", type(cfg.model).__name__)
-    if cfg.family == "lm":
-        validate_model(cfg.model)
-    else:
-        validate_mamba_vision(cfg.model)
+    _VALIDATORS[cfg.family](cfg.model)
     o = cfg.optim
     _require(o.name in OPTIMIZERS, "optim.name", f"one of {OPTIMIZERS}", o.name)
     _require(o.lr > 0, "optim.lr", "a positive float", o.lr)
@@ -359,6 +459,11 @@ def validate(cfg: RunConfig) -> RunConfig:
     _positive("data.prefetch", d.prefetch)
     _require(d.bad_images in BAD_IMAGE_POLICIES, "data.bad_images", f"one of {BAD_IMAGE_POLICIES}", d.bad_images)
     _require(d.num_images >= 2, "data.num_images", "an integer >= 2", d.num_images)
+    _require(isinstance(d.num_graphs, int) and d.num_graphs >= 2, "data.num_graphs", "an integer >= 2", d.num_graphs)
+    _require(
+        isinstance(d.lap_pe_freqs, int) and d.lap_pe_freqs >= 0, "data.lap_pe_freqs", "an integer >= 0", d.lap_pe_freqs
+    )
+    _positive("data.bucket_steps", d.bucket_steps)
 
     t = cfg.train
     for name in (

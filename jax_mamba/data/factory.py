@@ -3,6 +3,11 @@
 from jax_mamba.configs.schema import DataConfig, TrainConfig
 from jax_mamba.data.batches import Dataset
 from jax_mamba.data.corpus import DataError, stdlib_corpus, text_corpus
+from jax_mamba.data.graphs.dataset import GraphDataset
+from jax_mamba.data.graphs.graph import Graph
+from jax_mamba.data.graphs.molecules import peptide_like_graphs
+from jax_mamba.data.graphs.pyg_folder import load_pyg_folder
+from jax_mamba.data.graphs.sbm import cluster_graphs, graph_class_graphs, pattern_graphs
 from jax_mamba.data.image_classification import ArrayImageDataset, FolderImageDataset
 from jax_mamba.data.image_folder import scan_image_folder
 from jax_mamba.data.language_modeling import ByteLMDataset
@@ -10,6 +15,14 @@ from jax_mamba.data.shapes import CLASSES, render_shapes
 from jax_mamba.data.synthetic import InductionHeads, SelectiveCopying
 
 __all__ = ["DataError", "make_dataset"]
+
+GRAPH_CONTENT_SEED = 20_240_517  # generated graph sets are fixed; the training seed only changes the batch order
+GRAPH_GENERATORS = {
+    "cluster": cluster_graphs,
+    "pattern": pattern_graphs,
+    "graph_classes": graph_class_graphs,
+    "synthetic_peptides": peptide_like_graphs,
+}
 
 
 def _shapes(data: DataConfig, train: TrainConfig) -> ArrayImageDataset:
@@ -24,6 +37,30 @@ def _shapes(data: DataConfig, train: TrainConfig) -> ArrayImageDataset:
         eval_batches=train.eval_batches,
         hflip=data.hflip,
         source=f"shapes: {data.num_images} generated {data.image_size}px images",
+    )
+
+
+def _graphs(data: DataConfig, train: TrainConfig) -> GraphDataset:
+    """A generated graph set (the last val_fraction of it for validation) or a PyG dataset from data.path."""
+    if data.kind == "pyg":
+        if not data.path:
+            raise DataError("data.kind 'pyg' needs data.path (a PyG dataset folder or .pt file); pass --data PATH")
+        splits = load_pyg_folder(data.path, data.val_fraction)
+        graphs_train, graphs_val, source = splits.train, splits.val, splits.source
+    else:
+        graphs: list[Graph] = GRAPH_GENERATORS[data.kind](data.num_graphs, GRAPH_CONTENT_SEED)
+        cut = max(1, min(data.num_graphs - 1, round(data.num_graphs * (1 - data.val_fraction))))
+        graphs_train, graphs_val = graphs[:cut], graphs[cut:]
+        source = f"{data.kind}: {data.num_graphs} generated graphs"
+    return GraphDataset(
+        graphs_train,
+        graphs_val,
+        batch_size=train.batch_size,
+        seed=train.seed,
+        eval_batches=train.eval_batches,
+        lap_pe_freqs=data.lap_pe_freqs,
+        bucket_steps=data.bucket_steps,
+        source=source,
     )
 
 
@@ -58,4 +95,6 @@ def make_dataset(data: DataConfig, train: TrainConfig) -> Dataset:
             prefetch=data.prefetch,
             bad_images=data.bad_images,
         )
+    if data.kind in (*GRAPH_GENERATORS, "pyg"):
+        return _graphs(data, train)
     raise DataError(f"unknown data.kind {data.kind!r}")

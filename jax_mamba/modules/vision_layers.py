@@ -84,6 +84,22 @@ def _batch_norm_bwd(eps, residuals, cotangents):
 batch_norm_train.defvjp(_batch_norm_fwd, _batch_norm_bwd)
 
 
+def masked_batch_norm_train(
+    x: jax.Array, mask: jax.Array, weight: jax.Array, bias: jax.Array, eps: float
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """Batch norm by the statistics of the rows where ``mask`` (x.shape[:-1]) is 1: (out in x's dtype, mean, biased
+    variance, row count), statistics float32, two passes. Masked-out rows are normalized too (finite, unused)."""
+    h = x.astype(jnp.float32)
+    w = mask.astype(jnp.float32)[..., None]
+    axes = tuple(range(x.ndim - 1))
+    count = jnp.sum(w)
+    safe = jnp.maximum(count, 1.0)
+    mean = jnp.sum(h * w, axis=axes) / safe
+    var = jnp.sum(jnp.square(h - mean) * w, axis=axes) / safe
+    out = ((h - mean) * (weight * jax.lax.rsqrt(var + eps)) + bias).astype(x.dtype)
+    return out, mean, var, count
+
+
 class BatchNorm(nnx.Module):
     """torch.nn.BatchNorm{1,2}d over the last (channel) axis: weight ones, bias zeros.
 
@@ -103,17 +119,22 @@ class BatchNorm(nnx.Module):
         self.use_running_average = False
 
     @jax.named_scope("batch_norm")
-    def __call__(self, x: jax.Array) -> jax.Array:
+    def __call__(self, x: jax.Array, mask: jax.Array | None = None) -> jax.Array:
+        """x (..., channels) -> the same shape and dtype. ``mask`` (x.shape[:-1], 1 = real) restricts the training
+        statistics to the real rows (padded graph batches: padding never shifts a real row's output)."""
         if self.use_running_average:
             scale = self.weight[...] * jax.lax.rsqrt(self.running_var[...] + self.eps)
             return ((x.astype(jnp.float32) - self.running_mean[...]) * scale + self.bias[...]).astype(x.dtype)
-        count = x.size // x.shape[-1]
-        if count < 2:
-            raise ValueError(f"BatchNorm in training needs more than one value per channel, got input {x.shape}")
-        out, mean, var = batch_norm_train(x, self.weight[...], self.bias[...], self.eps)
+        if mask is not None:
+            out, mean, var, count = masked_batch_norm_train(x, mask, self.weight[...], self.bias[...], self.eps)
+        else:
+            count = x.size // x.shape[-1]
+            if count < 2:
+                raise ValueError(f"BatchNorm in training needs more than one value per channel, got input {x.shape}")
+            out, mean, var = batch_norm_train(x, self.weight[...], self.bias[...], self.eps)
         m = self.momentum
         self.running_mean[...] = (1 - m) * self.running_mean[...] + m * jax.lax.stop_gradient(mean)
-        unbiased = jax.lax.stop_gradient(var) * (count / (count - 1))
+        unbiased = jax.lax.stop_gradient(var) * (count / jnp.maximum(count - 1, 1))
         self.running_var[...] = (1 - m) * self.running_var[...] + m * unbiased
         self.num_batches_tracked[...] = self.num_batches_tracked[...] + 1
         return out

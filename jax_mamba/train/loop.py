@@ -28,6 +28,8 @@ from jax_mamba.train.step import init_training, make_eval_step
 _RUNTIME_FIELDS = ("impl", "compute_dtype", "remat")  # may change on resume; the architecture may not
 # Steps of an invocation left out of its mean throughput (compilation, autotuning, first kernel loads), at most all
 # but one: the same warm-up as the PyTorch side's benchmark (torch_reference.train_bench --warmup).
+# A later step whose batch has a shape not seen before (graph size buckets) compiles during its call: that call's time
+# is left out too.
 TIMING_WARMUP_STEPS = 3
 
 
@@ -71,12 +73,14 @@ def _check_resumable(saved: RunConfig, cfg: RunConfig, echo) -> None:
 
 
 def _evaluate(task: Task, eval_step, params, state, dataset: Dataset) -> dict:
+    """The task's evaluation metrics from sums over the evaluation batches (scalars, or arrays such as per-class
+    counts, summed elementwise in float64)."""
     loss_sum, sums = 0.0, {}
     for batch in dataset.eval_batches():
         batch_loss, batch_sums = jax.device_get(eval_step(params, state, batch))
         loss_sum += float(batch_loss)
-        sums = {k: sums.get(k, 0.0) + float(v) for k, v in batch_sums.items()}
-    return task.eval_metrics(loss_sum, sums)
+        sums = {k: sums.get(k, 0.0) + np.asarray(v, np.float64) for k, v in batch_sums.items()}
+    return task.eval_metrics(loss_sum, {k: float(v) if v.ndim == 0 else v for k, v in sums.items()})
 
 
 def train(cfg: RunConfig, *, resume: bool = False, run_dir: Path | None = None, echo=print) -> TrainResult:
@@ -145,6 +149,7 @@ def _train(cfg: RunConfig, task: Task, dataset: Dataset, resume: bool, run_dir: 
     last = {"loss": float("nan")}
     eval_result: dict = {}
     timed_steps, timed_seconds, data_wait = 0, 0.0, 0.0  # data_wait: seconds the timed steps waited for batches
+    compile_seconds = 0.0  # spent tracing and compiling a new batch shape inside the timed steps (not counted)
     timed_after = start + min(TIMING_WARMUP_STEPS, max(end - start - 1, 1))  # steps after this one are timed
     window_start, window_steps = time.perf_counter(), 0
     step = start
@@ -201,7 +206,10 @@ def _train(cfg: RunConfig, task: Task, dataset: Dataset, resume: bool, run_dir: 
             batch = prefetch.next(step)
             if step >= timed_after:  # the steps whose time counts
                 data_wait += time.perf_counter() - asked
+            traced, called = traces[0], time.perf_counter()
             params, opt_state, model_state, out = train_step(params, opt_state, model_state, batch, np.int32(step))
+            if traces[0] != traced and step >= timed_after:  # a new shape (graph buckets) compiled in this call
+                compile_seconds += time.perf_counter() - called
             step += 1
             unread.append((step, out))
             if not (due(t.log_every) or due(t.eval_every) or due(t.save_every) or step in (end, timed_after)):
@@ -224,14 +232,16 @@ def _train(cfg: RunConfig, task: Task, dataset: Dataset, resume: bool, run_dir: 
         if records:
             plot_loss_curve(records, run_dir / "loss_curve.png", f"{cfg.name} ({run_dir.name})")
 
-    items_per_s = items_per_step * timed_steps / timed_seconds if timed_steps else None
+    run_seconds = timed_seconds - compile_seconds
+    items_per_s = items_per_step * timed_steps / run_seconds if timed_steps and run_seconds > 0 else None
     peak = peak_memory_bytes()
     metrics.write(
         {
             "event": "end",
             "step": step,
             f"{rate_key}_mean": items_per_s,
-            "data_wait_fraction": data_wait / timed_seconds if timed_steps else None,
+            "data_wait_fraction": data_wait / run_seconds if timed_steps and run_seconds > 0 else None,
+            "compile_seconds_excluded": compile_seconds,
             "peak_memory_bytes": peak,
             "traces": traces[0],
             "time": time.time(),

@@ -47,3 +47,19 @@ def test_train_bench_runs_nvlabs_mambavision(cpu_reference, capsys, inference):
     assert result["unit"] == "images" and result["items_per_s"] > 0
     assert result["mode"] == ("inference" if inference else "training")
     assert result["parameters"] == 582_194  # NVlabs' model from our config: the same size as ours
+
+
+def test_train_bench_runs_graph_mamba(cpu_reference, capsys):
+    """Graph-Mamba on PyG tensors: unit graphs, the task's loss, every parameter decayed (GraphGPS's AdamW)."""
+    from torch_reference.train_bench import _GraphMamba, main
+
+    argv = ["--config", "graph-mamba-tiny", "--steps", "3", "--batch_size", "4", "--device", "cpu"]
+    assert main([*argv, "--data.num_graphs=24"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["unit"] == "graphs" and result["items_per_s"] > 0 and np.isfinite(result["final_loss"])
+    assert result["parameters"] == 31_166 and "channels_last" not in result["settings"]  # the size of ours
+    from jax_mamba.configs import load_config
+
+    runner = _GraphMamba(cpu_reference, load_config("graph-mamba-tiny"), compile_model=False)
+    decayed, plain = (g["params"] for g in runner.optimizer.param_groups)
+    assert len(decayed) == len(list(runner.model.parameters())) and not plain
