@@ -41,7 +41,7 @@ def from_dense(dense: jax.Array, perm: jax.Array, graph: dict[str, jax.Array]) -
     num_nodes = perm.shape[1]
     position = jnp.arange(num_nodes, dtype=jnp.int32)
     graph_of = jnp.minimum(graph["node_graph"], batch - 1)
-    flat_slot = graph_of * width + position - graph["slots"][graph_of, 0]  # slot of sorted position p
+    flat_slot = graph_of * width + position - jnp.asarray(graph["slots"])[graph_of, 0]  # slot of sorted position p
     flat_slot = jnp.where(graph["node_mask"] > 0, flat_slot, 0)
     inverse = jnp.zeros_like(perm).at[jnp.arange(orderings)[:, None], perm].set(position)  # node -> position
     flat = dense.reshape(orderings, batch * width, dim)
