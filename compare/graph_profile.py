@@ -20,7 +20,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from compare.kernel_profile import DEVICE_PLANE_PREFIX
+from compare.kernel_profile import per_call_us
 from jax_mamba.configs.loader import load_config, parse_args_with_overrides
 from jax_mamba.tasks import task_for
 from jax_mamba.train.step import init_training
@@ -106,16 +106,10 @@ def measure(config: str, overrides: list[str], steps: int, shape_steps: int) -> 
             jax.block_until_ready(out)
         (path,) = sorted(Path(trace_dir).rglob("*.xplane.pb"))[-1:]
         profile = jax.profiler.ProfileData.from_file(str(path))
+    by_kernel = per_call_us(profile, len(on_device))
     by_part: dict[str, float] = collections.defaultdict(float)
-    by_kernel: dict[str, float] = collections.defaultdict(float)
-    for plane in profile.planes:
-        if not plane.name.startswith(DEVICE_PLANE_PREFIX):
-            continue
-        for line in plane.lines:
-            for event in line.events:
-                us = event.duration_ns / 1e3 / len(on_device)
-                by_part[kernel_part(event.name, scopes)] += us
-                by_kernel[event.name] += us
+    for kernel, us in by_kernel.items():
+        by_part[kernel_part(kernel, scopes)] += us
     device_us = sum(by_part.values())
     return {
         "config": config,
@@ -126,7 +120,7 @@ def measure(config: str, overrides: list[str], steps: int, shape_steps: int) -> 
         "step_wall_ms": wall * 1e3,
         "device_busy_ms": device_us / 1e3,
         "parts_ms": {k: v / 1e3 for k, v in sorted(by_part.items(), key=lambda kv: -kv[1])},
-        "top_kernels_us": dict(sorted(by_kernel.items(), key=lambda kv: -kv[1])[:25]),
+        "top_kernels_us": dict(list(by_kernel.items())[:25]),
         "padding": padding_stats(batches),
     }
 

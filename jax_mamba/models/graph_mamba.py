@@ -110,22 +110,24 @@ class GraphMamba(nnx.Module):
 
     def _random_inputs(self, graph: dict[str, jax.Array], rngs: nnx.Rngs | None) -> tuple[jax.Array, jax.Array | None]:
         """(order noise (n_layers, orderings, N), LapPE signs (K,) or None), from the batch if it carries them."""
-        num_nodes = graph["node_mask"].shape[0]
-        orderings = 1 if self.training else self.cfg.eval_orderings
+        flip_signs = self.training and bool(self.cfg.lap_pe_dim)
         noise = graph.get("order_noise")
-        signs = graph.get("eig_signs") if self.training and self.cfg.lap_pe_dim else None
-        if noise is None or (signs is None and self.training and self.cfg.lap_pe_dim):
-            if rngs is not None:
-                key = rngs.dropout()
-            elif not self.training:
-                key = jax.random.key(EVAL_NOISE_SEED)
-            else:
-                raise ValueError("GraphMamba in training needs rngs with a 'dropout' stream (or call .eval())")
-            noise_key, sign_key = jax.random.split(key)
-            if noise is None:
-                noise = jax.random.uniform(noise_key, (self.cfg.n_layers, orderings, num_nodes), jnp.float32)
-            if signs is None and self.training and self.cfg.lap_pe_dim:
-                signs = random_signs(sign_key, graph["eigvecs"].shape[1])
+        signs = graph.get("eig_signs") if flip_signs else None
+        if noise is not None and (signs is not None or not flip_signs):
+            return noise, signs
+        if rngs is not None:
+            key = rngs.dropout()
+        elif not self.training:
+            key = jax.random.key(EVAL_NOISE_SEED)
+        else:
+            raise ValueError("GraphMamba in training needs rngs with a 'dropout' stream (or call .eval())")
+        noise_key, sign_key = jax.random.split(key)
+        if noise is None:
+            orderings = 1 if self.training else self.cfg.eval_orderings
+            shape = (self.cfg.n_layers, orderings, graph["node_mask"].shape[0])
+            noise = jax.random.uniform(noise_key, shape, jnp.float32)
+        if flip_signs and signs is None:
+            signs = random_signs(sign_key, graph["eigvecs"].shape[1])
         return noise, signs
 
     def __call__(self, graph: dict[str, jax.Array], rngs: nnx.Rngs | None = None) -> jax.Array:

@@ -11,6 +11,7 @@ import compare.parity as parity
 from compare.parity import format_table, model_parity
 from jax_mamba.configs import load_config
 from jax_mamba.models import GraphMamba, ParamLayout
+from tests.graph_configs import CATEGORICAL_MULTILABEL
 
 pytest.importorskip("torch", reason="the PyTorch side is not installed (make setup-torch)")
 
@@ -41,20 +42,7 @@ def test_graph_mamba_parity(cpu_reference, rng):
 def test_graph_level_categorical_forward_parity(cpu_reference, rng):
     """Summed embeddings for nodes and edges, no LapPE, mean pooling over real graphs (an empty slot masked), a
     multilabel head: logits and BCE loss in both modes."""
-    overrides = [
-        *TINY,
-        "--model.n_layers=1",
-        "--model.node_feature_kind=categorical",
-        "--model.node_vocab=[5,3,7]",
-        "--model.edge_feature_kind=categorical",
-        "--model.edge_vocab=[4,2]",
-        "--model.lap_pe_dim=0",
-        "--model.task_level=graph",
-        "--model.task_type=multilabel",
-        "--model.num_outputs=3",
-        "--model.head_layers=1",
-    ]
-    cfg = load_config("graph-mamba-tiny", overrides)
+    cfg = load_config("graph-mamba-tiny", [*TINY, "--model.n_layers=1", *CATEGORICAL_MULTILABEL])
     rows = model_parity(cpu_reference, cfg, batch=4, seq_len=8, seed=int(rng.integers(1 << 30)), gradients=False)
     assert {r.name for r in rows} == {"eval logits", "train logits", "eval loss", "train loss"}
     assert all(r.passed for r in rows), _failures(rows)

@@ -5,6 +5,8 @@ import numpy as np
 import pytest
 
 from jax_mamba.configs import load_config
+from tests.graph_configs import CATEGORICAL_MULTILABEL
+from tests.torch_reference import conversion_checks as checks
 
 pytest.importorskip("torch", reason="the PyTorch side is not installed (make setup-torch)")
 from torch_reference.convert_graph_mamba import (
@@ -19,21 +21,7 @@ from torch_reference.convert_graph_mamba import (
 BASE = ["--model.dim_hidden=16", "--model.n_layers=2"]
 CONFIGS = {  # dense nodes + LapPE + DummyEdge, node head of 2 layers (graph-mamba-tiny's kinds)
     "dense-lappe-node": load_config("graph-mamba-tiny", BASE).model,
-    "categorical-graph": load_config(  # OGB-style embeddings, no LapPE, graph head
-        "graph-mamba-tiny",
-        [
-            *BASE,
-            "--model.node_feature_kind=categorical",
-            "--model.node_vocab=[5,3,7]",
-            "--model.edge_feature_kind=categorical",
-            "--model.edge_vocab=[4,2]",
-            "--model.lap_pe_dim=0",
-            "--model.task_level=graph",
-            "--model.task_type=multilabel",
-            "--model.num_outputs=3",
-            "--model.head_layers=1",
-        ],
-    ).model,
+    "categorical-graph": load_config("graph-mamba-tiny", [*BASE, *CATEGORICAL_MULTILABEL]).model,
     "dense-edges-lappe1-graph": load_config(  # dense edges, one-layer DeepSet, expand 2, 3-layer graph head
         "graph-mamba-tiny",
         [
@@ -53,13 +41,7 @@ CONFIGS = {  # dense nodes + LapPE + DummyEdge, node head of 2 layers (graph-mam
 
 
 def random_variables(cfg, rng) -> dict:
-    values = {}
-    for name, shape in expected_variables(cfg).items():
-        if name.endswith("num_batches_tracked"):
-            values[name] = rng.integers(0, 100, size=shape).astype(np.int32)
-        else:
-            values[name] = rng.normal(size=shape).astype(np.float32)
-    return values
+    return checks.random_variables(expected_variables(cfg), rng)
 
 
 @pytest.mark.parametrize("name", list(CONFIGS))
@@ -72,11 +54,7 @@ def test_round_trip_is_exact(rng, name):
     assert state["layers.1.self_attn.conv1d.weight"].shape == (16 * cfg.expand, 1, cfg.d_conv)
     assert state["layers.0.norm2.num_batches_tracked"].dtype == np.int64
     np.testing.assert_array_equal(state["post_mp.layers.0.weight"], variables["post_mp.layers.0.kernel"].T)
-    back = from_torch_state_dict(state, cfg)
-    assert back.keys() == variables.keys()
-    for k in variables:
-        np.testing.assert_array_equal(back[k], variables[k], err_msg=k)
-        assert back[k].dtype == variables[k].dtype
+    checks.assert_same_variables(from_torch_state_dict(state, cfg), variables)
 
 
 @pytest.mark.parametrize("name", list(CONFIGS))
@@ -85,11 +63,7 @@ def test_names_and_shapes_match_the_torch_model(cpu_reference, name):
 
     cfg = CONFIGS[name]
     theirs = TorchGraphMamba(cpu_reference, cfg, seed=3).state_dict()
-    ours = to_torch_state_dict(from_torch_state_dict(theirs, cfg), cfg)
-    assert ours.keys() == theirs.keys()
-    for k in theirs:
-        np.testing.assert_array_equal(ours[k], theirs[k], err_msg=k)
-        assert ours[k].dtype == theirs[k].dtype, k
+    checks.assert_same_variables(to_torch_state_dict(from_torch_state_dict(theirs, cfg), cfg), theirs)
 
 
 def test_table_rules():

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from jax_mamba.configs import load_config
+from tests.torch_reference import conversion_checks as checks
 
 torch = pytest.importorskip("torch", reason="the PyTorch side is not installed (make setup-torch)")
 from torch_reference.convert_mamba_vision import (  # noqa: E402
@@ -33,11 +34,7 @@ CONFIGS = {
 
 
 def random_variables(cfg, rng) -> dict:
-    values = {}
-    for name, shape in expected_variables(cfg).items():
-        integer = name.endswith("num_batches_tracked")
-        values[name] = rng.integers(0, 100, size=shape).astype(np.int32) if integer else rng.normal(size=shape)
-    return {k: v if v.dtype == np.int32 else v.astype(np.float32) for k, v in values.items()}
+    return checks.random_variables(expected_variables(cfg), rng)
 
 
 def nvlabs_model(reference, cfg, seed=0):
@@ -54,21 +51,14 @@ def test_round_trip_is_exact(rng, name):
     assert state["patch_embed.conv_down.0.weight"].shape == (8, 3, 3, 3)  # (out, in, kh, kw)
     assert state["levels.2.blocks.0.mixer.conv1d_x.weight"].shape == (32, 1, 3)
     assert state["norm.num_batches_tracked"].dtype == np.int64
-    back = from_torch_state_dict(state, cfg)
-    assert back.keys() == variables.keys()
-    for k in variables:
-        np.testing.assert_array_equal(back[k], variables[k], err_msg=k)
-        assert back[k].dtype == variables[k].dtype
+    checks.assert_same_variables(from_torch_state_dict(state, cfg), variables)
 
 
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_names_and_shapes_match_nvlabs_model(cpu_reference, name):
     cfg = CONFIGS[name]
     theirs = nvlabs_model(cpu_reference, cfg).state_dict()
-    ours = to_torch_state_dict(from_torch_state_dict(theirs, cfg), cfg)
-    assert ours.keys() == theirs.keys()
-    for k in theirs:
-        np.testing.assert_array_equal(ours[k], theirs[k], err_msg=k)
+    checks.assert_same_variables(to_torch_state_dict(from_torch_state_dict(theirs, cfg), cfg), theirs)
 
 
 def test_table_rules():
