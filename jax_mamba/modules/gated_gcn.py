@@ -40,15 +40,21 @@ class GatedGCNLayer(nnx.Module):
         self, x: jax.Array, e: jax.Array, graph: dict[str, jax.Array], rngs: nnx.Rngs | None = None
     ) -> tuple[jax.Array, jax.Array]:
         """x (N, dim) node and e (E, dim) edge states (float32) -> the same, updated. ``graph``: ``senders``,
-        ``receivers`` (E,) int32, ``node_mask`` (N,), ``edge_mask`` (E,) float32."""
+        ``receivers`` (E,) int32, ``node_mask`` (N,), ``edge_mask`` (E,) float32.
+
+        Gathers and segment sums run in float32 whatever the compute dtype: their gradients are scatter-adds,
+        which in bfloat16 fall back to compare-and-swap loops on a GPU (and round each partial sum)."""
         senders, receivers = graph["senders"], graph["receivers"]
         num_nodes = x.shape[0]
-        ax, bx, dx, ex = self.A(x), self.B(x), self.D(x), self.E(x)
-        e_ij = dx[receivers] + ex[senders] + self.C(e)
-        sigma = jax.nn.sigmoid(e_ij.astype(jnp.float32))
-        numerator = jax.ops.segment_sum(sigma * bx[senders].astype(jnp.float32), receivers, num_nodes)
+        dim = x.shape[1]
+        ax, dx = self.A(x), self.D(x).astype(jnp.float32)
+        bx_ex = jnp.concatenate([self.B(x), self.E(x)], axis=1).astype(jnp.float32)
+        from_sender = bx_ex[senders]  # one (E, 2 dim) gather, so one scatter-add in the backward
+        e_ij = dx[receivers] + from_sender[:, dim:] + self.C(e).astype(jnp.float32)
+        sigma = jax.nn.sigmoid(e_ij)
+        numerator = jax.ops.segment_sum(sigma * from_sender[:, :dim], receivers, num_nodes)
         denominator = jax.ops.segment_sum(sigma, receivers, num_nodes)
         h = ax.astype(jnp.float32) + numerator / (denominator + 1e-6)
         h = jax.nn.relu(self.bn_node_x(h, graph["node_mask"]))
-        e_out = jax.nn.relu(self.bn_edge_e(e_ij.astype(jnp.float32), graph["edge_mask"]))
+        e_out = jax.nn.relu(self.bn_edge_e(e_ij, graph["edge_mask"]))
         return x + self.dropout(h, rngs=rngs), e + self.dropout(e_out, rngs=rngs)

@@ -31,18 +31,19 @@ def degree_orderings(graph: dict[str, jax.Array], noise: jax.Array) -> jax.Array
 
 def to_dense(h: jax.Array, perm: jax.Array, slots: jax.Array) -> jax.Array:
     """h (N, dim), perm (O, N), slots (B, M) -> (O, B, M, dim): row b holds graph b's nodes in the order ``perm``
-    gives them (``slots`` are positions in that order; padding slots read the padding node N-1)."""
+    gives them (``slots`` are positions in that order; padding slots read padding nodes, which sort last)."""
     return h[jnp.take(perm, slots, axis=1)]
 
 
 def from_dense(dense: jax.Array, perm: jax.Array, graph: dict[str, jax.Array]) -> jax.Array:
-    """dense (O, B, M, dim) -> (O, N, dim): each real node's output from its slot (padding nodes read slot 0)."""
+    """dense (O, B, M, dim) -> (O, N, dim): each real node's output from its slot. Padding nodes read any slots,
+    spread so that the gather's gradient (a scatter-add) does not pile onto one slot."""
     orderings, batch, width, dim = dense.shape
     num_nodes = perm.shape[1]
     position = jnp.arange(num_nodes, dtype=jnp.int32)
     graph_of = jnp.minimum(graph["node_graph"], batch - 1)
     flat_slot = graph_of * width + position - jnp.asarray(graph["slots"])[graph_of, 0]  # slot of sorted position p
-    flat_slot = jnp.where(graph["node_mask"] > 0, flat_slot, 0)
+    flat_slot = jnp.where(graph["node_mask"] > 0, flat_slot, position % (batch * width))
     inverse = jnp.zeros_like(perm).at[jnp.arange(orderings)[:, None], perm].set(position)  # node -> position
     flat = dense.reshape(orderings, batch * width, dim)
     return jnp.take_along_axis(flat, jnp.take(flat_slot, inverse)[..., None], axis=1)
@@ -99,7 +100,8 @@ class GPSLayer(nnx.Module):
         noise: jax.Array,
         rngs: nnx.Rngs | None = None,
     ) -> tuple[jax.Array, jax.Array]:
-        """h (N, dim), e (E, dim) float32; noise (orderings, N) uniform [0, 1) tie-breaking -> (h, e) updated."""
+        """h (N, dim), e (E, dim) float32; noise (orderings, N) uniform [0, 1) tie-breaking -> (h, e) updated,
+        zero on padding rows."""
         mask = graph["node_mask"]
         h_local, e = self.local_model(h, e, graph, rngs)
         h_local = self.norm1_local(h_local, mask)
@@ -109,4 +111,7 @@ class GPSLayer(nnx.Module):
         with jax.named_scope("ffn"):
             ff = self.dropout(jax.nn.relu(self.ff_linear1(h)), rngs=rngs)
             h = h + self.dropout(self.ff_linear2(ff), rngs=rngs).astype(jnp.float32)
-        return self.norm2(h, mask), e
+        # Padding rows restart from zero in every layer: left alone they grow layer after layer (16 layers overflow
+        # float32), and one inf in a masked reduction (0 * inf) turns the real rows' batch statistics into NaN.
+        h = jnp.where(mask[:, None] > 0, self.norm2(h, mask), 0.0)
+        return h, jnp.where(graph["edge_mask"][:, None] > 0, e, 0.0)

@@ -88,14 +88,15 @@ def masked_batch_norm_train(
     x: jax.Array, mask: jax.Array, weight: jax.Array, bias: jax.Array, eps: float
 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     """Batch norm by the statistics of the rows where ``mask`` (x.shape[:-1]) is 1: (out in x's dtype, mean, biased
-    variance, row count), statistics float32, two passes. Masked-out rows are normalized too (finite, unused)."""
+    variance, row count), statistics float32, two passes. Masked-out rows are normalized too (unused); whatever
+    they hold, even inf or NaN, stays out of the statistics (selected away: 0 x inf would be NaN)."""
     h = x.astype(jnp.float32)
-    w = mask.astype(jnp.float32)[..., None]
+    keep = (mask > 0)[..., None]
     axes = tuple(range(x.ndim - 1))
-    count = jnp.sum(w)
+    count = jnp.sum(keep, dtype=jnp.float32)
     safe = jnp.maximum(count, 1.0)
-    mean = jnp.sum(h * w, axis=axes) / safe
-    var = jnp.sum(jnp.square(h - mean) * w, axis=axes) / safe
+    mean = jnp.sum(jnp.where(keep, h, 0.0), axis=axes) / safe
+    var = jnp.sum(jnp.where(keep, jnp.square(h - mean), 0.0), axis=axes) / safe
     out = ((h - mean) * (weight * jax.lax.rsqrt(var + eps)) + bias).astype(x.dtype)
     return out, mean, var, count
 

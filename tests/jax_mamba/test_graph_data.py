@@ -125,7 +125,9 @@ def test_pack_contract_for_node_tasks(rng):
     assert {k: (v.shape, v.dtype) for k, v in batch.items()} == expected
     assert batch["node_mask"].sum() == total and batch["node_mask"][-1] == 0 and batch["edge_mask"].sum() == edges
     assert batch["graph_mask"].tolist() == [1.0] * len(graphs) + [0.0, 0.0]
-    assert (batch["senders"][edges:] == N - 1).all() and (batch["receivers"][edges:] == N - 1).all()
+    padding = np.arange(total, N)
+    np.testing.assert_array_equal(batch["senders"][edges:], batch["receivers"][edges:])
+    assert set(batch["senders"][edges:]) == set(padding[: E - edges])  # self-loops spread over the padding rows
     assert (batch["node_graph"][total:] == batch_size).all()
     for key in ("node_feat", "eigvecs", "eigvals", "eig_mask", "node_labels"):
         assert not batch[key][total:].any(), key
@@ -139,13 +141,13 @@ def test_pack_contract_for_node_tasks(rng):
         np.testing.assert_array_equal(batch["eigvecs"][rows], p.eigvecs)
         assert (batch["eigvals"][rows] == p.eigvals).all() and (batch["eig_mask"][rows] == p.mask).all()
         assert batch["slots"][b, : g.num_nodes].tolist() == list(range(offset, offset + g.num_nodes))
-        assert (batch["slots"][b, g.num_nodes :] == N - 1).all()
+        assert set(batch["slots"][b, g.num_nodes :]) <= set(padding)
         span = slice(edge_at, edge_at + g.num_edges)
         np.testing.assert_array_equal(batch["senders"][span], g.edge_index[0] + offset)
         np.testing.assert_array_equal(batch["receivers"][span], g.edge_index[1] + offset)
         np.testing.assert_array_equal(batch["edge_feat"][span], g.edge_attr)
         offset, edge_at = offset + g.num_nodes, edge_at + g.num_edges
-    assert (batch["slots"][len(graphs) :] == N - 1).all()
+    assert set(batch["slots"][len(graphs) :].ravel()) <= set(padding)
 
 
 @pytest.mark.parametrize("label,shape,dtype", [("class", (6,), np.int32), ("multilabel", (6, 3), np.float32)])
@@ -167,7 +169,8 @@ def test_pack_keeps_a_padding_node_when_the_nodes_fill_a_bucket(rng):
     graphs = [random_graph(rng, n) for n in sizes]
     batch = pack(graphs, 2, 4)
     assert batch["node_feat"].shape[0] == 20 and batch["node_mask"][-1] == 0 and batch["node_graph"][-1] == 2
-    assert (batch["slots"][batch["slots"] >= 16] == 19).all()
+    padding_slots = batch["slots"][batch["slots"] >= 16]
+    assert padding_slots.size and set(padding_slots) <= {16, 17, 18, 19}
 
 
 def test_pack_rejects_mixed_graphs_and_too_many(rng):

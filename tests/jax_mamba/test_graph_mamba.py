@@ -99,6 +99,39 @@ def test_padding_changes_no_real_output(level, rng):
             assert_close(f"{mode} grad {name}", grads_b[name], grads_a[name], jnp.float32, floor=floor)
 
 
+def test_gps_layer_keeps_padding_rows_out_and_returns_them_as_zeros(rng):
+    """Whatever padding rows hold on entry (here 1e6), real rows, batch statistics and gradients match a run with
+    zero padding, and the layer hands back zeros there: deep stacks (16 layers at CLUSTER) cannot overflow."""
+    cfg = small(dropout=0.0)
+    graphs = random_graphs(rng, 4)
+    batch = packed(graphs, 5, tuple(2 * s for s in pack_sizes(graphs, 4)))
+    layout, params, state = ParamLayout.split(GraphMamba(cfg, rngs=nnx.Rngs(int(rng.integers(1 << 30)))))
+    node_real, edge_real = batch["node_mask"][:, None] > 0, batch["edge_mask"][:, None] > 0
+    h = jnp.where(node_real, jnp.asarray(rng.normal(size=(node_real.shape[0], 16)), jnp.float32), 0.0)
+    e = jnp.where(edge_real, jnp.asarray(rng.normal(size=(edge_real.shape[0], 16)), jnp.float32), 0.0)
+    noise = jnp.asarray(rng.uniform(size=(1, node_real.shape[0])), jnp.float32)
+
+    def run(p, h, e):
+        model = layout.merge(p, state)
+        out_h, out_e = model.layers[0](h, e, batch, noise)
+        loss = jnp.sum(jnp.sin(jnp.where(node_real, out_h, 0.0))) + jnp.sum(jnp.cos(jnp.where(edge_real, out_e, 0.0)))
+        return loss, (out_h, out_e, layout.state_of(model))
+
+    grad_fn = jax.jit(jax.value_and_grad(run, has_aux=True))
+    (_, (h_a, e_a, state_a)), grads_a = grad_fn(params, h, e)
+    (_, (h_b, e_b, state_b)), grads_b = grad_fn(params, jnp.where(node_real, h, 1e6), jnp.where(edge_real, e, 1e6))
+    assert not np.asarray(h_b)[~np.asarray(node_real[:, 0])].any()
+    assert not np.asarray(e_b)[~np.asarray(edge_real[:, 0])].any()
+    assert_close("node states", h_b, h_a, jnp.float32)
+    assert_close("edge states", e_b, e_a, jnp.float32)
+    for name in state_a:
+        assert_close(f"batch statistics {name}", state_b[name], state_a[name], jnp.float32)
+    floor = GRAD_FLOOR * grad_norm(grads_a)
+    for name in grads_a:
+        assert np.isfinite(np.asarray(grads_b[name])).all(), name
+        assert_close(f"grad {name}", grads_b[name], grads_a[name], jnp.float32, floor=floor)
+
+
 def test_degree_ordering_and_dense_packing_against_numpy(rng):
     graphs = random_graphs(rng, 4)
     batch = packed(graphs, 4)

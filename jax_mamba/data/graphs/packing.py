@@ -4,10 +4,11 @@ handful of shapes over a whole run instead of one per batch.
 A batch of B graph slots (``batch_size``) holds N node rows, E edge rows and an M-wide per-graph slot table:
 
 - ``node_feat`` (N, F) float32 or int32; ``edge_feat`` (E, Fe) float32 or int32, only when the graphs have edge
-  features; ``senders``/``receivers`` (E,) int32, real edges first, padding edges from node N-1 to node N-1;
+  features; ``senders``/``receivers`` (E,) int32, real edges first, then padding edges: self-loops on the padding
+  rows in turn (spread, so that the scatter-adds of message passing and its gradients do not all hit one row);
 - nodes graph after graph: graph b's ``size_b`` nodes are rows [offset_b, offset_b + size_b); ``node_graph`` (N,)
   int32 is b on them and B on padding rows; ``node_mask`` (N,) and ``edge_mask`` (E,) float32 are 1 on real rows;
-- ``slots`` (B, M) int32: offset_b + m for m < size_b, else N-1 (a padding node: gathers read zeros there);
+- ``slots`` (B, M) int32: offset_b + m for m < size_b, else a padding row (the padding rows in turn);
 - ``graph_mask`` (B,) float32: 1 for real graphs (fewer than B graphs leave empty, masked slots);
 - with Laplacian PE (K frequencies): ``eigvecs``, ``eigvals`` (each node repeats its graph's) and ``eig_mask``,
   all (N, K) float32, 0 on padding rows and padded frequencies;
@@ -83,6 +84,13 @@ def _check_alike(graphs: Sequence[Graph], pe: Sequence[LapPE] | None) -> None:
             raise ValueError("pe: each LapPE must have eigvecs (n, K) for its graph's n nodes and one common K")
 
 
+def padding_rows(count: int, real_nodes: int, num_nodes: int) -> np.ndarray:
+    """(count,) int32: the padding node rows [real_nodes, num_nodes) in turn. Index tables point their padding
+    entries here rather than at one row: on a GPU, thousands of scatter-adds into one row serialize on its atomics
+    (measured at the CLUSTER config: two thirds of a training step)."""
+    return (real_nodes + np.arange(count) % (num_nodes - real_nodes)).astype(np.int32)
+
+
 def pack(
     graphs: Sequence[Graph],
     batch_size: int,
@@ -107,14 +115,13 @@ def pack(
     edge_counts = np.array([g.num_edges for g in graphs], np.int64)
     offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
     real_nodes, real_edges = int(sizes.sum()), int(edge_counts.sum())
-    pad_node = num_nodes - 1
 
     first = graphs[0]
     node_feat = np.zeros((num_nodes, first.x.shape[1]), first.x.dtype)
     node_feat[:real_nodes] = np.concatenate([g.x for g in graphs])
     edge_shift = np.repeat(offsets, edge_counts)
-    senders = np.full(num_edges, pad_node, np.int32)
-    receivers = np.full(num_edges, pad_node, np.int32)
+    senders = padding_rows(num_edges, real_nodes, num_nodes)
+    receivers = senders.copy()
     if real_edges:
         all_edges = np.concatenate([g.edge_index for g in graphs], axis=1)
         senders[:real_edges] = all_edges[0] + edge_shift
@@ -130,7 +137,8 @@ def pack(
     all_offsets = np.zeros(batch_size, np.int64)
     all_offsets[:count] = offsets
     column = np.arange(width)
-    slots = np.where(column < all_sizes[:, None], all_offsets[:, None] + column, pad_node).astype(np.int32)
+    pad_slots = padding_rows(batch_size * width, real_nodes, num_nodes).reshape(batch_size, width)
+    slots = np.where(column < all_sizes[:, None], all_offsets[:, None] + column, pad_slots).astype(np.int32)
     graph_mask = np.zeros(batch_size, np.float32)
     graph_mask[:count] = 1.0
     batch = {
