@@ -54,11 +54,22 @@ def graph_inputs(batch: Mapping[str, np.ndarray], device: str = "cpu") -> GraphI
     )
 
 
-def graph_loss(out: torch.Tensor, labels: torch.Tensor, task_type: str, label_smoothing: float = 0.0) -> torch.Tensor:
+def graph_loss(
+    out: torch.Tensor,
+    labels: torch.Tensor,
+    task_type: str,
+    label_smoothing: float = 0.0,
+    class_weighted: bool = False,
+) -> torch.Tensor:
     """Mean loss of float32 outputs (rows, outputs): multiclass cross-entropy (label smoothing) over the rows,
-    multilabel BCE with logits or regression L1 over every (row, target) entry."""
+    multilabel BCE with logits or regression L1 over every (row, target) entry. ``class_weighted``: GraphGPS's
+    weighted_cross_entropy, class c weighted by (rows - rows of class c) / rows in this batch (absent classes 0)."""
     if task_type == "multiclass":
-        return F.cross_entropy(out, labels, label_smoothing=label_smoothing)
+        weight = None
+        if class_weighted:
+            per_class = torch.bincount(labels, minlength=out.shape[1]).float()
+            weight = (labels.numel() - per_class) / labels.numel()
+        return F.cross_entropy(out, labels, weight=weight, label_smoothing=label_smoothing)
     if task_type == "multilabel":
         return F.binary_cross_entropy_with_logits(out, labels.float())
     if task_type == "regression":
@@ -89,7 +100,7 @@ class TorchGraphMamba(TorchModel):
         g = graph_inputs(batch, self.ref.device)
         with torch.autocast(self.ref.device, dtype=torch.bfloat16, enabled=compute_dtype == "bfloat16"):
             out = self.model(g)
-        loss = graph_loss(out.float(), g.labels, self.cfg.task_type, label_smoothing)
+        loss = graph_loss(out.float(), g.labels, self.cfg.task_type, label_smoothing, self.cfg.class_weighted_loss)
         loss.backward()
         for p in self.model.parameters():  # dead parameters: a zero gradient, as JAX gives (AdamW then decays them)
             if p.grad is None:

@@ -162,7 +162,8 @@ class _GraphMamba(_Runner):
     def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         from torch_reference.graph_mamba import graph_loss
 
-        return graph_loss(logits, labels, self.cfg.model.task_type, self.cfg.train.label_smoothing)
+        m = self.cfg.model
+        return graph_loss(logits, labels, m.task_type, self.cfg.train.label_smoothing, m.class_weighted_loss)
 
 
 _RUNNERS = {"lm": _LanguageModel, "mamba_vision": _MambaVision, "graph_mamba": _GraphMamba}

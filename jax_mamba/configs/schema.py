@@ -174,6 +174,9 @@ class GraphMambaConfig:
     task_type: str = "multiclass"  # "multiclass", "multilabel" (sigmoid per target) or "regression"
     num_outputs: int = 6  # classes or targets
     head_layers: int = 1  # GraphGym's post-MP MLP: hidden Linear + ReLU + L2 normalization, then a Linear
+    # GraphGPS's weighted_cross_entropy (loss_fun), multiclass only: each class weighted per batch by
+    # (rows - rows of that class) / rows, absent classes 0, the loss the weighted mean (CLUSTER and PATTERN use it)
+    class_weighted_loss: bool = False
     # How to run it
     impl: str = "auto"  # the selective scan: "auto" (Pallas on GPU), "pallas" or "reference"; see modules.impl
     compute_dtype: str = "auto"  # "auto": bfloat16 on GPU, float32 on CPU; params and norm statistics stay float32
@@ -418,6 +421,12 @@ def validate_graph_mamba(m: GraphMambaConfig) -> GraphMambaConfig:
         m.num_outputs,
     )
     _positive("model.head_layers", m.head_layers)
+    _require(
+        not m.class_weighted_loss or m.task_type == "multiclass",
+        "model.class_weighted_loss",
+        "false unless task_type is multiclass",
+        m.class_weighted_loss,
+    )
     _require(m.impl in MODEL_IMPLS, "model.impl", f"one of {MODEL_IMPLS}", m.impl)
     _require(m.compute_dtype in COMPUTE_DTYPES, "model.compute_dtype", f"one of {COMPUTE_DTYPES}", m.compute_dtype)
     return m
@@ -481,4 +490,10 @@ def validate(cfg: RunConfig) -> RunConfig:
     if t.stop_after_steps is not None:
         _positive("train.stop_after_steps", t.stop_after_steps)
     _require(0 <= t.label_smoothing < 1, "train.label_smoothing", "in [0, 1)", t.label_smoothing)
+    _require(
+        t.label_smoothing == 0 or not getattr(cfg.model, "class_weighted_loss", False),
+        "train.label_smoothing",
+        "0 with model.class_weighted_loss (the reference's weighted loss has no smoothing)",
+        t.label_smoothing,
+    )
     return cfg

@@ -22,6 +22,15 @@ from jax_mamba.tasks.losses import cross_entropy
 _MATCHED = ("task_level", "task_type", "node_feature_kind", "edge_feature_kind")
 
 
+def class_weights(classes: jax.Array) -> jax.Array:
+    """(rows,) weights of GraphGPS's weighted cross-entropy from the scored rows' one-hot labels (rows, classes),
+    0 on unscored rows: class c weighs (V - n_c) / V with V the scored rows and n_c those of class c, so rare classes
+    count more. With one class present every weight is 0: the loss is then 0 (the reference's is 0/0)."""
+    per_class = jnp.sum(classes, axis=0)
+    total = jnp.maximum(jnp.sum(per_class), 1.0)
+    return classes @ ((total - per_class) / total)
+
+
 class GraphPrediction:
     unit = "graphs"
 
@@ -73,8 +82,10 @@ class GraphPrediction:
             loss = cross_entropy(out, labels, smoothing)
             hit = (jnp.argmax(out, axis=-1) == labels).astype(jnp.float32) * mask
             classes = jax.nn.one_hot(labels, out.shape[-1], dtype=jnp.float32) * mask[:, None]
-            return jnp.sum(loss * mask), {
-                "count": jnp.sum(mask),
+            weight = class_weights(classes) if self.model_cfg.class_weighted_loss else mask
+            return jnp.sum(loss * weight), {
+                "count": jnp.sum(weight),
+                "rows": jnp.sum(mask),
                 "correct": jnp.sum(hit),
                 "class_total": jnp.sum(classes, axis=0),
                 "class_correct": jnp.sum(classes * hit[:, None], axis=0),
@@ -94,15 +105,15 @@ class GraphPrediction:
 
     def train_metrics(self, sums: dict[str, jax.Array]) -> dict[str, jax.Array]:
         if self.model_cfg.task_type == "multiclass":
-            return {"accuracy": sums["correct"] / jnp.maximum(sums["count"], 1.0)}
+            return {"accuracy": sums["correct"] / jnp.maximum(sums["rows"], 1.0)}
         return {}
 
     def eval_metrics(self, loss_sum: float, sums: dict) -> dict[str, float]:
-        count = max(float(sums["count"]), 1.0)
+        count = max(float(sums["count"]), 1e-30)  # the loss's normalizer: rows, entries or summed class weights
         metrics = {"eval_loss": loss_sum / count}
         kind = self.model_cfg.task_type
         if kind == "multiclass":
-            metrics["eval_accuracy"] = float(sums["correct"]) / count
+            metrics["eval_accuracy"] = float(sums["correct"]) / max(float(sums["rows"]), 1.0)
             if self.model_cfg.task_level == "node":
                 metrics["eval_balanced_accuracy"] = balanced_accuracy(sums["class_correct"], sums["class_total"])
         elif kind == "multilabel":

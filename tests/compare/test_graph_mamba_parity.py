@@ -48,6 +48,15 @@ def test_graph_level_categorical_forward_parity(cpu_reference, rng):
     assert all(r.passed for r in rows), _failures(rows)
 
 
+def test_class_weighted_loss_parity(cpu_reference, rng):
+    """GraphGPS's weighted cross-entropy (graph-mamba-cluster's loss) on both sides: loss in both modes."""
+    overrides = [*TINY, "--label_smoothing=0", "--model.n_layers=1", "--model.class_weighted_loss=true"]
+    cfg = load_config("graph-mamba-tiny", overrides)
+    rows = model_parity(cpu_reference, cfg, batch=4, seq_len=12, seed=int(rng.integers(1 << 30)), gradients=False)
+    assert {"eval loss", "train loss"} <= {r.name for r in rows}
+    assert all(r.passed for r in rows), _failures(rows)
+
+
 def test_op_parity_runs_at_the_global_mambas_shapes(monkeypatch, cpu_reference):
     calls = []
     monkeypatch.setattr(parity, "_selective_scan_rows", lambda *args, **kw: calls.append(("scan", args[3:], kw)) or [])

@@ -246,6 +246,7 @@ def test_bundled_configs_validate_and_build():
         (dict(task_type="ranking"), "model.task_type"),
         (dict(task_type="multiclass", num_outputs=1), "model.num_outputs"),
         (dict(dropout=1.0), "model.dropout"),
+        (dict(task_type="multilabel", class_weighted_loss=True), "model.class_weighted_loss"),
     ],
 )
 def test_bad_model_fields_are_named(change, field):

@@ -60,6 +60,16 @@ def test_losses_are_the_task_means():
         graph_loss(out, labels, "ranking")
 
 
+def test_class_weighted_cross_entropy_is_the_weighted_mean(rng):
+    x = rng.normal(size=(9, 4))
+    labels = np.array([0, 0, 0, 0, 1, 1, 3, 3, 3])  # class 2 absent
+    weight = (9 - np.bincount(labels, minlength=4)) / 9  # 5/9, 7/9, (absent), 6/9
+    log_p = x - np.log(np.exp(x).sum(-1, keepdims=True))
+    expected = np.sum(-weight[labels] * log_p[np.arange(9), labels]) / np.sum(weight[labels])
+    out = graph_loss(torch.tensor(x, dtype=torch.float32), torch.tensor(labels), "multiclass", class_weighted=True)
+    np.testing.assert_allclose(out.item(), expected, rtol=1e-6)
+
+
 def test_runs_draw_orderings_and_restore_buffers(cpu_reference, rng):
     from torch_reference.graph_mamba import TorchGraphMamba
 
