@@ -11,16 +11,12 @@ real. Prints a table, writes JSON with ``--out``."""
 import argparse
 import collections
 import json
-import re
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 import jax
-import numpy as np
 
-from compare.kernel_profile import per_call_us
+from compare.step_profile import profile_steps
 from jax_mamba.configs.loader import load_config, parse_args_with_overrides
 from jax_mamba.tasks import task_for
 from jax_mamba.train.step import init_training
@@ -43,17 +39,6 @@ def part_of(scope: str) -> str:
 
 
 KERNEL_PARTS = (("Mamba (global)", "selective_scan"),)  # Pallas kernels, named by pallas_call(name=)
-_HLO_OP = re.compile(r'^\s*(?:ROOT )?%?([\w.\-]+) = .*?metadata=\{[^}]*op_name="([^"]*)"')
-
-
-def hlo_scopes(hlo_text: str) -> dict[str, str]:
-    """Kernel name (an HLO instruction's name with '.' as '_', as the profiler reports it) -> its op_name scope."""
-    scopes = {}
-    for line in hlo_text.splitlines():
-        match = _HLO_OP.match(line)
-        if match:
-            scopes.setdefault(match.group(1).replace(".", "_"), match.group(2))
-    return scopes
 
 
 def kernel_part(kernel: str, scopes: dict[str, str]) -> str:
@@ -83,32 +68,12 @@ def measure(config: str, overrides: list[str], steps: int, shape_steps: int) -> 
     task = task_for(cfg)
     dataset = task.make_dataset()
     setup = init_training(cfg, task)
-    params, state, opt_state, train_step = setup.params, setup.state, setup.opt_state, setup.train_step
-    accum = cfg.train.grad_accum_steps
-    batches = [dataset.train_batch(s, accum) for s in range(shape_steps)]  # the bucket shapes of this many steps
+    batches = [dataset.train_batch(s, cfg.train.grad_accum_steps) for s in range(shape_steps)]  # shapes, padding
     shape_of = lambda b: b["node_mask"].shape  # noqa: E731
     common = collections.Counter(shape_of(b) for b in batches).most_common(1)[0][0]
     on_device = [jax.device_put(b) for b in batches if shape_of(b) == common][:steps]
-    # compiled once, then called directly: jit's own cache would compile the same step a second time
-    compiled = train_step.lower(params, opt_state, state, on_device[0], np.int32(0)).compile()
-    scopes = hlo_scopes(compiled.as_text())
-    train_step = compiled
-    for i, batch in enumerate(on_device):
-        params, opt_state, state, out = train_step(params, opt_state, state, batch, np.int32(i))
-    jax.block_until_ready(out)
-    began = time.perf_counter()  # wall time per step, outside the profiler (whose start and stop take a while)
-    for i, batch in enumerate(on_device):
-        params, opt_state, state, out = train_step(params, opt_state, state, batch, np.int32(len(on_device) + i))
-    jax.block_until_ready(out)
-    wall = (time.perf_counter() - began) / len(on_device)
-    with tempfile.TemporaryDirectory() as trace_dir:
-        with jax.profiler.trace(trace_dir):
-            for i, batch in enumerate(on_device):
-                params, opt_state, state, out = train_step(params, opt_state, state, batch, np.int32(steps + i))
-            jax.block_until_ready(out)
-        (path,) = sorted(Path(trace_dir).rglob("*.xplane.pb"))[-1:]
-        profile = jax.profiler.ProfileData.from_file(str(path))
-    by_kernel = per_call_us(profile, len(on_device))
+    profile = profile_steps(setup, on_device)
+    by_kernel, scopes = profile.kernel_us, profile.scopes
     by_part: dict[str, float] = collections.defaultdict(float)
     for kernel, us in by_kernel.items():
         by_part[kernel_part(kernel, scopes)] += us
@@ -119,7 +84,7 @@ def measure(config: str, overrides: list[str], steps: int, shape_steps: int) -> 
         "overrides": overrides,
         "steps_profiled": len(on_device),
         "profiled_shape": {"nodes": int(common[-1]), "edges": int(on_device[0]["edge_mask"].shape[-1])},
-        "step_wall_ms": wall * 1e3,
+        "step_wall_ms": profile.step_wall_ms,
         "device_busy_ms": device_us / 1e3,
         "parts_ms": {k: v / 1e3 for k, v in sorted(by_part.items(), key=lambda kv: -kv[1])},
         "top_kernels_us": dict(list(by_kernel.items())[:25]),

@@ -70,6 +70,7 @@ class RMSNorm(nnx.Module):
         self.eps = eps
         self.impl = impl
 
+    @jax.named_scope("rms_norm")
     def __call__(self, x: jax.Array) -> jax.Array:
         return rmsnorm_fn(x, self.weight[...], eps=self.eps, impl=op_impl(self.impl, rmsnorm_fn))
 
@@ -82,6 +83,7 @@ class LayerNorm(nnx.Module):
         self.bias = nnx.Param(jnp.zeros((dim,), jnp.float32))
         self.eps = eps
 
+    @jax.named_scope("layer_norm")
     def __call__(self, x: jax.Array) -> jax.Array:
         h = x.astype(jnp.float32)
         mean = jnp.mean(h, axis=-1, keepdims=True)
@@ -108,6 +110,7 @@ class RMSNormGated(nnx.Module):
         self.norm_before_gate = norm_before_gate
         self.impl = impl
 
+    @jax.named_scope("rms_norm_gated")
     def __call__(self, x: jax.Array, z: jax.Array | None = None) -> jax.Array:
         return rmsnorm_fn(
             x,
@@ -140,6 +143,7 @@ class CausalConv1d(nnx.Module):
         self.bias = nnx.Param(torch_default_uniform(width)(rngs.params(), (channels,))) if bias else None
         self.impl = impl
 
+    @jax.named_scope("causal_conv1d")
     def __call__(self, x: jax.Array, *, activation: str | None = None, seq_idx: jax.Array | None = None) -> jax.Array:
         bias = None if self.bias is None else self.bias[...]
         return causal_conv1d_fn(

@@ -67,6 +67,7 @@ class MHA(nnx.Module):
         out_in = self.head_dim * self.num_heads + self.mlp_dim // 2
         self.out_proj = linear(out_in, embed_dim, bias=out_proj_bias, dtype=dtype, rngs=rngs)
 
+    @jax.named_scope("attention")
     def __call__(self, x: jax.Array, seq_idx: jax.Array | None = None) -> jax.Array:
         """x (batch, L, embed_dim) -> (batch, L, embed_dim); seq_idx keeps attention within packed sequences."""
         batch, seqlen, _ = x.shape

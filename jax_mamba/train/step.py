@@ -59,8 +59,9 @@ def make_train_step(
         grads, loss_sum, sums, state = carry
         count = jnp.maximum(sums["count"], 1.0)
         grads = jax.tree.map(lambda g: g / count, grads)
-        updates, opt_state = tx.update(grads, opt_state, params)
-        params = optax.apply_updates(params, updates)
+        with jax.named_scope("optimizer"):  # profiles attribute the update's kernels by this scope
+            updates, opt_state = tx.update(grads, opt_state, params)
+            params = optax.apply_updates(params, updates)
         metrics = {"loss": loss_sum / count, "grad_norm": optax.tree.norm(grads), **task.train_metrics(sums)}
         return params, opt_state, state, metrics
 

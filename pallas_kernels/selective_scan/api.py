@@ -15,6 +15,7 @@ Layout = Literal["channels_last", "channels_first"]
 _AVAILABLE_IMPLS = ("reference", "pallas")
 
 
+@jax.named_scope("selective_scan")  # the op's XLA-side work is attributed to it in profiles
 def selective_scan_fn(
     u: jax.Array,
     delta: jax.Array,

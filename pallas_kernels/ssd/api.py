@@ -20,6 +20,7 @@ from pallas_kernels.ssd.config import MAX_DSTATE, MAX_HEADDIM, SsdConfig
 _AVAILABLE_IMPLS = ("reference", "pallas")
 
 
+@jax.named_scope("ssd")  # the op's XLA-side work is attributed to it in profiles
 def mamba_chunk_scan_combined(
     x: jax.Array,
     dt: jax.Array,

@@ -4,7 +4,8 @@ shares are counted from the batches. (The profile itself needs a GPU's kernel tr
 
 import numpy as np
 
-from compare.graph_profile import OTHER, PARTS, hlo_scopes, kernel_part, padding_stats
+from compare.graph_profile import OTHER, PARTS, kernel_part, padding_stats
+from compare.step_profile import hlo_scopes
 from jax_mamba.configs import load_config
 from jax_mamba.tasks import task_for
 from jax_mamba.train.step import init_training

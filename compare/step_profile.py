@@ -1,0 +1,70 @@
+"""Per-kernel device time of the training loop's own jit train step, for the profile commands
+(``compare.graph_profile``, ``compare.characterize``).
+
+The step is compiled once (its HLO text gives each fusion's op name scope, from ``jax.named_scope`` and JAX's
+``transpose(jvp(...))`` for backward ops), run on the given batches to warm up, timed by wall clock, then run again
+under ``jax.profiler.trace``; the trace's device events are summed per kernel and per step."""
+
+import re
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import jax
+import numpy as np
+
+from compare.kernel_profile import per_call_us
+from jax_mamba.train.step import Training
+
+_HLO_OP = re.compile(r'^\s*(?:ROOT )?%?([\w.\-]+) = .*?metadata=\{[^}]*op_name="([^"]*)"')
+
+
+def hlo_scopes(hlo_text: str) -> dict[str, str]:
+    """Kernel name (an HLO instruction's name with '.' as '_', as the profiler reports it) -> its op_name scope."""
+    scopes = {}
+    for line in hlo_text.splitlines():
+        match = _HLO_OP.match(line)
+        if match:
+            scopes.setdefault(match.group(1).replace(".", "_"), match.group(2))
+    return scopes
+
+
+@dataclass
+class StepProfile:
+    kernel_us: dict[str, float]  # per step, largest first
+    scopes: dict[str, str]  # kernel -> op name scope (XLA's kernels; Pallas kernels go by their own names)
+    step_wall_ms: float  # wall time per step outside the profiler
+    steps: int
+
+    @property
+    def device_ms(self) -> float:
+        return sum(self.kernel_us.values()) / 1e3
+
+
+def profile_steps(setup: Training, batches: list) -> StepProfile:
+    """Profile ``setup``'s train step on ``batches`` (device arrays of one shape, each with the leading accum axis):
+    one compilation, a warm-up pass, a timed pass and a traced pass over the batches."""
+    params, state, opt_state = setup.params, setup.state, setup.opt_state
+    compiled = setup.train_step.lower(params, opt_state, state, batches[0], np.int32(0)).compile()
+    scopes = hlo_scopes(compiled.as_text())
+    index = 0
+
+    def run_all():
+        nonlocal params, opt_state, state, index
+        out = None
+        for batch in batches:
+            params, opt_state, state, out = compiled(params, opt_state, state, batch, np.int32(index))
+            index += 1
+        jax.block_until_ready(out)
+
+    run_all()
+    began = time.perf_counter()  # outside the profiler, whose start and stop take a while
+    run_all()
+    wall = (time.perf_counter() - began) / len(batches)
+    with tempfile.TemporaryDirectory() as trace_dir:
+        with jax.profiler.trace(trace_dir):
+            run_all()
+        (path,) = sorted(Path(trace_dir).rglob("*.xplane.pb"))[-1:]
+        profile = jax.profiler.ProfileData.from_file(str(path))
+    return StepProfile(per_call_us(profile, len(batches)), scopes, wall * 1e3, len(batches))

@@ -1,0 +1,77 @@
+"""compare.characterize on the CPU: pass assignment, the per-category and per-pass sums (nothing dropped, the
+unclassified share reported), the report files, and the whole JAX path end to end (a CPU trace has no GPU kernels,
+so the sums are empty there; the command itself refuses to run without a GPU)."""
+
+import json
+
+import pytest
+
+from compare import characterize
+from compare.characterize import PHASES, characterize_jax, phase_of, report_dir, summarize, write_report
+from compare.kernel_classes import UNCLASSIFIED
+from compare.step_profile import StepProfile
+
+
+def test_passes_from_scopes_and_pallas_names():
+    assert phase_of("loop_add_fusion_1", "jit(step)/jvp(block)/mixer/add") == "forward"
+    assert phase_of("input_reduce_fusion_2", "jit(step)/transpose(jvp(block))/norm/reduce_sum") == "backward"
+    assert phase_of("loop_add_fusion_3", "jit(step)/optimizer/add") == "optimizer"
+    assert phase_of("selective_scan_bwd", "") == "backward" and phase_of("ssd_bwd_dx", "") == "backward"
+    assert phase_of("selective_scan_fwd", "") == "forward"
+
+
+def synthetic_profile() -> StepProfile:
+    kernel_us = {
+        "nvjet_tst_128x64": 400.0,
+        "selective_scan_bwd": 300.0,
+        "selective_scan_fwd": 100.0,
+        "input_reduce_fusion_5": 50.0,
+        "loop_add_fusion_9": 40.0,
+        "mystery_kernel": 10.0,
+    }
+    scopes = {
+        "input_reduce_fusion_5": "jit(step)/transpose(jvp(block))/rms_norm/reduce_sum",
+        "loop_add_fusion_9": "jit(step)/optimizer/add",
+    }
+    return StepProfile(kernel_us, scopes, step_wall_ms=1.2, steps=4)
+
+
+def test_summary_sums_every_kernel_by_category_and_pass():
+    result = summarize(synthetic_profile(), top=3)
+    assert result["device_ms"] == pytest.approx(0.9)
+    cats = result["categories_ms"]
+    assert cats["GEMM"] == pytest.approx(0.4) and cats["SSM"] == pytest.approx(0.4)
+    assert cats["normalization"] == pytest.approx(0.05) and cats["optimizer"] == pytest.approx(0.04)
+    assert cats[UNCLASSIFIED] == pytest.approx(0.01) and result["unclassified_share"] == pytest.approx(0.01 / 0.9)
+    phases = result["phases_ms"]
+    assert phases["backward"]["SSM"] == pytest.approx(0.3) and phases["forward"]["SSM"] == pytest.approx(0.1)
+    assert phases["backward"]["normalization"] == pytest.approx(0.05)
+    assert phases["optimizer"]["optimizer"] == pytest.approx(0.04)
+    for category, ms in cats.items():
+        assert sum(phases[p][category] for p in PHASES) == pytest.approx(ms)
+    assert [k["kernel"] for k in result["kernels"]] == ["nvjet_tst_128x64", "selective_scan_bwd", "selective_scan_fwd"]
+
+
+def test_report_files(tmp_path):
+    result = {"framework": "jax", "jax": "x", "config": "mamba1-tiny", "device": "NVIDIA H100 80GB HBM3"}
+    result |= summarize(synthetic_profile())
+    out = report_dir(tmp_path, "mamba1-tiny", result["device"])
+    assert out.parent == tmp_path / "mamba1-tiny" and out.name.startswith("nvidia-h100-80gb-hbm3-20")
+    write_report(result, out, "python -m compare.characterize --config mamba1-tiny")
+    saved = json.loads((out / "characterization.json").read_text())
+    assert saved["categories_ms"] == result["categories_ms"] and saved["command"].endswith("mamba1-tiny")
+    report = (out / "report.md").read_text()
+    assert "| SSM | 0.100 | 0.300 | 0.000 | 0.400 | 44.4% |" in report and f"| {UNCLASSIFIED} |" in report
+
+
+def test_the_jax_path_runs_end_to_end_on_the_cpu():
+    result = characterize_jax("mamba1-tiny", ["--batch_size=2", "--seq_len=16"], steps=2)
+    assert result["steps_profiled"] == 2 and result["step_wall_ms"] > 0
+    assert result["device_ms"] == 0.0 and result["unclassified_share"] == 0.0  # a CPU trace has no GPU kernels
+
+
+def test_command_refuses_without_a_gpu_and_bad_steps():
+    with pytest.raises(SystemExit, match="JAX sees no GPU"):
+        characterize.main(["--config", "mamba1-tiny"])
+    with pytest.raises(SystemExit, match="--steps: expected a positive integer"):
+        characterize.main(["--config", "mamba1-tiny", "--steps", "0"])
