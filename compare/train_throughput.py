@@ -21,7 +21,8 @@ import jax
 from jax_mamba.configs.loader import parse_args_with_overrides
 
 
-def _json_line(command: list[str]) -> dict:
+def json_line(command: list[str]) -> dict:
+    """Run a command that prints one JSON line last: that object (plus the command), or its exit code and stderr."""
     proc = subprocess.run(command, capture_output=True, text=True)
     if proc.returncode != 0:
         return {"returncode": proc.returncode, "error": proc.stderr[-2000:], "command": " ".join(command[1:])}
@@ -83,12 +84,12 @@ def run_torch(config: str, steps: int, batch_size: int, seq_len: int, extra: lis
     """The reference on the same config and batches, in its own process (torch_reference.train_bench)."""
     flags = ["--inference"] if inference else []
     args = _bench_args(config, steps, batch_size, seq_len, extra)
-    return _json_line([sys.executable, "-m", "torch_reference.train_bench", *args, *flags])
+    return json_line([sys.executable, "-m", "torch_reference.train_bench", *args, *flags])
 
 
 def run_jax_inference(config: str, steps: int, batch_size: int, seq_len: int, extra: list[str]) -> dict:
     args = _bench_args(config, steps, batch_size, seq_len, extra)
-    return _json_line([sys.executable, "-m", "compare.inference_bench", *args])
+    return json_line([sys.executable, "-m", "compare.inference_bench", *args])
 
 
 def _side_cells(ours: dict, theirs: dict | None) -> list[str]:

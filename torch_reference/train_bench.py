@@ -25,6 +25,8 @@ from jax_mamba.configs.schema import RunConfig
 from jax_mamba.tasks import task_for
 from torch_reference.backend import Reference, load
 
+PASS_RANGE = "pass:"  # prefix of the profiler ranges around a training step's passes
+
 
 class _Runner:
     """One family's model, optimizer and batch handling; ``train_step`` returns the loss tensor."""
@@ -65,14 +67,18 @@ class _Runner:
         )
 
     def train_step(self, inputs) -> torch.Tensor:
-        with torch.autocast(self.device, dtype=torch.bfloat16):
-            logits, labels = self.logits_and_labels(inputs)
-        loss = self.loss(logits.float(), labels)
-        loss.backward()
-        if self.cfg.optim.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.optim.grad_clip)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        """One optimizer step; its passes are profiler ranges (``PASS_RANGE`` + forward, backward, optimizer)."""
+        with torch.profiler.record_function(PASS_RANGE + "forward"):
+            with torch.autocast(self.device, dtype=torch.bfloat16):
+                logits, labels = self.logits_and_labels(inputs)
+            loss = self.loss(logits.float(), labels)
+        with torch.profiler.record_function(PASS_RANGE + "backward"):
+            loss.backward()
+        with torch.profiler.record_function(PASS_RANGE + "optimizer"):
+            if self.cfg.optim.grad_clip > 0:
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.optim.grad_clip)
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
         return loss
 
     def infer_step(self, inputs) -> torch.Tensor:
@@ -169,6 +175,13 @@ class _GraphMamba(_Runner):
 _RUNNERS = {"lm": _LanguageModel, "mamba_vision": _MambaVision, "graph_mamba": _GraphMamba}
 
 
+def make_runner(ref: Reference, cfg: RunConfig, compile_model: bool = False) -> _Runner:
+    """The family's model, fused AdamW and batch handling, at the reference's best settings."""
+    if ref.device == "cuda":
+        torch.backends.cudnn.benchmark = True
+    return _RUNNERS[cfg.family](ref, cfg, compile_model)
+
+
 def measure(
     config: str,
     steps: int,
@@ -182,9 +195,7 @@ def measure(
 ) -> dict:
     cfg = load_config(config, [f"--batch_size={batch_size}", f"--seq_len={seq_len}", "--eval_batches=1", *overrides])
     ref = load(device)
-    if device == "cuda":
-        torch.backends.cudnn.benchmark = True
-    runner = _RUNNERS[cfg.family](ref, cfg, compile_model)
+    runner = make_runner(ref, cfg, compile_model)
     runner.model.train(not inference)
     dataset = task_for(cfg).make_dataset()
     timed, losses = [], []

@@ -1,18 +1,27 @@
-"""compare.characterize on the CPU: pass assignment, the per-category and per-pass sums (nothing dropped, the
-unclassified share reported), the report files, and the whole JAX path end to end (a CPU trace has no GPU kernels,
-so the sums are empty there; the command itself refuses to run without a GPU)."""
+"""compare.characterize on the CPU: pass assignment, the per-category and per-pass sums of both frameworks' rows
+(nothing dropped, the unclassified share reported), the report files, and the JAX path end to end (a CPU trace has
+no GPU kernels, so its sums are empty there; the command itself refuses to run without a GPU)."""
 
 import json
 
 import pytest
 
 from compare import characterize
-from compare.characterize import PHASES, characterize_jax, phase_of, report_dir, summarize, write_report
+from compare.characterize import (
+    PHASES,
+    characterize_jax,
+    jax_rows,
+    phase_of,
+    report_dir,
+    summarize,
+    torch_rows,
+    write_report,
+)
 from compare.kernel_classes import UNCLASSIFIED
 from compare.step_profile import StepProfile
 
 
-def test_passes_from_scopes_and_pallas_names():
+def test_jax_passes_from_scopes_and_pallas_names():
     assert phase_of("loop_add_fusion_1", "jit(step)/jvp(block)/mixer/add") == "forward"
     assert phase_of("input_reduce_fusion_2", "jit(step)/transpose(jvp(block))/norm/reduce_sum") == "backward"
     assert phase_of("loop_add_fusion_3", "jit(step)/optimizer/add") == "optimizer"
@@ -37,7 +46,7 @@ def synthetic_profile() -> StepProfile:
 
 
 def test_summary_sums_every_kernel_by_category_and_pass():
-    result = summarize(synthetic_profile(), top=3)
+    result = summarize(jax_rows(synthetic_profile()), top=3)
     assert result["device_ms"] == pytest.approx(0.9)
     cats = result["categories_ms"]
     assert cats["GEMM"] == pytest.approx(0.4) and cats["SSM"] == pytest.approx(0.4)
@@ -52,16 +61,33 @@ def test_summary_sums_every_kernel_by_category_and_pass():
     assert [k["kernel"] for k in result["kernels"]] == ["nvjet_tst_128x64", "selective_scan_bwd", "selective_scan_fwd"]
 
 
+def test_torch_rows_keep_their_passes():
+    passes = {
+        "forward": {"void selective_scan_fwd_kernel<...>": 80.0, "ampere_bf16_s16816gemm_bf16": 120.0},
+        "backward": {"void selective_scan_bwd_kernel<...>": 200.0},
+        "optimizer": {"multi_tensor_apply_kernel<FusedAdamMathFunctor>": 30.0},
+        "other": {"Memcpy HtoD (Pageable -> Device)": 5.0},
+    }
+    result = summarize(torch_rows(passes))
+    assert result["device_ms"] == pytest.approx(0.435)
+    assert result["phases_ms"]["forward"]["SSM"] == pytest.approx(0.08)
+    assert result["phases_ms"]["backward"]["SSM"] == pytest.approx(0.2)
+    assert result["phases_ms"]["optimizer"]["optimizer"] == pytest.approx(0.03)
+    assert result["phases_ms"]["other"]["copy/other"] == pytest.approx(0.005)
+
+
 def test_report_files(tmp_path):
-    result = {"framework": "jax", "jax": "x", "config": "mamba1-tiny", "device": "NVIDIA H100 80GB HBM3"}
-    result |= summarize(synthetic_profile())
-    out = report_dir(tmp_path, "mamba1-tiny", result["device"])
+    side = {"framework": "jax", "version": "jax x", "device": "NVIDIA H100 80GB HBM3", "steps_profiled": 4}
+    side |= {"step_wall_ms": 1.2, **summarize(jax_rows(synthetic_profile()))}
+    out = report_dir(tmp_path, "mamba1-tiny", side["device"])
     assert out.parent == tmp_path / "mamba1-tiny" and out.name.startswith("nvidia-h100-80gb-hbm3-20")
-    write_report(result, out, "python -m compare.characterize --config mamba1-tiny")
+    write_report("mamba1-tiny", [side, {**side, "framework": "torch"}], out, "python -m compare.characterize", [])
     saved = json.loads((out / "characterization.json").read_text())
-    assert saved["categories_ms"] == result["categories_ms"] and saved["command"].endswith("mamba1-tiny")
+    assert [s["framework"] for s in saved["sides"]] == ["jax", "torch"]
+    assert saved["sides"][0]["categories_ms"] == side["categories_ms"]
     report = (out / "report.md").read_text()
-    assert "| SSM | 0.100 | 0.300 | 0.000 | 0.400 | 44.4% |" in report and f"| {UNCLASSIFIED} |" in report
+    assert "| SSM | 0.400 | 44.4% | 0.400 | 44.4% |" in report and f"| {UNCLASSIFIED} |" in report
+    assert "| SSM | 0.100 | 0.300 | 0.000 | 0.000 |" in report  # by pass
 
 
 def test_the_jax_path_runs_end_to_end_on_the_cpu():
