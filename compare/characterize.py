@@ -12,7 +12,8 @@ For any training config of any family, on the same config, precision and batches
 Every kernel is classified by the one table of ``compare.kernel_classes`` (GEMM, SSM, attention, convolution,
 normalization, elementwise/fusion, reduction, optimizer, copy/other); the unclassified share is reported, never
 hidden. Writes ``characterization.json`` (every number) and ``report.md`` under
-``reports/<config>/<device>-<date>/`` (or ``--out``). Not built yet: Nsight Compute counters and the plots."""
+``reports/<config>/<device>-<date>/`` (or ``--out``), with the operator breakdown as stacked bars
+(``breakdown.png``). Not built yet: Nsight Compute counters, the roofline and bandwidth plots."""
 
 import argparse
 import collections
@@ -24,6 +25,7 @@ from pathlib import Path
 
 import jax
 
+from compare.characterize_plots import breakdown_bars
 from compare.kernel_classes import CATEGORIES, UNCLASSIFIED, classify
 from compare.step_profile import StepProfile, profile_steps
 from compare.train_throughput import json_line
@@ -163,6 +165,7 @@ def write_report(config: str, sides: list[dict], out: Path, command: str, overri
     record = {"config": config, "overrides": overrides, "command": command, "sides": sides}
     (out / "characterization.json").write_text(json.dumps(record, indent=2))
     (out / "report.md").write_text(markdown(config, sides, command))
+    breakdown_bars(sides, out / "breakdown.png", f"{config}: where a training step's GPU time goes")
 
 
 def main(argv: list[str] | None = None) -> int:

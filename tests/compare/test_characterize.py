@@ -88,6 +88,8 @@ def test_report_files(tmp_path):
     report = (out / "report.md").read_text()
     assert "| SSM | 0.400 | 44.4% | 0.400 | 44.4% |" in report and f"| {UNCLASSIFIED} |" in report
     assert "| SSM | 0.100 | 0.300 | 0.000 | 0.000 |" in report  # by pass
+    png = (out / "breakdown.png").read_bytes()
+    assert png.startswith(b"\x89PNG") and len(png) > 10_000
 
 
 def test_the_jax_path_runs_end_to_end_on_the_cpu():
