@@ -2,7 +2,6 @@
 good checkpoint, no overwriting, gradient accumulation, the command line."""
 
 import hashlib
-import json
 from pathlib import Path
 
 import jax
@@ -19,16 +18,7 @@ from jax_mamba.train.__main__ import main
 from jax_mamba.train.loop import TrainingDiverged, train
 from jax_mamba.train.run_dir import RunDirError
 from jax_mamba.train.step import make_train_step
-
-QUIET = ["--progress=false"]
-
-
-def records(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-
-
-def losses(run_dir: Path) -> dict[int, float]:
-    return {r["step"]: r["loss"] for r in records(run_dir) if "loss" in r and "event" not in r}
+from tests.jax_mamba.training_runs import QUIET, losses, records, whole_and_resumed_runs
 
 
 def tree_digest(folder: Path) -> str:
@@ -51,12 +41,8 @@ def test_training_writes_outputs_and_loss_falls(tmp_path):
 
 
 def test_resume_continues_the_same_trajectory(tmp_path):
-    base = [*QUIET, "--max_steps=8", "--log_every=1", "--eval_every=4", "--save_every=4", "--grad_accum_steps=2"]
-    whole, parts = tmp_path / "whole", tmp_path / "parts"
-    train(load_config("hybrid-tiny", base), run_dir=whole, echo=lambda *_: None)
-    first = train(load_config("hybrid-tiny", [*base, "--stop_after_steps=5"]), run_dir=parts, echo=lambda *_: None)
+    whole, parts, first = whole_and_resumed_runs("hybrid-tiny", [], tmp_path, steps=8, stop_after=5, every=4)
     assert first.step == 5
-    train(load_config(str(parts / "config.yaml"), QUIET), resume=True, run_dir=parts, echo=lambda *_: None)
     assert losses(parts) == losses(whole)  # bit-identical: same data order, same state
     assert sorted(losses(parts)) == list(range(1, 9))
     assert any(r.get("event") == "resume" and r["step"] == 5 for r in records(parts))

@@ -2,9 +2,6 @@
 generated graph-classification set well above chance, compiling once per planned batch shape; dropout, orderings
 and batch statistics resume exactly; data/model mismatches are named errors."""
 
-import json
-from pathlib import Path
-
 import pytest
 
 from jax_mamba.configs import load_config
@@ -12,8 +9,8 @@ from jax_mamba.data import DataError
 from jax_mamba.tasks import task_for
 from jax_mamba.train.__main__ import main
 from jax_mamba.train.loop import train
+from tests.jax_mamba.training_runs import QUIET, evals, losses, records, whole_and_resumed_runs
 
-QUIET = ["--progress=false"]
 GRAPH_CLASSES = [
     "--data.kind=graph_classes",
     "--model.task_level=graph",
@@ -24,10 +21,6 @@ GRAPH_CLASSES = [
     "--model.edge_vocab=[2]",
     "--model.head_layers=1",
 ]
-
-
-def records(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
 def test_tiny_graph_mamba_learns_the_communities(tmp_path):
@@ -45,15 +38,9 @@ def test_tiny_graph_mamba_learns_graph_classes(tmp_path):
 
 
 def test_resume_continues_orderings_dropout_and_batch_statistics(tmp_path):
-    base = [*QUIET, "--max_steps=6", "--log_every=1", "--eval_every=3", "--save_every=3", "--grad_accum_steps=2"]
-    base += ["--batch_size=4", "--data.num_graphs=40", "--model.dropout=0.3", "--model.n_layers=1"]
-    whole, parts = tmp_path / "whole", tmp_path / "parts"
-    train(load_config("graph-mamba-tiny", base), run_dir=whole, echo=lambda *_: None)
-    train(load_config("graph-mamba-tiny", [*base, "--stop_after_steps=3"]), run_dir=parts, echo=lambda *_: None)
-    train(load_config(str(parts / "config.yaml"), QUIET), resume=True, run_dir=parts, echo=lambda *_: None)
-    losses = lambda d: {r["step"]: r["loss"] for r in records(d) if "loss" in r and "event" not in r}  # noqa: E731
+    overrides = ["--batch_size=4", "--data.num_graphs=40", "--model.dropout=0.3", "--model.n_layers=1"]
+    whole, parts, _ = whole_and_resumed_runs("graph-mamba-tiny", overrides, tmp_path, steps=6, stop_after=3, every=3)
     assert losses(parts) == losses(whole) and sorted(losses(whole)) == list(range(1, 7))
-    evals = lambda d: [r["eval_loss"] for r in records(d) if "eval_loss" in r]  # noqa: E731
     assert evals(parts) == evals(whole)
 
 

@@ -2,7 +2,6 @@
 statistics and drop-path draws resume exactly; image folders from the command line."""
 
 import json
-from pathlib import Path
 
 import numpy as np
 import orbax.checkpoint as ocp
@@ -11,12 +10,7 @@ from jax_mamba.configs import load_config
 from jax_mamba.data.export_shapes import export
 from jax_mamba.train.__main__ import main
 from jax_mamba.train.loop import train
-
-QUIET = ["--progress=false"]
-
-
-def records(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+from tests.jax_mamba.training_runs import QUIET, evals, losses, records, whole_and_resumed_runs
 
 
 def test_tiny_mambavision_learns_the_shapes(tmp_path):
@@ -32,15 +26,9 @@ def test_tiny_mambavision_learns_the_shapes(tmp_path):
 
 
 def test_resume_continues_batch_statistics_and_drop_path(tmp_path):
-    base = [*QUIET, "--max_steps=6", "--log_every=1", "--eval_every=3", "--save_every=3", "--grad_accum_steps=2"]
-    base += ["--batch_size=4", "--data.num_images=60", "--data.image_size=32", "--drop_path_rate=0.5"]
-    whole, parts = tmp_path / "whole", tmp_path / "parts"
-    train(load_config("mambavision-tiny", base), run_dir=whole, echo=lambda *_: None)
-    train(load_config("mambavision-tiny", [*base, "--stop_after_steps=3"]), run_dir=parts, echo=lambda *_: None)
-    train(load_config(str(parts / "config.yaml"), QUIET), resume=True, run_dir=parts, echo=lambda *_: None)
-    losses = lambda d: {r["step"]: r["loss"] for r in records(d) if "loss" in r and "event" not in r}  # noqa: E731
+    overrides = ["--batch_size=4", "--data.num_images=60", "--data.image_size=32", "--drop_path_rate=0.5"]
+    whole, parts, _ = whole_and_resumed_runs("mambavision-tiny", overrides, tmp_path, steps=6, stop_after=3, every=3)
     assert losses(parts) == losses(whole) and sorted(losses(whole)) == list(range(1, 7))
-    evals = lambda d: [r["eval_loss"] for r in records(d) if "eval_loss" in r]  # noqa: E731
     assert evals(parts) == evals(whole)  # eval uses the running statistics: those resumed too
 
 
