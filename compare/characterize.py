@@ -16,7 +16,6 @@ hidden. Writes ``characterization.json`` (every number) and ``report.md`` under
 (``breakdown.png``). Not built yet: Nsight Compute counters, the roofline and bandwidth plots."""
 
 import argparse
-import collections
 import datetime
 import json
 import re
@@ -27,7 +26,7 @@ import jax
 
 from compare.characterize_plots import breakdown_bars
 from compare.kernel_classes import CATEGORIES, UNCLASSIFIED, classify
-from compare.step_profile import StepProfile, profile_steps
+from compare.step_profile import StepProfile, common_shape_batches, profile_steps
 from compare.train_throughput import json_line
 from jax_mamba.configs.loader import load_config, parse_args_with_overrides
 from jax_mamba.tasks import task_for
@@ -80,20 +79,13 @@ def torch_rows(passes_us: dict[str, dict[str, float]]) -> list[tuple[str, float,
     return [(kernel, us, phase, "") for phase, kernels in passes_us.items() for kernel, us in kernels.items()]
 
 
-def _common_shape_batches(dataset, steps: int, accum: int) -> list:
-    """``steps`` batches of the most common shape among the first 4 x steps (graph batches come in a few shapes)."""
-    shape_of = lambda batch: tuple(sorted((k, v.shape) for k, v in batch.items()))  # noqa: E731
-    batches = [dataset.train_batch(s, accum) for s in range(4 * steps)]
-    common = collections.Counter(shape_of(b) for b in batches).most_common(1)[0][0]
-    return [jax.device_put(b) for b in batches if shape_of(b) == common][:steps]
-
-
 def characterize_jax(config: str, overrides: list[str], steps: int) -> dict:
     cfg = load_config(config, overrides)
     task = task_for(cfg)
     dataset = task.make_dataset()
     try:
-        batches = _common_shape_batches(dataset, steps, cfg.train.grad_accum_steps)
+        candidates = [dataset.train_batch(s, cfg.train.grad_accum_steps) for s in range(4 * steps)]
+        batches = common_shape_batches(candidates, steps)
         profile = profile_steps(init_training(cfg, task), batches)
     finally:
         if hasattr(dataset, "close"):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import jax
 
-from compare.step_profile import profile_steps
+from compare.step_profile import common_shape_batches, profile_steps
 from jax_mamba.configs.loader import load_config, parse_args_with_overrides
 from jax_mamba.tasks import task_for
 from jax_mamba.train.step import init_training
@@ -69,9 +69,7 @@ def measure(config: str, overrides: list[str], steps: int, shape_steps: int) -> 
     dataset = task.make_dataset()
     setup = init_training(cfg, task)
     batches = [dataset.train_batch(s, cfg.train.grad_accum_steps) for s in range(shape_steps)]  # shapes, padding
-    shape_of = lambda b: b["node_mask"].shape  # noqa: E731
-    common = collections.Counter(shape_of(b) for b in batches).most_common(1)[0][0]
-    on_device = [jax.device_put(b) for b in batches if shape_of(b) == common][:steps]
+    on_device = common_shape_batches(batches, steps)
     profile = profile_steps(setup, on_device)
     by_kernel, scopes = profile.kernel_us, profile.scopes
     by_part: dict[str, float] = collections.defaultdict(float)
@@ -83,7 +81,10 @@ def measure(config: str, overrides: list[str], steps: int, shape_steps: int) -> 
         "device": getattr(jax.devices()[0], "device_kind", str(jax.devices()[0])),
         "overrides": overrides,
         "steps_profiled": len(on_device),
-        "profiled_shape": {"nodes": int(common[-1]), "edges": int(on_device[0]["edge_mask"].shape[-1])},
+        "profiled_shape": {
+            "nodes": int(on_device[0]["node_mask"].shape[-1]),
+            "edges": int(on_device[0]["edge_mask"].shape[-1]),
+        },
         "step_wall_ms": profile.step_wall_ms,
         "device_busy_ms": device_us / 1e3,
         "parts_ms": {k: v / 1e3 for k, v in sorted(by_part.items(), key=lambda kv: -kv[1])},

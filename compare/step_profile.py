@@ -5,6 +5,7 @@ The step is compiled once (its HLO text gives each fusion's op name scope, from 
 ``transpose(jvp(...))`` for backward ops), run on the given batches to warm up, timed by wall clock, then run again
 under ``jax.profiler.trace``; the trace's device events are summed per kernel and per step."""
 
+import collections
 import re
 import tempfile
 import time
@@ -42,12 +43,26 @@ class StepProfile:
         return sum(self.kernel_us.values()) / 1e3
 
 
+def compile_step(setup: Training, batch) -> tuple:
+    """(the compiled train step for ``batch``'s shapes, its kernels' op name scopes). Call the compiled step
+    directly: jit's own cache would compile it a second time."""
+    compiled = setup.train_step.lower(setup.params, setup.opt_state, setup.state, batch, np.int32(0)).compile()
+    return compiled, hlo_scopes(compiled.as_text())
+
+
+def common_shape_batches(batches: list, steps: int) -> list:
+    """Up to ``steps`` of ``batches`` (dicts of arrays), those of the most common shapes, on the device: one compiled
+    step runs them all (graph batches come in a few planned shapes)."""
+    shape_of = lambda batch: tuple(sorted((k, v.shape) for k, v in batch.items()))  # noqa: E731
+    common = collections.Counter(shape_of(b) for b in batches).most_common(1)[0][0]
+    return [jax.device_put(b) for b in batches if shape_of(b) == common][:steps]
+
+
 def profile_steps(setup: Training, batches: list) -> StepProfile:
     """Profile ``setup``'s train step on ``batches`` (device arrays of one shape, each with the leading accum axis):
     one compilation, a warm-up pass, a timed pass and a traced pass over the batches."""
     params, state, opt_state = setup.params, setup.state, setup.opt_state
-    compiled = setup.train_step.lower(params, opt_state, state, batches[0], np.int32(0)).compile()
-    scopes = hlo_scopes(compiled.as_text())
+    compiled, scopes = compile_step(setup, batches[0])
     index = 0
 
     def run_all():

@@ -5,7 +5,7 @@ shares are counted from the batches. (The profile itself needs a GPU's kernel tr
 import numpy as np
 
 from compare.graph_profile import OTHER, PARTS, kernel_part, padding_stats
-from compare.step_profile import hlo_scopes
+from compare.step_profile import compile_step
 from jax_mamba.configs import load_config
 from jax_mamba.tasks import task_for
 from jax_mamba.train.step import init_training
@@ -17,8 +17,7 @@ def test_every_part_is_named_in_the_compiled_step():
     dataset = task.make_dataset()
     setup = init_training(cfg, task)
     batch = dataset.train_batch(0, cfg.train.grad_accum_steps)
-    lowered = setup.train_step.lower(setup.params, setup.opt_state, setup.state, batch, np.int32(0))
-    scopes = hlo_scopes(lowered.compile().as_text())
+    _, scopes = compile_step(setup, batch)
     parts = {kernel_part(kernel, scopes) for kernel in scopes}
     assert {part for part, _ in PARTS} <= parts, sorted(parts)
     assert OTHER in parts  # the optimizer update is in no model scope

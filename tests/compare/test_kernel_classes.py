@@ -3,11 +3,10 @@ cuDNN, CUTLASS, Pallas, mamba-ssm's CUDA and Triton kernels, ATen) land in the p
 refines only XLA's generic fusions, and the language models' compiled steps carry the scopes it reads; nothing
 unknown is hidden."""
 
-import numpy as np
 import pytest
 
 from compare.kernel_classes import CATEGORIES, UNCLASSIFIED, breakdown, classify
-from compare.step_profile import hlo_scopes
+from compare.step_profile import compile_step
 from jax_mamba.configs import load_config
 from jax_mamba.tasks import task_for
 from jax_mamba.train.step import init_training
@@ -119,8 +118,7 @@ def test_language_model_steps_carry_the_scopes_the_rules_read(config):
     task = task_for(cfg)
     setup = init_training(cfg, task)
     batch = task.make_dataset().train_batch(0, cfg.train.grad_accum_steps)
-    lowered = setup.train_step.lower(setup.params, setup.opt_state, setup.state, batch, np.int32(0))
-    scopes = hlo_scopes(lowered.compile().as_text())
+    _, scopes = compile_step(setup, batch)
     found = {classify("fusion", scope) for scope in scopes.values()}
     expected = {"normalization", "SSM", "optimizer"} | ({"attention"} if config.startswith("hybrid") else set())
     assert expected <= found, sorted(found)
