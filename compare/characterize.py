@@ -40,7 +40,7 @@ def phase_of(kernel: str, scope: str) -> str:
     """A JAX kernel's pass: forward, backward or optimizer, by the op's scope (XLA kernels) or name (Pallas)."""
     if "optimizer" in scope:
         return "optimizer"
-    if "transpose(" in scope or re.search(r"_bwd", kernel):
+    if "transpose(" in scope or "_bwd" in kernel:
         return "backward"
     return "forward"
 
