@@ -111,7 +111,7 @@ class GPSLayer(nnx.Module):
         with jax.named_scope("ffn"):
             ff = self.dropout(jax.nn.relu(self.ff_linear1(h)), rngs=rngs)
             h = h + self.dropout(self.ff_linear2(ff), rngs=rngs).astype(jnp.float32)
-        # Padding rows restart from zero in every layer: left alone they grow layer after layer (16 layers overflow
-        # float32), and one inf in a masked reduction (0 * inf) turns the real rows' batch statistics into NaN.
-        h = jnp.where(mask[:, None] > 0, self.norm2(h, mask), 0.0)
-        return h, jnp.where(graph["edge_mask"][:, None] > 0, e, 0.0)
+        # Padding rows restart from zero in every layer (the masked norm2 writes zeros there): left alone they grow
+        # layer after layer (16 layers overflow float32), and one inf in a masked reduction (0 * inf) turns the real
+        # rows' batch statistics into NaN.
+        return self.norm2(h, mask), jnp.where(graph["edge_mask"][:, None] > 0, e, 0.0)

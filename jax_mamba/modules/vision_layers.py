@@ -47,38 +47,44 @@ class Conv2d(nnx.Module):
 
 
 @partial(jax.custom_vjp, nondiff_argnums=(3,))
-def batch_norm_train(x: jax.Array, weight: jax.Array, bias: jax.Array, eps: float) -> tuple[jax.Array, ...]:
+def batch_norm_train(
+    x: jax.Array, weight: jax.Array, bias: jax.Array, eps: float, keep: jax.Array | None = None
+) -> tuple[jax.Array, ...]:
     """Batch norm by the batch's statistics over every axis but the last: (out in x's dtype, mean, biased variance),
-    statistics float32. Its backward is the closed form in two passes over (x, grad):
-    one reduction (the sums of g and g * x_hat, per channel) and one elementwise pass, instead of what autodiff of the
-    forward would chain."""
-    return _batch_norm_fwd(x, weight, bias, eps)[0]
+    statistics float32. ``keep`` (bool, x.shape[:-1] + (1,)), if given, restricts the statistics to its rows and
+    zeroes the output elsewhere: whatever the other rows hold, even inf or NaN, is selected away, never multiplied
+    by 0. The backward is the closed form in two passes over (x, grad): one reduction (the sums of g and g * x_hat,
+    per channel) and one elementwise pass, instead of what autodiff of the forward would chain."""
+    return _batch_norm_fwd(x, weight, bias, eps, keep)[0]
 
 
-def _statistics(x: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """Mean and biased variance in two passes (E[x^2] - mean^2 cancels catastrophically when std << |mean|)."""
+def _kept(keep: jax.Array | None, h: jax.Array) -> jax.Array:
+    return h if keep is None else jnp.where(keep, h, 0.0)
+
+
+def _row_count(x: jax.Array, keep: jax.Array | None) -> jax.Array | int:
+    return x.size // x.shape[-1] if keep is None else jnp.maximum(jnp.sum(keep, dtype=jnp.float32), 1.0)
+
+
+def _batch_norm_fwd(x, weight, bias, eps, keep):
     h = x.astype(jnp.float32)
     axes = tuple(range(x.ndim - 1))
-    mean = jnp.mean(h, axis=axes)
-    return mean, jnp.mean(jnp.square(h - mean), axis=axes)
-
-
-def _batch_norm_fwd(x, weight, bias, eps):
-    mean, var = _statistics(x)
+    count = _row_count(x, keep)
+    mean = jnp.sum(_kept(keep, h), axis=axes) / count
+    var = jnp.sum(_kept(keep, jnp.square(h - mean)), axis=axes) / count  # two passes: E[x^2] - mean^2 cancels
     rstd = jax.lax.rsqrt(var + eps)
-    out = ((x.astype(jnp.float32) - mean) * (weight * rstd) + bias).astype(x.dtype)
-    return (out, mean, var), (x, mean, rstd, weight)
+    out = _kept(keep, (h - mean) * (weight * rstd) + bias).astype(x.dtype)
+    return (out, mean, var), (x, mean, rstd, weight, keep)
 
 
 def _batch_norm_bwd(eps, residuals, cotangents):
-    x, mean, rstd, weight = residuals
-    g = cotangents[0].astype(jnp.float32)  # mean and var feed only the (non-differentiated) running statistics
+    x, mean, rstd, weight, keep = residuals
+    g = _kept(keep, cotangents[0].astype(jnp.float32))  # mean and var feed only the (non-differentiated) running stats
     axes = tuple(range(x.ndim - 1))
-    x_hat = (x.astype(jnp.float32) - mean) * rstd
+    x_hat = _kept(keep, (x.astype(jnp.float32) - mean) * rstd)
     sum_g, sum_g_xhat = jnp.sum(g, axis=axes), jnp.sum(g * x_hat, axis=axes)
-    count = x.size // x.shape[-1]
-    dx = (weight * rstd) * (g - (sum_g + x_hat * sum_g_xhat) / count)
-    return dx.astype(x.dtype), sum_g_xhat, sum_g
+    dx = _kept(keep, (weight * rstd) * (g - (sum_g + x_hat * sum_g_xhat) / _row_count(x, keep)))
+    return dx.astype(x.dtype), sum_g_xhat, sum_g, None
 
 
 batch_norm_train.defvjp(_batch_norm_fwd, _batch_norm_bwd)
@@ -87,18 +93,12 @@ batch_norm_train.defvjp(_batch_norm_fwd, _batch_norm_bwd)
 def masked_batch_norm_train(
     x: jax.Array, mask: jax.Array, weight: jax.Array, bias: jax.Array, eps: float
 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
-    """Batch norm by the statistics of the rows where ``mask`` (x.shape[:-1]) is 1: (out in x's dtype, mean, biased
-    variance, row count), statistics float32, two passes. Masked-out rows are normalized too (unused); whatever
-    they hold, even inf or NaN, stays out of the statistics (selected away: 0 x inf would be NaN)."""
-    h = x.astype(jnp.float32)
+    """Batch norm by the statistics of the rows where ``mask`` (x.shape[:-1]) is 1: (out in x's dtype, zero on the
+    other rows; mean; biased variance; row count), statistics float32. What the other rows hold, even inf or NaN,
+    reaches neither the statistics, the output nor any gradient."""
     keep = (mask > 0)[..., None]
-    axes = tuple(range(x.ndim - 1))
-    count = jnp.sum(keep, dtype=jnp.float32)
-    safe = jnp.maximum(count, 1.0)
-    mean = jnp.sum(jnp.where(keep, h, 0.0), axis=axes) / safe
-    var = jnp.sum(jnp.where(keep, jnp.square(h - mean), 0.0), axis=axes) / safe
-    out = ((h - mean) * (weight * jax.lax.rsqrt(var + eps)) + bias).astype(x.dtype)
-    return out, mean, var, count
+    out, mean, var = batch_norm_train(x, weight, bias, eps, keep)
+    return out, mean, var, jnp.sum(keep, dtype=jnp.float32)
 
 
 class BatchNorm(nnx.Module):
@@ -122,10 +122,12 @@ class BatchNorm(nnx.Module):
     @jax.named_scope("batch_norm")
     def __call__(self, x: jax.Array, mask: jax.Array | None = None) -> jax.Array:
         """x (..., channels) -> the same shape and dtype. ``mask`` (x.shape[:-1], 1 = real) restricts the training
-        statistics to the real rows (padded graph batches: padding never shifts a real row's output)."""
+        statistics to the real rows (padded graph batches: padding never shifts a real row's output) and, in
+        training and eval alike, writes zeros on the other rows."""
         if self.use_running_average:
             scale = self.weight[...] * jax.lax.rsqrt(self.running_var[...] + self.eps)
-            return ((x.astype(jnp.float32) - self.running_mean[...]) * scale + self.bias[...]).astype(x.dtype)
+            out = (x.astype(jnp.float32) - self.running_mean[...]) * scale + self.bias[...]
+            return (out if mask is None else jnp.where((mask > 0)[..., None], out, 0.0)).astype(x.dtype)
         if mask is not None:
             out, mean, var, count = masked_batch_norm_train(x, mask, self.weight[...], self.bias[...], self.eps)
         else:

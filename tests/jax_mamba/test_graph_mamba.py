@@ -99,9 +99,11 @@ def test_padding_changes_no_real_output(level, rng):
             assert_close(f"{mode} grad {name}", grads_b[name], grads_a[name], jnp.float32, floor=floor)
 
 
-def test_gps_layer_keeps_padding_rows_out_and_returns_them_as_zeros(rng):
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_gps_layer_keeps_padding_rows_out_and_returns_them_as_zeros(rng, mode):
     """Whatever padding rows hold on entry (here 1e6), real rows, batch statistics and gradients match a run with
-    zero padding, and the layer hands back zeros there: deep stacks (16 layers at CLUSTER) cannot overflow."""
+    zero padding, and the layer hands back zeros there, in training and in eval (running statistics): deep stacks
+    (16 layers at CLUSTER) cannot overflow."""
     cfg = small(dropout=0.0)
     graphs = random_graphs(rng, 4)
     batch = packed(graphs, 5, tuple(2 * s for s in pack_sizes(graphs, 4)))
@@ -113,6 +115,8 @@ def test_gps_layer_keeps_padding_rows_out_and_returns_them_as_zeros(rng):
 
     def run(p, h, e):
         model = layout.merge(p, state)
+        if mode == "eval":
+            model.eval()
         out_h, out_e = model.layers[0](h, e, batch, noise)
         loss = jnp.sum(jnp.sin(jnp.where(node_real, out_h, 0.0))) + jnp.sum(jnp.cos(jnp.where(edge_real, out_e, 0.0)))
         return loss, (out_h, out_e, layout.state_of(model))

@@ -17,7 +17,7 @@ from jax_mamba.models import MambaVision, ParamLayout
 from jax_mamba.models.mamba_vision import transformer_block_indices, window_partition, window_reverse
 from jax_mamba.modules.layers import add_bias
 from jax_mamba.modules.mamba_vision_mixer import MambaVisionMixer, depthwise_conv1d_same
-from jax_mamba.modules.vision_layers import BatchNorm, DropPath
+from jax_mamba.modules.vision_layers import BatchNorm, DropPath, batch_norm_train
 
 # Parameter counts of NVlabs' mamba_vision_{T,...}() (mambavision 1.2.0), read off the package's models once;
 # published as 31.8M, 35.1M, 50.1M, 97.7M, 227.9M and 241.5M.
@@ -178,6 +178,39 @@ def test_batch_norm_closed_form_gradient_matches_autodiff(rng):
     got = jax.vjp(ours, x, w, b)[1](cot)
     for name, g, e in zip(("dx", "dweight", "dbias"), got, want, strict=True):
         assert_close(name, g, e, jnp.float32)
+
+
+@pytest.mark.parametrize("rows,real", [(37, 29), (8, 1), (64, 64)])
+def test_masked_batch_norm_matches_the_real_rows_alone_and_zeroes_the_rest(rng, rows, real):
+    """Statistics, output and every gradient from the real rows only, against the unmasked closed form of the real
+    rows alone; padding rows hold inf and NaN (selected away, never multiplied by 0), come out as zeros and get
+    zero gradient; the running statistics count the real rows."""
+    order = rng.permutation(rows)
+    mask = np.zeros(rows, np.float32)
+    mask[order[:real]] = 1.0
+    x = rng.normal(1, 2, size=(rows, 6)).astype(np.float32)
+    x[order[real:]] = np.where(rng.random((rows - real, 6)) < 0.5, np.inf, np.nan)
+    w, b = jnp.asarray(rng.normal(1, 0.3, 6), jnp.float32), jnp.asarray(rng.normal(0, 0.3, 6), jnp.float32)
+    cot = rng.normal(size=x.shape).astype(np.float32)
+    keep = mask > 0
+
+    def masked(x, w, b):
+        bn = BatchNorm(6)
+        bn.weight[...], bn.bias[...] = w, b
+        return bn(x, jnp.asarray(mask)), bn.running_var[...]
+
+    (out, running_var), vjp = jax.vjp(masked, jnp.asarray(x), w, b)
+    dx, dw, db = vjp((jnp.asarray(cot), jnp.zeros_like(running_var)))
+    want, want_vjp = jax.vjp(lambda x, w, b: batch_norm_train(x, w, b, 1e-5)[0], jnp.asarray(x[keep]), w, b)
+    want_dx, want_dw, want_db = want_vjp(jnp.asarray(cot[keep]))
+    assert_close("real rows out", np.asarray(out)[keep], want, jnp.float32)
+    assert np.all(np.asarray(out)[~keep] == 0.0) and np.all(np.asarray(dx)[~keep] == 0.0)
+    assert_close("dx real rows", np.asarray(dx)[keep], want_dx, jnp.float32)
+    assert_close("dweight", dw, want_dw, jnp.float32)
+    assert_close("dbias", db, want_db, jnp.float32)
+    if real > 1:
+        want_var = np.var(x[keep].astype(np.float64), axis=0) * real / (real - 1)
+        assert_close("running_var", running_var, 0.9 + 0.1 * want_var, jnp.float32)
 
 
 def test_batch_norm_refuses_one_value_per_channel():
