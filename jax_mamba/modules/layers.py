@@ -51,8 +51,21 @@ def linear(in_features: int, out_features: int, *, bias: bool, dtype, rngs: nnx.
     return Linear(in_features, out_features, bias=bias, dtype=dtype, kernel_init=init, rngs=rngs)
 
 
-def embedding(num_embeddings: int, features: int, *, std: float, dtype, rngs: nnx.Rngs) -> nnx.Embed:
-    return nnx.Embed(
+class Embedding(nnx.Embed):
+    """``nnx.Embed`` whose lookup gathers rows of the float32 table and casts only them to ``dtype``: the gradient is
+    then a float32 scatter-add (native atomics). Casting the whole table first, as ``nnx.Embed`` does, makes it a
+    bfloat16 scatter-add, which a GPU runs as compare-and-swap loops (38 ms of a 108 ms mamba2-130m step on an H100,
+    batch 8 x 2048) besides rounding each partial sum."""
+
+    def __call__(self, inputs: jax.Array) -> jax.Array:
+        """inputs (...) integer ids -> (..., features) in ``dtype``."""
+        if not jnp.issubdtype(inputs.dtype, jnp.integer):
+            raise ValueError(f"Embedding: input ids must be integers, got {inputs.dtype}")
+        return jnp.take(self.embedding[...], inputs, axis=0).astype(self.dtype or self.param_dtype)
+
+
+def embedding(num_embeddings: int, features: int, *, std: float, dtype, rngs: nnx.Rngs) -> Embedding:
+    return Embedding(
         num_embeddings,
         features,
         dtype=dtype,

@@ -12,6 +12,7 @@ from flax import nnx
 from compare.tolerances import assert_close
 from jax_mamba.configs.schema import AttnConfig, ModelConfig, SSMConfig
 from jax_mamba.models import MambaLMHeadModel, ParamLayout
+from jax_mamba.modules.layers import embedding
 from jax_mamba.modules.mamba2 import Mamba2
 from jax_mamba.modules.mamba_simple import Mamba
 from jax_mamba.modules.mha import MHA
@@ -307,3 +308,25 @@ def test_ssm_cfg_fields_reach_the_mixers():
     assert p["backbone.layers.0.mixer.D"].shape == (96,)
     mixer = model.backbone.layers[0].mixer
     assert (mixer.chunk_size, mixer.dt_limit, mixer.ngroups, mixer.headdim) == (4, (0.0, 0.2), 2, 8)
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32])
+def test_embedding_rounds_only_the_looked_up_rows_and_sums_gradients_in_float32(rng, dtype):
+    """Rows of the float32 table cast to the compute dtype; the table's gradient is float32 and sums repeated ids
+    exactly (a bfloat16 scatter would round each partial sum), against a one-hot float64 NumPy reference."""
+    vocab, dim = 11, 6
+    emb = embedding(vocab, dim, std=1.0, dtype=dtype, rngs=nnx.Rngs(int(rng.integers(1 << 30))))
+    ids = rng.integers(0, vocab, size=(3, 37)).astype(np.int32)
+    cot = rng.normal(size=(3, 37, dim)).astype(np.float32)
+    layout, params, _ = ParamLayout.split(emb)
+    table = np.asarray(params["embedding"])
+    out, vjp = jax.vjp(lambda p: layout.merge(p)(jnp.asarray(ids)), params)
+    assert out.dtype == dtype
+    np.testing.assert_array_equal(np.asarray(out), np.asarray(jnp.asarray(table[ids]).astype(dtype)))
+    grad = vjp(jnp.asarray(cot).astype(dtype))[0]["embedding"]
+    one_hot = np.eye(vocab)[ids.reshape(-1)]
+    want = one_hot.T @ np.asarray(jnp.asarray(cot).astype(dtype), np.float64).reshape(-1, dim)
+    assert grad.dtype == jnp.float32
+    assert_close("embedding grad", grad, want, jnp.float32)
+    with pytest.raises(ValueError, match="input ids must be integers"):
+        emb(jnp.zeros((2,), jnp.float32))
