@@ -1,12 +1,12 @@
 """Whole-training-step throughput, JAX beside the PyTorch reference: ``python -m compare.train_throughput``.
 
 Any family's configs: each trains in a fresh process (``python -m jax_mamba.train``) for ``--steps`` steps; the
-numbers are the loop's own: mean tokens/s or images/s over the steps after the first three (warm-up) and the
-device's peak memory in use. ``--torch`` times the reference on the same config and batches in its own process
-(``torch_reference.train_bench``: mamba-ssm or NVlabs' MambaVision, at its best settings). ``--inference`` adds
-eval-mode forward throughput on both sides (``compare.inference_bench``; ``train_bench --inference``). Other
-``--key=value`` arguments are config overrides applied to every config and both sides. Writes ``<out>.json`` and
-``<out>.md``."""
+numbers are the loop's own: mean tokens/s or images/s over the steps after the first three (warm-up), less any step
+that compiled a new batch shape (graph buckets), and the device's peak memory in use. ``--torch`` times the
+reference on the same config and batches in its own process (``torch_reference.train_bench``: mamba-ssm or NVlabs'
+MambaVision, at its best settings). ``--inference`` adds eval-mode forward throughput on both sides
+(``compare.inference_bench``; ``train_bench --inference``). Other ``--key=value`` arguments are config overrides
+applied to every config and both sides. Writes ``<out>.json`` and ``<out>.md``."""
 
 import argparse
 import json
@@ -115,7 +115,8 @@ def write_report(out: Path, header: dict, rows: list[dict]) -> list[str]:
         f"# Training throughput ({header['device']}, {header['date']})",
         "",
         f"jax {header['jax']}, batch {header['batch_size']} (x length {header['seq_len']} for language models), "
-        f"{header['steps']} steps (mean over steps 4..N), overrides {header['overrides'] or 'none'}. JAX data wait: "
+        f"{header['steps']} steps (mean over steps 4..N, less any step that compiled a new batch shape), "
+        f"overrides {header['overrides'] or 'none'}. JAX data wait: "
         "the share of the loop's time spent waiting for the next batch (0% when the host keeps ahead).",
         f"Command: `{header['command']}`",
         "",

@@ -8,7 +8,7 @@ from jax_mamba.configs import load_config
 from jax_mamba.data import DataError
 from jax_mamba.tasks import task_for
 from jax_mamba.train.__main__ import main
-from jax_mamba.train.loop import train
+from jax_mamba.train.loop import NEW_SHAPE_RUNS, TIMING_WARMUP_STEPS, train
 from tests.jax_mamba.training_runs import QUIET, evals, losses, records, whole_and_resumed_runs
 
 GRAPH_CLASSES = [
@@ -24,11 +24,18 @@ GRAPH_CLASSES = [
 
 
 def test_tiny_graph_mamba_learns_the_communities(tmp_path):
-    result = train(load_config("graph-mamba-tiny", QUIET), run_dir=tmp_path, echo=lambda *_: None)
+    cfg = load_config("graph-mamba-tiny", QUIET)
+    result = train(cfg, run_dir=tmp_path, echo=lambda *_: None)
     assert result.step == 150 and result.unit == "graphs" and result.items_per_s > 0
     assert result.traces <= 3  # one compilation per planned shape (two here), not per batch
     assert result.eval["eval_accuracy"] > 0.25 and result.eval["eval_balanced_accuracy"] > 0.25  # chance: 1/6
     assert any("accuracy" in r and "graphs_per_s" in r for r in records(tmp_path))
+    # The throughput leaves out the first NEW_SHAPE_RUNS steps of each batch shape first seen after the warm-up.
+    dataset = task_for(cfg).make_dataset()
+    shapes = [dataset.train_batch(s, 1)["node_mask"].shape for s in range(150)]
+    late = set(shapes[TIMING_WARMUP_STEPS:]) - set(shapes[:TIMING_WARMUP_STEPS])
+    (end,) = [r for r in records(tmp_path) if r.get("event") == "end"]
+    assert late and end["new_shape_steps_excluded"] == NEW_SHAPE_RUNS * len(late)
 
 
 def test_tiny_graph_mamba_learns_graph_classes(tmp_path):
