@@ -67,9 +67,12 @@ def summarize(rows: list[tuple[str, float, str, str]], top: int = 40) -> dict:
 
 
 def jax_rows(profile: StepProfile) -> list[tuple[str, float, str, str]]:
+    """One row per kernel and launching HLO instruction where the trace names it (a cuBLAS GEMM of the backward
+    then gets the instruction's ``transpose(...)`` scope), else per kernel by its own name."""
+    launches = profile.launches_us or {(kernel, ""): us for kernel, us in profile.kernel_us.items()}
     rows = []
-    for kernel, us in profile.kernel_us.items():
-        scope = profile.scopes.get(kernel, "")
+    for (kernel, op), us in launches.items():
+        scope = profile.scopes.get(op) or profile.scopes.get(kernel, "")
         rows.append((kernel, us, phase_of(kernel, scope), scope))
     return rows
 
@@ -172,10 +175,11 @@ def main(argv: list[str] | None = None) -> int:
     if jax.default_backend() != "gpu":
         raise SystemExit("compare.characterize profiles GPU kernels: JAX sees no GPU")
     sides = []
-    if args.framework in ("jax", "both"):
-        sides.append(characterize_jax(args.config, overrides, args.steps))
-    if args.framework in ("torch", "both"):
-        sides.append(characterize_torch(args.config, overrides, args.steps))
+    for framework, characterize in (("jax", characterize_jax), ("torch", characterize_torch)):
+        if args.framework in (framework, "both"):
+            print(f"profiling {framework} ...", flush=True)
+            sides.append(characterize(args.config, overrides, args.steps))
+            print(f"{framework}: {sides[-1]['step_wall_ms']:.2f} ms per step", flush=True)
     out = args.out or report_dir(Path("reports"), args.config, sides[0]["device"])
     command = "python -m compare.characterize " + " ".join(argv if argv is not None else sys.argv[1:])
     write_report(args.config, sides, out, command, overrides)

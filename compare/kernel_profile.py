@@ -28,6 +28,24 @@ def per_call_us(profile, calls: int, plane_prefix: str = DEVICE_PLANE_PREFIX) ->
     return dict(sorted(total.items(), key=lambda kv: -kv[1]))
 
 
+HLO_OP_STAT = "hlo_op"  # the statistic by which XLA's GPU trace names the HLO instruction that launched a kernel
+
+
+def per_call_us_by_op(profile, calls: int, plane_prefix: str = DEVICE_PLANE_PREFIX) -> dict[tuple[str, str], float]:
+    """Like :func:`per_call_us`, keyed by (kernel, launching HLO instruction with '.' as '_', "" where the event does
+    not say): library kernels (cuBLAS's ``nvjet_*``) share one name across forward and backward GEMMs, and only
+    the instruction tells them apart."""
+    total: dict[tuple[str, str], float] = collections.defaultdict(float)
+    for plane in profile.planes:
+        if not plane.name.startswith(plane_prefix):
+            continue
+        for line in plane.lines:
+            for event in line.events:
+                op = next((str(v) for k, v in event.stats if k == HLO_OP_STAT), "")
+                total[event.name, op.replace(".", "_")] += event.duration_ns / 1e3 / calls
+    return dict(sorted(total.items(), key=lambda kv: -kv[1]))
+
+
 def kernel_times(fn: Callable[[], object], calls: int = 5) -> dict[str, float]:
     """Per-call device time of each kernel ``fn`` launches (after one warm-up call), in us."""
     jax.block_until_ready(fn())

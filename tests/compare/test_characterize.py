@@ -103,3 +103,21 @@ def test_command_refuses_without_a_gpu_and_bad_steps():
         characterize.main(["--config", "mamba1-tiny"])
     with pytest.raises(SystemExit, match="--steps: expected a positive integer"):
         characterize.main(["--config", "mamba1-tiny", "--steps", "0"])
+
+
+def test_jax_rows_credit_a_shared_gemm_kernel_to_each_launching_instructions_pass():
+    """cuBLAS names forward and backward GEMMs alike; with the launching instruction from the trace, each launch
+    gets its instruction's scope and pass, and the per-kernel totals are unchanged."""
+    launches = {
+        ("nvjet_tst_128x64", "custom-call_3"): 300.0,
+        ("nvjet_tst_128x64", "custom-call_9"): 500.0,
+        ("ssd_bwd_dx", ""): 200.0,
+    }
+    scopes = {
+        "custom-call_3": "jit(step)/jvp(block)/in_proj/dot_general",
+        "custom-call_9": "jit(step)/transpose(jvp(block))/in_proj/dot_general",
+    }
+    profile = StepProfile({"nvjet_tst_128x64": 800.0, "ssd_bwd_dx": 200.0}, scopes, 1.0, 2, launches)
+    phases = summarize(jax_rows(profile))["phases_ms"]
+    assert phases["forward"]["GEMM"] == pytest.approx(0.3) and phases["backward"]["GEMM"] == pytest.approx(0.5)
+    assert phases["backward"]["SSM"] == pytest.approx(0.2)

@@ -1,8 +1,11 @@
-"""compare.step_profile's batch choice: the batches of the most common shapes (all keys), so one compiled step runs
-them all."""
+"""compare.step_profile's batch choice (the batches of the most common shapes, all keys, so one compiled step runs
+them all) and its trace reader's split of kernel time by launching HLO instruction."""
+
+from types import SimpleNamespace
 
 import numpy as np
 
+from compare.kernel_profile import per_call_us_by_op
 from compare.step_profile import common_shape_batches
 
 
@@ -14,3 +17,30 @@ def test_common_shape_batches_take_the_majority_shape_of_every_key():
     chosen = common_shape_batches(batches, steps=3)
     assert [float(b["node_mask"][0, 0]) for b in chosen] == [1.0, 2.0, 4.0]  # same nodes as batch 0, other edges
     assert all(b["edge_mask"].shape == (1, 32) for b in chosen)
+
+
+def test_per_call_us_by_op_splits_a_kernel_name_by_its_launching_instruction():
+    """A trace-shaped stand-in (planes, lines, events with stats): one cuBLAS kernel name launched by a forward and a
+    backward GEMM instruction stays two entries; events without the statistic key on ""; host planes are skipped."""
+    event = lambda name, ns, **stats: SimpleNamespace(name=name, duration_ns=ns, stats=list(stats.items()))  # noqa: E731
+    gpu = SimpleNamespace(
+        name="/device:GPU:0",
+        lines=[
+            SimpleNamespace(
+                events=[
+                    event("nvjet_tst_128x64", 4000, hlo_op="custom-call.3", correlation_id=7),
+                    event("nvjet_tst_128x64", 2000, hlo_op="custom-call.9"),
+                    event("nvjet_tst_128x64", 4000, hlo_op="custom-call.3"),
+                    event("loop_add_fusion", 1000),
+                ]
+            )
+        ],
+    )
+    host = SimpleNamespace(name="/host:CPU", lines=[SimpleNamespace(events=[event("nvjet_tst_128x64", 9000)])])
+    got = per_call_us_by_op(SimpleNamespace(planes=[host, gpu]), calls=2)
+    assert got == {
+        ("nvjet_tst_128x64", "custom-call_3"): 4.0,
+        ("nvjet_tst_128x64", "custom-call_9"): 1.0,
+        ("loop_add_fusion", ""): 0.5,
+    }
+    assert list(got) == sorted(got, key=lambda k: -got[k])  # largest first
