@@ -69,9 +69,8 @@ def summarize(rows: list[tuple[str, float, str, str]], top: int = 40) -> dict:
 def jax_rows(profile: StepProfile) -> list[tuple[str, float, str, str]]:
     """One row per kernel and launching HLO instruction where the trace names it (a cuBLAS GEMM of the backward
     then gets the instruction's ``transpose(...)`` scope), else per kernel by its own name."""
-    launches = profile.launches_us or {(kernel, ""): us for kernel, us in profile.kernel_us.items()}
     rows = []
-    for (kernel, op), us in launches.items():
+    for (kernel, op), us in profile.launches_us.items():
         scope = profile.scopes.get(op) or profile.scopes.get(kernel, "")
         rows.append((kernel, us, phase_of(kernel, scope), scope))
     return rows

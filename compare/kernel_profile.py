@@ -15,20 +15,13 @@ import jax
 DEVICE_PLANE_PREFIX = "/device:GPU"
 
 
+HLO_OP_STAT = "hlo_op"  # the statistic by which XLA's GPU trace names the HLO instruction that launched a kernel
+
+
 def per_call_us(profile, calls: int, plane_prefix: str = DEVICE_PLANE_PREFIX) -> dict[str, float]:
     """Sum of each event's duration over the device planes of a ``jax.profiler.ProfileData``, per call, in us,
     largest first."""
-    total: dict[str, float] = collections.defaultdict(float)
-    for plane in profile.planes:
-        if not plane.name.startswith(plane_prefix):
-            continue
-        for line in plane.lines:
-            for event in line.events:
-                total[event.name] += event.duration_ns / 1e3 / calls
-    return dict(sorted(total.items(), key=lambda kv: -kv[1]))
-
-
-HLO_OP_STAT = "hlo_op"  # the statistic by which XLA's GPU trace names the HLO instruction that launched a kernel
+    return kernel_totals(per_call_us_by_op(profile, calls, plane_prefix))
 
 
 def per_call_us_by_op(profile, calls: int, plane_prefix: str = DEVICE_PLANE_PREFIX) -> dict[tuple[str, str], float]:
@@ -43,6 +36,14 @@ def per_call_us_by_op(profile, calls: int, plane_prefix: str = DEVICE_PLANE_PREF
             for event in line.events:
                 op = next((str(v) for k, v in event.stats if k == HLO_OP_STAT), "")
                 total[event.name, op.replace(".", "_")] += event.duration_ns / 1e3 / calls
+    return dict(sorted(total.items(), key=lambda kv: -kv[1]))
+
+
+def kernel_totals(launches_us: dict[tuple[str, str], float]) -> dict[str, float]:
+    """{(kernel, instruction): us} -> {kernel: us}, summed over the launching instructions, largest first."""
+    total: dict[str, float] = collections.defaultdict(float)
+    for (kernel, _), us in launches_us.items():
+        total[kernel] += us
     return dict(sorted(total.items(), key=lambda kv: -kv[1]))
 
 

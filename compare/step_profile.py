@@ -9,13 +9,13 @@ import collections
 import re
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import jax
 import numpy as np
 
-from compare.kernel_profile import per_call_us_by_op
+from compare.kernel_profile import kernel_totals, per_call_us_by_op
 from jax_mamba.train.step import Training
 
 _HLO_OP = re.compile(r'^\s*(?:ROOT )?%?([\w.\-]+) = .*?metadata=\{[^}]*op_name="([^"]*)"')
@@ -33,17 +33,21 @@ def hlo_scopes(hlo_text: str) -> dict[str, str]:
 
 @dataclass
 class StepProfile:
-    kernel_us: dict[str, float]  # per step, largest first
+    # (kernel, launching HLO instruction or "" where the trace does not say) -> us per step, largest first: library
+    # GEMMs share kernel names across passes, their instructions do not
+    launches_us: dict[tuple[str, str], float]
     scopes: dict[str, str]  # kernel or HLO instruction -> op name scope (Pallas kernels go by their own names)
     step_wall_ms: float  # wall time per step outside the profiler
     steps: int
-    # (kernel, launching HLO instruction or "") -> us per step: the same split of kernel_us, where the trace says
-    # which instruction launched each kernel (library GEMMs share kernel names across passes)
-    launches_us: dict[tuple[str, str], float] = field(default_factory=dict)
+
+    @property
+    def kernel_us(self) -> dict[str, float]:
+        """kernel -> us per step, largest first."""
+        return kernel_totals(self.launches_us)
 
     @property
     def device_ms(self) -> float:
-        return sum(self.kernel_us.values()) / 1e3
+        return sum(self.launches_us.values()) / 1e3
 
 
 def compile_step(setup: Training, batch) -> tuple:
@@ -85,9 +89,4 @@ def profile_steps(setup: Training, batches: list) -> StepProfile:
             run_all()
         (path,) = sorted(Path(trace_dir).rglob("*.xplane.pb"))[-1:]
         profile = jax.profiler.ProfileData.from_file(str(path))
-    launches = per_call_us_by_op(profile, len(batches))
-    kernel_us: dict[str, float] = collections.defaultdict(float)
-    for (kernel, _), us in launches.items():
-        kernel_us[kernel] += us
-    by_time = dict(sorted(kernel_us.items(), key=lambda kv: -kv[1]))
-    return StepProfile(by_time, scopes, wall * 1e3, len(batches), launches)
+    return StepProfile(per_call_us_by_op(profile, len(batches)), scopes, wall * 1e3, len(batches))

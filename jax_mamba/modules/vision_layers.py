@@ -74,16 +74,16 @@ def _batch_norm_fwd(x, weight, bias, eps, keep):
     var = jnp.sum(_kept(keep, jnp.square(h - mean)), axis=axes) / count  # two passes: E[x^2] - mean^2 cancels
     rstd = jax.lax.rsqrt(var + eps)
     out = _kept(keep, (h - mean) * (weight * rstd) + bias).astype(x.dtype)
-    return (out, mean, var), (x, mean, rstd, weight, keep)
+    return (out, mean, var), (x, mean, rstd, weight, keep, count)
 
 
 def _batch_norm_bwd(eps, residuals, cotangents):
-    x, mean, rstd, weight, keep = residuals
+    x, mean, rstd, weight, keep, count = residuals
     g = _kept(keep, cotangents[0].astype(jnp.float32))  # mean and var feed only the (non-differentiated) running stats
     axes = tuple(range(x.ndim - 1))
     x_hat = _kept(keep, (x.astype(jnp.float32) - mean) * rstd)
     sum_g, sum_g_xhat = jnp.sum(g, axis=axes), jnp.sum(g * x_hat, axis=axes)
-    dx = _kept(keep, (weight * rstd) * (g - (sum_g + x_hat * sum_g_xhat) / _row_count(x, keep)))
+    dx = _kept(keep, (weight * rstd) * (g - (sum_g + x_hat * sum_g_xhat) / count))
     return dx.astype(x.dtype), sum_g_xhat, sum_g, None
 
 
@@ -127,7 +127,7 @@ class BatchNorm(nnx.Module):
         if self.use_running_average:
             scale = self.weight[...] * jax.lax.rsqrt(self.running_var[...] + self.eps)
             out = (x.astype(jnp.float32) - self.running_mean[...]) * scale + self.bias[...]
-            return (out if mask is None else jnp.where((mask > 0)[..., None], out, 0.0)).astype(x.dtype)
+            return (out if mask is None else _kept((mask > 0)[..., None], out)).astype(x.dtype)
         if mask is not None:
             out, mean, var, count = masked_batch_norm_train(x, mask, self.weight[...], self.bias[...], self.eps)
         else:

@@ -154,7 +154,7 @@ def _train(cfg: RunConfig, task: Task, dataset: Dataset, resume: bool, run_dir: 
     # too (1.25 s against 16 ms for later steps, peptides-func on an H100). The warm-up steps absorb them for the
     # shapes they see; a shape first seen later (graph buckets) runs alone (the queue drained before, the result
     # awaited after) for its first NEW_SHAPE_RUNS steps, and neither their seconds nor their items count.
-    new_shape_seconds, new_shape_steps, shape_runs, warm_shapes = 0.0, 0, collections.Counter(), set()
+    new_shape_seconds, new_shape_steps, shape_runs = 0.0, 0, collections.Counter()
     timed_after = start + min(TIMING_WARMUP_STEPS, max(end - start - 1, 1))  # steps after this one are timed
     window_start, window_steps = time.perf_counter(), 0
     step = start
@@ -212,9 +212,9 @@ def _train(cfg: RunConfig, task: Task, dataset: Dataset, resume: bool, run_dir: 
             if step >= timed_after:  # the steps whose time counts
                 data_wait += time.perf_counter() - asked
             shape = tuple(np.shape(x) for x in jax.tree.leaves(batch))
-            if step < timed_after:
-                warm_shapes.add(shape)
-            alone = step >= timed_after and shape not in warm_shapes and shape_runs[shape] < NEW_SHAPE_RUNS
+            if step < timed_after:  # the warm-up absorbs this shape's first runs
+                shape_runs[shape] = NEW_SHAPE_RUNS
+            alone = shape_runs[shape] < NEW_SHAPE_RUNS
             shape_runs[shape] += 1
             if alone:
                 jax.block_until_ready([out for _, out in unread])
