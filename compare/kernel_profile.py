@@ -6,6 +6,7 @@ kernels carry their ``pallas_call`` name; XLA's own kernels their fusion names.
 """
 
 import collections
+import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +17,16 @@ DEVICE_PLANE_PREFIX = "/device:GPU"
 
 
 HLO_OP_STAT = "hlo_op"  # the statistic by which XLA's GPU trace names the HLO instruction that launched a kernel
+NO_COMMAND_BUFFERS = "--xla_gpu_enable_command_buffer="
+
+
+def name_every_launch() -> None:
+    """Turn XLA's command buffers (CUDA graphs) off for this process and those it starts; call before JAX's backend
+    starts. Inside a command buffer a kernel's trace event names the buffer (``command_buffer_1``), not the HLO
+    instruction that launched it, so cuBLAS GEMMs could not be told forward from backward."""
+    flags = os.environ.get("XLA_FLAGS", "")
+    if NO_COMMAND_BUFFERS not in flags:
+        os.environ["XLA_FLAGS"] = f"{flags} {NO_COMMAND_BUFFERS}".strip()
 
 
 def per_call_us(profile, calls: int, plane_prefix: str = DEVICE_PLANE_PREFIX) -> dict[str, float]:
@@ -24,19 +35,34 @@ def per_call_us(profile, calls: int, plane_prefix: str = DEVICE_PLANE_PREFIX) ->
     return kernel_totals(per_call_us_by_op(profile, calls, plane_prefix))
 
 
-def per_call_us_by_op(profile, calls: int, plane_prefix: str = DEVICE_PLANE_PREFIX) -> dict[tuple[str, str], float]:
-    """Like :func:`per_call_us`, keyed by (kernel, launching HLO instruction with '.' as '_', "" where the event does
-    not say): library kernels (cuBLAS's ``nvjet_*``) share one name across forward and backward GEMMs, and only
-    the instruction tells them apart."""
-    total: dict[tuple[str, str], float] = collections.defaultdict(float)
+def device_events(profile, plane_prefix: str = DEVICE_PLANE_PREFIX):
+    """(kernel name, launching HLO instruction with '.' as '_' or "", duration in ns) of every event on the device
+    planes of a ``jax.profiler.ProfileData``."""
     for plane in profile.planes:
         if not plane.name.startswith(plane_prefix):
             continue
         for line in plane.lines:
             for event in line.events:
                 op = next((str(v) for k, v in event.stats if k == HLO_OP_STAT), "")
-                total[event.name, op.replace(".", "_")] += event.duration_ns / 1e3 / calls
+                yield event.name, op.replace(".", "_"), event.duration_ns
+
+
+def per_call_us_by_op(profile, calls: int, plane_prefix: str = DEVICE_PLANE_PREFIX) -> dict[tuple[str, str], float]:
+    """Like :func:`per_call_us`, keyed by (kernel, launching HLO instruction with '.' as '_', "" where the event does
+    not say): library kernels (cuBLAS's ``nvjet_*``) share one name across forward and backward GEMMs, and only
+    the instruction tells them apart."""
+    total: dict[tuple[str, str], float] = collections.defaultdict(float)
+    for name, op, duration_ns in device_events(profile, plane_prefix):
+        total[name, op] += duration_ns / 1e3 / calls
     return dict(sorted(total.items(), key=lambda kv: -kv[1]))
+
+
+def launches_per_call(profile, calls: int, plane_prefix: str = DEVICE_PLANE_PREFIX) -> dict[str, float]:
+    """kernel -> launches per call (what a counter profiler must replay to see every launch of one call)."""
+    count: dict[str, float] = collections.defaultdict(float)
+    for name, _, _ in device_events(profile, plane_prefix):
+        count[name] += 1 / calls
+    return dict(count)
 
 
 def kernel_totals(launches_us: dict[tuple[str, str], float]) -> dict[str, float]:

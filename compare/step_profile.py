@@ -7,15 +7,16 @@ under ``jax.profiler.trace``; the trace's device events are summed per kernel an
 
 import collections
 import re
+import shutil
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import jax
 import numpy as np
 
-from compare.kernel_profile import kernel_totals, per_call_us_by_op
+from compare.kernel_profile import kernel_totals, launches_per_call, per_call_us_by_op
 from jax_mamba.train.step import Training
 
 _HLO_OP = re.compile(r'^\s*(?:ROOT )?%?([\w.\-]+) = .*?metadata=\{[^}]*op_name="([^"]*)"')
@@ -39,6 +40,7 @@ class StepProfile:
     scopes: dict[str, str]  # kernel or HLO instruction -> op name scope (Pallas kernels go by their own names)
     step_wall_ms: float  # wall time per step outside the profiler
     steps: int
+    launches: dict[str, float] = field(default_factory=dict)  # kernel -> launches per step
 
     @property
     def kernel_us(self) -> dict[str, float]:
@@ -65,9 +67,10 @@ def common_shape_batches(batches: list, steps: int) -> list:
     return [jax.device_put(b) for b in batches if shape_of(b) == common][:steps]
 
 
-def profile_steps(setup: Training, batches: list) -> StepProfile:
+def profile_steps(setup: Training, batches: list, keep_trace: Path | None = None) -> StepProfile:
     """Profile ``setup``'s train step on ``batches`` (device arrays of one shape, each with the leading accum axis):
-    one compilation, a warm-up pass, a timed pass and a traced pass over the batches."""
+    one compilation, a warm-up pass, a timed pass and a traced pass over the batches. ``keep_trace``: where to copy
+    the trace (XPlane protobuf)."""
     params, state, opt_state = setup.params, setup.state, setup.opt_state
     compiled, scopes = compile_step(setup, batches[0])
     index = 0
@@ -89,4 +92,22 @@ def profile_steps(setup: Training, batches: list) -> StepProfile:
             run_all()
         (path,) = sorted(Path(trace_dir).rglob("*.xplane.pb"))[-1:]
         profile = jax.profiler.ProfileData.from_file(str(path))
-    return StepProfile(per_call_us_by_op(profile, len(batches)), scopes, wall * 1e3, len(batches))
+        if keep_trace is not None:
+            shutil.copyfile(path, keep_trace)
+    steps = len(batches)
+    launches_us = per_call_us_by_op(profile, steps)
+    return StepProfile(launches_us, scopes, wall * 1e3, steps, launches_per_call(profile, steps))
+
+
+def warm_window(setup: Training, batches: list, window) -> None:
+    """Compile and warm ``setup``'s train step on ``batches`` (two passes), then run one more step inside
+    ``window`` (a context manager: a counter profiler's capture range), synchronized at both ends."""
+    params, state, opt_state = setup.params, setup.state, setup.opt_state
+    compiled, _ = compile_step(setup, batches[0])
+    out = None
+    for index, batch in enumerate([*batches, *batches]):
+        params, opt_state, state, out = compiled(params, opt_state, state, batch, np.int32(index))
+    jax.block_until_ready(out)
+    with window():
+        out = compiled(params, opt_state, state, batches[0], np.int32(2 * len(batches)))
+        jax.block_until_ready(out)

@@ -1,46 +1,47 @@
 """Per-kernel device time of the PyTorch reference's training step, by pass:
-``python -m torch_reference.step_profile --config NAME [--steps K] [--warmup W] [--device cuda|cpu]``.
+``python -m torch_reference.step_profile --config NAME [--steps K] [--warmup W] [--device cuda|cpu] [--trace PATH]``.
 
 The PyTorch side of ``compare.characterize``: the same runner as ``train_bench`` (mamba-ssm, NVlabs' MambaVision or
-our Graph-Mamba on torch_geometric; bf16 autocast, fused AdamW, cudnn.benchmark) runs ``warmup`` steps, then
-``steps`` steps under ``torch.profiler`` (CPU and CUDA activity). Each CUDA kernel is credited to the pass
-(forward, backward, optimizer: the runner's ``pass:`` ranges) during which the CPU launched it, and to "other"
-outside them. Prints one JSON line: {pass: {kernel: us per step}}, the wall time per step and the settings."""
+our Graph-Mamba on torch_geometric; bf16 autocast, fused AdamW, cudnn.benchmark) runs ``warmup`` steps, times
+``steps`` steps by wall clock, then runs them again under ``torch.profiler`` (CPU and CUDA activity), synchronizing
+at the end of each pass so that each kernel is credited to its pass by GPU time (``trace_passes``). Prints one JSON
+line: {pass: {kernel: us per step}}, launches per kernel per step, the wall time per step outside the profiler and
+the settings. ``--trace``: keep the trimmed trace (JSON). ``--ncu-window``: the Nsight Compute target instead: warm
+up, then one step inside ``cudaProfilerStart``/``Stop``, nothing printed."""
 
 import argparse
-import collections
 import json
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import torch
 
 from jax_mamba.configs.loader import load_config, parse_args_with_overrides
 from jax_mamba.tasks import task_for
 from torch_reference.backend import load
-from torch_reference.train_bench import PASS_RANGE, make_runner
+from torch_reference.trace_passes import kernels_by_pass, trimmed
+from torch_reference.train_bench import make_runner
 
 
-def kernels_by_pass(events, steps: int) -> dict[str, dict[str, float]]:
-    """{pass: {kernel name: device us per step}} from profiler FunctionEvents: each event's launched ``kernels``
-    (name, device, duration in us) go to the pass range that contains the event's start on the CPU."""
-    ranges = [
-        (e.time_range.start, e.time_range.end, e.name[len(PASS_RANGE) :])
-        for e in events
-        if e.name.startswith(PASS_RANGE)
-    ]
-    result: dict[str, dict[str, float]] = collections.defaultdict(lambda: collections.defaultdict(float))
-    for event in events:
-        if not event.kernels:
-            continue
-        start = event.time_range.start
-        phase = next((name for begin, end, name in ranges if begin <= start <= end), "other")
-        for kernel in event.kernels:
-            result[phase][kernel.name] += kernel.duration / steps
-    return {phase: dict(kernels) for phase, kernels in result.items()}
+def _run(runner, inputs: list) -> float:
+    """Seconds per step over ``inputs`` (each step ends with the loss read back, as the throughput runs do)."""
+    began = time.perf_counter()
+    for batch in inputs:
+        runner.train_step(batch).item()
+    return (time.perf_counter() - began) / len(inputs)
 
 
-def profile(config: str, overrides: list[str], steps: int, warmup: int, device: str = "cuda") -> dict:
+def profile(
+    config: str,
+    overrides: list[str],
+    steps: int,
+    warmup: int,
+    device: str = "cuda",
+    trace: Path | None = None,
+    ncu_window: bool = False,
+) -> dict:
     cfg = load_config(config, ["--eval_batches=1", *overrides])
     ref = load(device)
     runner = make_runner(ref, cfg)
@@ -50,18 +51,32 @@ def profile(config: str, overrides: list[str], steps: int, warmup: int, device: 
         for step in range(warmup):
             runner.train_step(runner.inputs(dataset.train_batch(step, 1))).item()
         inputs = [runner.inputs(dataset.train_batch(warmup + i, 1)) for i in range(steps)]
-        activities = [torch.profiler.ProfilerActivity.CPU]
-        if device == "cuda":
-            activities.append(torch.profiler.ProfilerActivity.CUDA)
-            torch.cuda.synchronize()
-        began = time.perf_counter()
-        with torch.profiler.profile(activities=activities) as prof:
-            for batch in inputs:
-                runner.train_step(batch).item()  # synchronizes, as the throughput runs do
-        wall = (time.perf_counter() - began) / steps
     finally:
         if hasattr(dataset, "close"):
             dataset.close()
+    if ncu_window:
+        torch.cuda.synchronize()
+        torch.cuda.cudart().cudaProfilerStart()
+        _run(runner, inputs[:1])
+        torch.cuda.synchronize()
+        torch.cuda.cudart().cudaProfilerStop()
+        return {}
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+        torch.cuda.synchronize()
+    wall = _run(runner, inputs)
+    runner.sync_passes = True
+    with torch.profiler.profile(activities=activities) as prof:
+        _run(runner, inputs)
+    runner.sync_passes = False
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(path))
+        record = json.loads(path.read_text())
+    if trace is not None:
+        trace.write_text(json.dumps(trimmed(record)))
+    passes_us, launches = kernels_by_pass(record, steps)
     return {
         "config": config,
         "framework": "torch",
@@ -70,8 +85,9 @@ def profile(config: str, overrides: list[str], steps: int, warmup: int, device: 
         "reference": ref.describe(),
         "settings": "bf16 autocast, " + ("fused AdamW, cudnn.benchmark" if device == "cuda" else "AdamW"),
         "steps_profiled": steps,
-        "step_wall_ms": wall * 1e3,  # under the profiler
-        "passes_us": kernels_by_pass(prof.events(), steps),
+        "step_wall_ms": wall * 1e3,  # outside the profiler
+        "passes_us": passes_us,
+        "launches": launches,
     }
 
 
@@ -81,10 +97,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--warmup", type=int, default=3, help="unprofiled steps first (autotuning, allocation)")
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu: the reference's CPU fallback")
+    parser.add_argument("--trace", type=Path, help="write the trimmed profiler trace (JSON) here")
+    parser.add_argument("--ncu-window", action="store_true", help="be Nsight Compute's target (see above)")
     args, overrides = parse_args_with_overrides(parser, argv)
     if args.steps < 1 or args.warmup < 0:
         raise SystemExit(f"--steps >= 1 and --warmup >= 0 expected, got {args.steps} and {args.warmup}")
-    print(json.dumps(profile(args.config, overrides, args.steps, args.warmup, args.device)))
+    result = profile(args.config, overrides, args.steps, args.warmup, args.device, args.trace, args.ncu_window)
+    if not args.ncu_window:
+        print(json.dumps(result))
     return 0
 
 

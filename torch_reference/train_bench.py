@@ -24,8 +24,7 @@ from jax_mamba.configs.loader import load_config, parse_args_with_overrides
 from jax_mamba.configs.schema import RunConfig
 from jax_mamba.tasks import task_for
 from torch_reference.backend import Reference, load
-
-PASS_RANGE = "pass:"  # prefix of the profiler ranges around a training step's passes
+from torch_reference.trace_passes import PASS_RANGE
 
 
 class _Runner:
@@ -33,6 +32,7 @@ class _Runner:
 
     unit: str
     model: torch.nn.Module
+    sync_passes = False  # synchronize the GPU at the end of each pass (while profiled: see trace_passes)
 
     def __init__(self, ref: Reference, cfg: RunConfig, compile_model: bool):
         self.ref, self.cfg, self.device = ref, cfg, ref.device
@@ -72,14 +72,21 @@ class _Runner:
             with torch.autocast(self.device, dtype=torch.bfloat16):
                 logits, labels = self.logits_and_labels(inputs)
             loss = self.loss(logits.float(), labels)
+            self._end_pass()
         with torch.profiler.record_function(PASS_RANGE + "backward"):
             loss.backward()
+            self._end_pass()
         with torch.profiler.record_function(PASS_RANGE + "optimizer"):
             if self.cfg.optim.grad_clip > 0:
                 torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.optim.grad_clip)
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
+            self._end_pass()
         return loss
+
+    def _end_pass(self) -> None:
+        if self.sync_passes and self.device == "cuda":
+            torch.cuda.synchronize()
 
     def infer_step(self, inputs) -> torch.Tensor:
         with torch.inference_mode(), torch.autocast(self.device, dtype=torch.bfloat16):

@@ -27,6 +27,7 @@ class SsdConfig:
     num_warps: int = 4
     num_stages: int = 2  # Triton software-pipelining depth (it prefetches the sequential passes' loads)
     fused_forward_max_l: int = 8192  # forward as one sequential pass (no stored states) when L <= this; 0: never
+    persistent_programs: int = 0  # split forward's output pass: 0 one program per tile; n > 0 n programs looping
     state_block_p: int = 16  # sequential state passes (forward states, backward state gradients)
     state_num_warps: int = 4
     bwd_num_warps: int = 8  # backward per-head kernel (dx, dz, ddt, dA, dD, d dt_bias); 4 spill (ptxas)
@@ -47,5 +48,7 @@ class SsdConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"SsdConfig.{name} must be a positive int, got {value!r}")
-        if not isinstance(self.fused_forward_max_l, int) or self.fused_forward_max_l < 0:
-            raise ValueError(f"SsdConfig.fused_forward_max_l must be an int >= 0, got {self.fused_forward_max_l!r}")
+        for name in ("fused_forward_max_l", "persistent_programs"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 0:
+                raise ValueError(f"SsdConfig.{name} must be an int >= 0, got {value!r}")

@@ -3,7 +3,9 @@
 Two ways, the fused one when L <= ``SsdConfig.fused_forward_max_l``:
   - split: a sequential state pass (grid (batch, H, headdim blocks): each program walks L in blocks of T
     carrying its (block_p, Np) float32 state and stores every block's incoming state), then a block-parallel output
-    pass (grid (batch x blocks, H, headdim blocks)) that needs no carry;
+    pass (grid (batch x blocks, H, headdim blocks)) that needs no carry, or with
+    ``SsdConfig.persistent_programs`` that many long-lived programs walking those tiles (a persistent grid: the
+    seed paper's open question 1, whether launch and teardown of short thread blocks cost bandwidth);
   - fused: one sequential pass that also computes the output as it walks (no states stored unless saving). It
     has batch x H x headdim-blocks programs, each walking all L / T blocks: faster while that fills the GPU and the
     walk is short (mamba2-130m and 2.7b layers at L 2048 on an H100: 0.19 vs 0.27 ms and 0.37 vs 0.48 ms), slower
@@ -99,11 +101,12 @@ def _states_kernel(x_ref, dt_ref, A_ref, B_ref, *refs, dims: SsdDims):
     prog.store_state(final_ref, state, prog.b, prog.h)
 
 
-def _output_kernel(x_ref, dt_ref, A_ref, B_ref, C_ref, states_ref, *refs, dims: SsdDims, save: bool):
+def _output_tile(prog: Program, k, x_ref, dt_ref, A_ref, B_ref, C_ref, states_ref, refs, save: bool) -> None:
+    """The output of block ``k`` for ``prog``'s batch row, head and head dims, from the block's stored state."""
+    dims = prog.dims
     (D_ref, z_ref, bias_ref, seq_ref), (out_ref, *saved) = optional_refs(
         refs, (dims.has_D, dims.has_z, dims.has_bias, dims.has_seq)
     )
-    prog, k = block_program(dims)
     t0 = k * dims.block_l
     A = A_ref[prog.h]
     bias = bias_ref[prog.h] if bias_ref is not None else None
@@ -115,6 +118,30 @@ def _output_kernel(x_ref, dt_ref, A_ref, B_ref, C_ref, states_ref, *refs, dims: 
     _block_output(
         prog, blk, t0, x, prog.load_group(B_ref, t0), prog.load_group(C_ref, t0), state_mm, Dv, z_ref, out_ref, ypre_ref
     )
+
+
+def _output_kernel(x_ref, dt_ref, A_ref, B_ref, C_ref, states_ref, *refs, dims: SsdDims, save: bool):
+    prog, k = block_program(dims)
+    _output_tile(prog, k, x_ref, dt_ref, A_ref, B_ref, C_ref, states_ref, refs, save)
+
+
+def _persistent_output_kernel(x_ref, dt_ref, A_ref, B_ref, C_ref, states_ref, *refs, dims: SsdDims, save: bool,
+                              programs: int):  # fmt: skip
+    """``programs`` long-lived programs over the ``block_grid`` tiles, in its launch order (batch row x block
+    fastest): program i takes tiles i, i + programs, ...; past the last tile it redoes the last one (the same values
+    stored again), so every program runs the same number of steps with no branch."""
+    batch_blocks, nheads, _ = dims.block_grid
+    tiles = batch_blocks * nheads * dims.p_blocks
+    first = pl.program_id(0)  # read outside the loop (interpret mode binds it at the kernel's top level)
+
+    def step(i, carry):
+        tile = jnp.minimum(first + i * programs, tiles - 1)
+        bk, rest = tile % batch_blocks, tile // batch_blocks
+        prog = Program(dims, (rest // nheads) * dims.block_p, b=bk // dims.nblocks, h=rest % nheads)
+        _output_tile(prog, bk % dims.nblocks, x_ref, dt_ref, A_ref, B_ref, C_ref, states_ref, refs, save)
+        return carry
+
+    jax.lax.fori_loop(0, -(-tiles // programs), step, 0)
 
 
 def ssd_forward(
@@ -149,6 +176,13 @@ def ssd_forward(
         "ssd_fwd_states",
     )
     inputs = [x, dt, A, B, C, states] + [t for t in (D, z, dt_bias, seq_idx) if t is not None]
-    kernel = functools.partial(_output_kernel, dims=dims, save=save)
-    out, *saved = call_kernel(kernel, inputs, [out_shape, *extra], dims.block_grid, dims, warps, stages, "ssd_fwd_out")
+    tiles = dims.block_grid[0] * dims.block_grid[1] * dims.block_grid[2]
+    if 0 < config.persistent_programs < tiles:
+        programs = config.persistent_programs
+        kernel = functools.partial(_persistent_output_kernel, dims=dims, save=save, programs=programs)
+        grid, name = (programs, 1, 1), "ssd_fwd_out_persistent"
+    else:
+        kernel = functools.partial(_output_kernel, dims=dims, save=save)
+        grid, name = dims.block_grid, "ssd_fwd_out"
+    out, *saved = call_kernel(kernel, inputs, [out_shape, *extra], grid, dims, warps, stages, name)
     return out, final, (states if save else None), (saved[0] if extra else None)

@@ -111,7 +111,8 @@ def test_jax_rows_credit_a_shared_gemm_kernel_to_each_launching_instructions_pas
     launches = {
         ("nvjet_tst_128x64", "custom-call_3"): 300.0,
         ("nvjet_tst_128x64", "custom-call_9"): 500.0,
-        ("ssd_bwd_dx", ""): 200.0,
+        ("ssd_bwd_dx", "custom-call_11"): 120.0,  # one layer's launch
+        ("ssd_bwd_dx", "custom-call_12"): 80.0,  # the next layer's
     }
     scopes = {
         "custom-call_3": "jit(step)/jvp(block)/in_proj/dot_general",
@@ -119,6 +120,10 @@ def test_jax_rows_credit_a_shared_gemm_kernel_to_each_launching_instructions_pas
     }
     profile = StepProfile(launches, scopes, 1.0, 2)
     assert profile.kernel_us == {"nvjet_tst_128x64": 800.0, "ssd_bwd_dx": 200.0}
-    phases = summarize(jax_rows(profile))["phases_ms"]
+    summary = summarize(jax_rows(profile))
+    rows = [(k["kernel"], k["phase"], k["us"]) for k in summary["kernels"]]
+    assert rows == [("nvjet_tst_128x64", "backward", 500.0), ("nvjet_tst_128x64", "forward", 300.0),
+                    ("ssd_bwd_dx", "backward", 200.0)]  # fmt: skip
+    phases = summary["phases_ms"]
     assert phases["forward"]["GEMM"] == pytest.approx(0.3) and phases["backward"]["GEMM"] == pytest.approx(0.5)
     assert phases["backward"]["SSM"] == pytest.approx(0.2)

@@ -1,11 +1,17 @@
 """compare.step_profile's batch choice (the batches of the most common shapes, all keys, so one compiled step runs
-them all) and its trace reader's split of kernel time by launching HLO instruction."""
+them all) and its trace reader's split of kernel time by launching HLO instruction, on a stand-in and on a real
+recorded GPU trace."""
 
+import gzip
+from pathlib import Path
 from types import SimpleNamespace
 
+import jax
 import numpy as np
+import pytest
 
-from compare.kernel_profile import per_call_us_by_op
+from compare.kernel_classes import classify
+from compare.kernel_profile import device_events, launches_per_call, per_call_us_by_op
 from compare.step_profile import common_shape_batches
 
 
@@ -44,3 +50,24 @@ def test_per_call_us_by_op_splits_a_kernel_name_by_its_launching_instruction():
         ("loop_add_fusion", ""): 0.5,
     }
     assert list(got) == sorted(got, key=lambda k: -got[k])  # largest first
+
+
+def test_recorded_gpu_trace_names_each_launch_and_counts_it():
+    """A real trace (two mamba2-tiny train steps on an H100 with XLA's command buffers off; fixtures/README.md):
+    every kernel event names its launching HLO instruction, our Pallas SSD kernels are there by their own names,
+    and the per-step sums and launch counts add up to the trace's events."""
+    raw = gzip.decompress((Path(__file__).parent / "fixtures" / "jax-trace-mamba2-tiny.xplane.pb.gz").read_bytes())
+    profile = jax.profiler.ProfileData.from_serialized_xspace(raw)
+    events = list(device_events(profile))
+    assert len(events) > 100
+    kernels = [(name, op) for name, op, _ in events if not name.startswith("Memcpy")]
+    assert all(op and not op.startswith("command_buffer") for _, op in kernels)
+    names = {name for name, _ in kernels}
+    assert {"ssd_fwd_fused", "ssd_bwd_dx", "ssd_bwd_dbc", "ssd_bwd_dstates"} <= names
+    assert {classify(name) for name in names if name.startswith("ssd_")} == {"SSM"}
+    assert any(classify(name) == "GEMM" for name in names)
+    by_op = per_call_us_by_op(profile, calls=2)
+    assert sum(by_op.values()) == pytest.approx(sum(ns for _, _, ns in events) / 2e3)
+    launches = launches_per_call(profile, calls=2)
+    assert sum(launches.values()) == pytest.approx(len(events) / 2)
+    assert launches["ssd_fwd_fused"] == 2  # one per layer (mamba2-tiny has two) and step

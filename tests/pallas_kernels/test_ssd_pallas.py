@@ -3,6 +3,7 @@ oracle and the pure-JAX reference, on awkward shapes and tilings, with and witho
 
 Interpret mode fills outputs with NaN before the kernel runs, so any element a kernel forgets to write fails."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -31,6 +32,42 @@ CASES = [  # batch, L, H, P, N, G, chunk, dtype, D, z, init, seq_idx, softplus, 
     (2, 256, 2, 32, 16, 1, 128, jnp.float32, None, True, True, True, True, (0.01, 0.3), SsdConfig(block_l=64)),
     (1, 1000, 2, 16, 24, 1, 256, jnp.float32, "H", True, True, True, True, (0.0, INF), split()),
     (1, 97, 6, 16, 40, 3, 64, jnp.bfloat16, "H", True, True, True, True, (0.0, INF), split(block_l=16)),
+    # persistent output pass: 7 programs over 7 blocks x 6 heads (the last program redoes the last tile)
+    (
+        1,
+        97,
+        6,
+        16,
+        40,
+        3,
+        64,
+        jnp.bfloat16,
+        "H",
+        True,
+        True,
+        True,
+        True,
+        (0.0, INF),
+        split(block_l=16, persistent_programs=7),
+    ),
+    # 5 programs over 2 x 7 blocks x 4 heads x 3 head-dim blocks, float32, no seq_idx
+    (
+        2,
+        100,
+        4,
+        48,
+        16,
+        2,
+        64,
+        jnp.float32,
+        "HP",
+        True,
+        True,
+        False,
+        True,
+        (0.0, INF),
+        split(block_l=16, block_p=16, persistent_programs=5),
+    ),
     (2, 64, 4, 24, 16, 4, 64, jnp.bfloat16, "HP", True, False, False, False, (0.0, INF), SsdConfig(block_l=32)),
     (2, 100, 4, 48, 16, 2, 128, jnp.float32, "H", True, True, False, True, (0.0, INF), SsdConfig(16, block_p=16)),
     (1, 256, 8, 16, 32, 2, 256, jnp.bfloat16, "HP", True, True, True, True, (0.0, 0.05), SsdConfig(block_l=64)),
@@ -100,6 +137,24 @@ def test_pallas_matches_oracle_and_reference(
         scale = REDUCED_GRAD_SCALE if name in REDUCED_GRADS and dtype != jnp.float32 else 1.0
         assert_close(f"d{name}", grad, want_grads[name], dtype, scale)
         assert_close(f"d{name} vs reference", grad, ref_grads[name], dtype, scale)
+
+
+@pytest.mark.parametrize(("programs", "kernel"), [(3, "ssd_fwd_out_persistent"), (64, "ssd_fwd_out")])
+def test_persistent_output_pass_runs_when_fewer_programs_than_tiles(rng, programs, kernel):
+    """2 x 4 blocks x 2 heads = 16 tiles: 3 programs loop over them; 64 would be more than tiles, so the ordinary grid
+    runs (same values either way)."""
+    arrays, _, _ = make_inputs(rng, 2, 64, 2, 16, 16, 1, jnp.float32, D="H", z=True, init=False)
+    inputs = [arrays[k] for k in ("x", "dt", "A", "B", "C", "D", "z")]
+
+    def run(config):
+        def call(x, dt, A, B, C, D, z):
+            return mamba_chunk_scan_combined(x, dt, A, B, C, 64, D=D, z=z, impl="pallas", config=config)
+
+        return call
+
+    config = split(block_l=16, persistent_programs=programs)
+    assert kernel in str(jax.make_jaxpr(run(config))(*inputs))
+    np.testing.assert_array_equal(np.asarray(run(config)(*inputs)), np.asarray(run(split(block_l=16))(*inputs)))
 
 
 def test_gradient_through_final_states_alone(rng):

@@ -1,0 +1,176 @@
+"""The seed paper's open questions 1 (persistent thread blocks) and 3 (fusing dependent SSD kernels), answered by
+measurement: ``python -m compare.ssd_forward_variants [--shape 130m] [--torch] [--programs-per-sm K] [--out DIR]``.
+
+The chunked SSD forward at one ``compare.kernel_ops`` shape, several ways:
+- ``fused``: our fused forward (one sequential kernel per batch row, head and head-dim block that keeps the running
+  state in registers and stores no states);
+- ``split``: a state pass storing every block's state, then a block-parallel output kernel with one short-lived
+  program per (block, head, head-dim block) tile (``fused_forward_max_l=0``), the form of mamba-ssm's
+  ``_chunk_scan_fwd`` that the paper found short-lived;
+- ``split-persistent``: the same with the output kernel as a persistent grid of K x SM-count programs, each looping
+  over tiles (``persistent_programs``);
+- with ``--torch``, ``mamba-ssm``: its five Triton kernels (cumsum, chunk state, state passing, C·Bᵀ, chunk scan).
+Per variant: the median wall time per call (``compare.kernels.median_ms``, outside any profiler), then Nsight
+Compute's counters of every kernel of one warm call (DRAM bytes, L2 traffic, duration, waves, block lifetime).
+Writes ``ssd-forward-variants.json`` and ``.md`` under ``--out``.
+"""
+
+import argparse
+import datetime
+import json
+import sys
+from pathlib import Path
+
+import jax
+
+from compare.characterize_counters import measure_ceilings
+from compare.kernel_ops import OPS, Variant
+from compare.kernel_profile import name_every_launch
+from compare.ncu import cuda_profiler_range, derived, profile_kernels
+from pallas_kernels.ssd.config import SsdConfig
+
+MAMBA_SSM = "mamba-ssm"
+NAMES = ("fused", "split", "split-persistent", MAMBA_SSM)
+
+
+def pallas_variant(name: str, programs: int) -> Variant:
+    """Our forward as ``name`` says; ``programs``: the persistent output kernel's program count."""
+    configs = {
+        "fused": SsdConfig(),
+        "split": SsdConfig(fused_forward_max_l=0),
+        "split-persistent": SsdConfig(fused_forward_max_l=0, persistent_programs=programs),
+    }
+    return Variant(f"pallas {name}", "pallas", configs[name])
+
+
+def persistent_programs(per_sm: int) -> int:
+    """``per_sm`` programs per multiprocessor of the GPU JAX sees."""
+    return per_sm * (getattr(jax.devices()[0], "core_count", None) or 132)
+
+
+def forward_call(variant: str, shape_name: str, per_sm: int):
+    """(the forward of ``variant`` at the shape as a no-argument call, its sync)."""
+    op = OPS["ssd"]
+    shape = op.shapes[shape_name]
+    arrays, dtypes, cotangent = op.inputs(shape, "bfloat16", 0)
+    if variant == MAMBA_SSM:
+        from torch_reference.backend import load
+
+        calls = op.torch_calls(load("cuda"), arrays, dtypes, cotangent, shape)
+        return calls.forward, calls.sync
+    forward, _, _ = op.jax_calls(pallas_variant(variant, persistent_programs(per_sm)), arrays, dtypes, cotangent, shape)
+    return forward, jax.block_until_ready
+
+
+def run_target(variant: str, shape_name: str, per_sm: int) -> None:
+    """ncu's target: warm the forward, then one call inside the capture range."""
+    forward, sync = forward_call(variant, shape_name, per_sm)
+    for _ in range(3):
+        sync(forward())
+    if variant == MAMBA_SSM:
+        import torch
+
+        torch.cuda.cudart().cudaProfilerStart()
+        sync(forward())
+        torch.cuda.cudart().cudaProfilerStop()
+        return
+    with cuda_profiler_range():
+        sync(forward())
+
+
+def measure(variant: str, shape_name: str, out: Path, reps: int, ceilings: dict, per_sm: int) -> dict:
+    from compare.kernels import median_ms
+
+    forward, sync = forward_call(variant, shape_name, per_sm)
+    ms = median_ms(forward, sync, reps)
+    target = [sys.executable, "-m", "compare.ssd_forward_variants", "--target", variant, "--shape", shape_name,
+              f"--programs-per-sm={per_sm}"]  # fmt: skip
+    counters, meta = profile_kernels(target, None, 64, out / f"ncu-{variant}.ncu-rep")
+    kernels = {name: derived(c, ceilings["copy_gbs"]) for name, c in counters.items()}
+    total = lambda field: sum(k[field] * k["launches"] for k in kernels.values())  # noqa: E731
+    return {
+        "variant": variant,
+        "wall_ms": ms,
+        "kernel_us": total("us_per_launch"),
+        "launches": sum(k["launches"] for k in kernels.values()),
+        "dram_bytes": total("dram_bytes_per_launch"),
+        "l2_bytes": sum(k.get("l2_bytes_per_launch", 0.0) * k["launches"] for k in kernels.values()),
+        "kernels": kernels,
+        "ncu_command": meta["command"],
+    }
+
+
+def markdown(record: dict) -> str:
+    lines = [
+        f"# SSD forward variants ({record['shape']} shape {record['dims']}, bf16)",
+        "",
+        f"Command: `{record['command']}` on {record['device']}, {record['date']}. Copy ceiling measured in the run: "
+        f"{record['ceilings']['copy_gbs']:.0f} GB/s.",
+        "",
+        "| variant | wall ms (median) | kernel us (ncu) | launches | DRAM MB | L2 MB | DRAM GB/s |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in record["variants"]:
+        gbs = r["dram_bytes"] / (r["kernel_us"] * 1e-6) / 1e9 if r["kernel_us"] else 0.0
+        lines.append(
+            f"| {r['variant']} | {r['wall_ms']:.3f} | {r['kernel_us']:.1f} | {r['launches']} | "
+            f"{r['dram_bytes'] / 1e6:.1f} | {r['l2_bytes'] / 1e6:.1f} | {gbs:.0f} |"
+        )
+    lines += [
+        "",
+        "| variant | kernel | us/launch | DRAM MB/launch | L2 hit % | FLOP/byte | grid | waves | block life us |",
+    ]
+    lines.append("|---|---|---|---|---|---|---|---|---|")
+    for r in record["variants"]:
+        for name, k in sorted(r["kernels"].items(), key=lambda kv: -kv[1]["us_per_launch"]):
+            ai = k["arithmetic_intensity"]
+            lines.append(
+                f"| {r['variant']} | `{name[:60]}` | {k['us_per_launch']:.1f} | "
+                f"{k['dram_bytes_per_launch'] / 1e6:.1f} | {k.get('l2_hit_pct', float('nan')):.1f} | "
+                f"{'-' if ai is None else f'{ai:.2f}'} | {k.get('grid_size', 0):.0f} | {k.get('waves', 0):.2f} | "
+                f"{k.get('block_lifetime_us', 0):.2f} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m compare.ssd_forward_variants", description=__doc__)
+    parser.add_argument("--shape", default="130m", choices=sorted(OPS["ssd"].shapes))
+    parser.add_argument("--torch", action="store_true", help="also mamba-ssm's forward (its five kernels)")
+    parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--out", type=Path, default=Path("reports/questions"))
+    parser.add_argument("--programs-per-sm", type=int, default=4, help="persistent programs per multiprocessor")
+    parser.add_argument("--target", choices=NAMES, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    name_every_launch()
+    if args.programs_per_sm < 1:
+        raise SystemExit(f"--programs-per-sm: expected a positive integer, got {args.programs_per_sm}")
+    if args.target:
+        run_target(args.target, args.shape, args.programs_per_sm)
+        return 0
+    if jax.default_backend() != "gpu":
+        raise SystemExit("compare.ssd_forward_variants measures GPU kernels: JAX sees no GPU")
+    args.out.mkdir(parents=True, exist_ok=True)
+    ceilings = measure_ceilings()
+    variants = [*NAMES[:3], *([MAMBA_SSM] if args.torch else [])]
+    record = {
+        "command": "python -m compare.ssd_forward_variants " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "device": jax.devices()[0].device_kind,
+        "date": datetime.date.today().isoformat(),
+        "shape": args.shape,
+        "dims": dict(zip(OPS["ssd"].dim_names, OPS["ssd"].shapes[args.shape], strict=True)),
+        "ceilings": ceilings,
+        "persistent_programs": persistent_programs(args.programs_per_sm),
+        "variants": [],
+    }
+    for variant in variants:
+        print(f"{variant} ...", flush=True)
+        record["variants"].append(measure(variant, args.shape, args.out, args.reps, ceilings, args.programs_per_sm))
+    (args.out / "ssd-forward-variants.json").write_text(json.dumps(record, indent=2))
+    (args.out / "ssd-forward-variants.md").write_text(markdown(record))
+    print(markdown(record))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
