@@ -217,7 +217,10 @@ def markdown(config: str, sides: list[dict], command: str, ceilings: dict | None
             if counters.get("error"):
                 lines += ["ncu gave no counters:", "", "```", counters["error"][-1500:], "```"]
             else:
-                lines += [f"`{counters['command']}`", "", *counters_table(counters)]
+                lines += [f"`{counters['command']}`", ""]
+                if counters.get("target_overrides"):
+                    lines += [f"Counted step's config overrides: `{' '.join(counters['target_overrides'])}`", ""]
+                lines += counters_table(counters)
     return "\n".join(lines) + "\n"
 
 
@@ -261,6 +264,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ncu-kernels", type=int, default=16, help="at most this many kernel names per framework")
     parser.add_argument("--ncu-launches", type=int, default=200, help="at most this many launches per framework")
     parser.add_argument("--ncu-timeout", type=float, default=300, help="seconds per framework's ncu run")
+    parser.add_argument(
+        "--ncu-override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="config override for the counted step only, e.g. n_layer=2: a layer's kernels are the same at any depth, "
+        "and ncu replays every launch (repeatable)",
+    )
     parser.add_argument("--keep-traces", action="store_true", help="keep each profiler's trace in the report folder")
     args, overrides = parse_args_with_overrides(parser, argv)
     for name in ("steps", "ncu_kernels", "ncu_launches"):
@@ -282,9 +293,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{framework}: {side['step_wall_ms']:.2f} ms per step", flush=True)
             if args.ncu in (framework, "both"):
                 print(f"ncu on {framework}'s longest kernels ...", flush=True)
+                ncu_overrides = [*overrides, *(f"--{item}" for item in args.ncu_override)]
                 side["counters"] = side_counters(
-                    side, args.config, overrides, out, ceilings, args.ncu_kernels, args.ncu_launches, args.ncu_timeout
-                )
+                    side, args.config, ncu_overrides, out, ceilings, args.ncu_kernels, args.ncu_launches,
+                    args.ncu_timeout,
+                )  # fmt: skip
             sides.append(side)
     command = "python -m compare.characterize " + " ".join(argv if argv is not None else sys.argv[1:])
     write_report(args.config, sides, out, command, overrides, ceilings)

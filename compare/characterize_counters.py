@@ -107,6 +107,7 @@ def side_counters(
     covered = sum(k["us"] for k in kernels)
     return {
         "kernels": kernels,
+        "target_overrides": overrides,
         "unmatched": [name for name in names if name not in counters],
         "coverage": covered / (1e3 * side["device_ms"]) if side["device_ms"] else 0.0,
         **meta,

@@ -5,6 +5,7 @@ runs one step inside the driver's capture range (``compare.ncu.cuda_profiler_ran
 ``ncu --profile-from-start off`` so that only that step's kernels are counted."""
 
 import argparse
+import os
 import sys
 
 from compare.characterize import jax_training
@@ -20,6 +21,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=2, help="warm-up batches (the profiled step reuses the first)")
     args, overrides = parse_args_with_overrides(parser, argv)
     name_every_launch()
+    # exact cudaMalloc/cudaFree, no pool: ncu saves and restores all allocated memory around every replay
+    os.environ.setdefault("XLA_PYTHON_CLIENT_ALLOCATOR", "platform")
     with jax_training(args.config, overrides, args.steps) as (setup, batches):
         warm_window(setup, batches, cuda_profiler_range)
     return 0

@@ -56,6 +56,7 @@ def profile(
             dataset.close()
     if ncu_window:
         torch.cuda.synchronize()
+        torch.cuda.empty_cache()  # ncu saves and restores all allocated memory around every replay
         torch.cuda.cudart().cudaProfilerStart()
         _run(runner, inputs[:1])
         torch.cuda.synchronize()

@@ -66,7 +66,7 @@ def test_counters_join_the_trace_by_function_name(monkeypatch, tmp_path):
     assert target[-3:] == ["--ncu-window", "--steps=1", "--batch_size=2"]
     assert names == ["_chunk_scan_fwd_kernel", "nvjet_tst_128x64", "vectorized_elementwise_kernel"]
     assert launches == 8  # two launches each; the memcpy is no kernel
-    assert counters["unmatched"] == ["nvjet_tst_128x64"]
+    assert counters["unmatched"] == ["nvjet_tst_128x64"] and counters["target_overrides"] == ["--batch_size=2"]
     elementwise = next(k for k in counters["kernels"] if k["kernel"] == "vectorized_elementwise_kernel")
     assert elementwise["us"] == 150.0 and elementwise["category"] == "elementwise/fusion"
     assert counters["coverage"] == pytest.approx(0.55)
@@ -93,7 +93,7 @@ def test_headline_and_report_with_counters(monkeypatch, tmp_path):
         characterize_counters, "profile_kernels", fake_ncu(["_chunk_scan_fwd_kernel", "vectorized_elementwise_kernel"])
     )
     side = torch_like_side()
-    side["counters"] = side_counters(side, "mamba2-tiny", [], tmp_path, CEILINGS, 8, 100)
+    side["counters"] = side_counters(side, "mamba2-tiny", ["--n_layer=1"], tmp_path, CEILINGS, 8, 100)
     figures = headline(side)
     assert figures["gemm_share"] == pytest.approx(0.3) and figures["ssm_share"] == pytest.approx(0.4)
     assert figures["dram_pct_of_peak"] == pytest.approx(40.0)
@@ -106,6 +106,7 @@ def test_headline_and_report_with_counters(monkeypatch, tmp_path):
     assert "| SSM arithmetic intensity (FLOP/DRAM byte) | 5.50 | 5.50 |" in report
     assert "| `_chunk_scan_fwd_kernel` | SSM | 400.0 | 2 | 200.0 | 2000 |" in report
     assert "Chosen but not reported by ncu: `nvjet_tst_128x64`" in report
+    assert "Counted step's config overrides: `--n_layer=1`" in report
     for png in ("breakdown.png", "roofline.png", "bandwidth.png"):
         data = (out / png).read_bytes()
         assert data.startswith(b"\x89PNG") and len(data) > 10_000

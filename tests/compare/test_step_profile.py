@@ -71,3 +71,24 @@ def test_recorded_gpu_trace_names_each_launch_and_counts_it():
     launches = launches_per_call(profile, calls=2)
     assert sum(launches.values()) == pytest.approx(len(events) / 2)
     assert launches["ssd_fwd_fused"] == 2  # one per layer (mamba2-tiny has two) and step
+
+
+def test_warm_window_runs_one_step_inside_the_window():
+    """The counter profiler's target path on the CPU: compile, warm up, then exactly one step inside the window."""
+    import contextlib
+
+    from compare.characterize import jax_training
+    from compare.step_profile import warm_window
+
+    entered = []
+
+    @contextlib.contextmanager
+    def window():
+        entered.append("in")
+        yield
+        entered.append("out")
+
+    with jax_training("mamba1-tiny", ["--batch_size=2", "--seq_len=16"], steps=2) as (setup, batches):
+        assert len(batches) == 2
+        warm_window(setup, batches, window)
+    assert entered == ["in", "out"]
