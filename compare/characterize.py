@@ -277,6 +277,9 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("steps", "ncu_kernels", "ncu_launches"):
         if getattr(args, name) < 1:
             raise SystemExit(f"--{name.replace('_', '-')}: expected a positive integer, got {getattr(args, name)}")
+    for item in args.ncu_override:
+        if "=" not in item or item.startswith(("-", "=")):
+            raise SystemExit(f"--ncu-override: expected KEY=VALUE (e.g. n_layer=2), got {item!r}")
     name_every_launch()
     if jax.default_backend() != "gpu":
         raise SystemExit("compare.characterize profiles GPU kernels: JAX sees no GPU")
@@ -289,18 +292,18 @@ def main(argv: list[str] | None = None) -> int:
         if args.framework in (framework, "both"):
             print(f"profiling {framework} ...", flush=True)
             trace = out / f"trace-{framework}.{'xplane.pb' if framework == 'jax' else 'json'}"
-            side = characterize(args.config, overrides, args.steps, trace if args.keep_traces else None)
-            print(f"{framework}: {side['step_wall_ms']:.2f} ms per step", flush=True)
-            if args.ncu in (framework, "both"):
-                print(f"ncu on {framework}'s longest kernels ...", flush=True)
-                ncu_overrides = [*overrides, *(f"--{item}" for item in args.ncu_override)]
-                side["counters"] = side_counters(
-                    side, args.config, ncu_overrides, out, ceilings, args.ncu_kernels, args.ncu_launches,
-                    args.ncu_timeout,
-                )  # fmt: skip
-            sides.append(side)
+            sides.append(characterize(args.config, overrides, args.steps, trace if args.keep_traces else None))
+            print(f"{framework}: {sides[-1]['step_wall_ms']:.2f} ms per step", flush=True)
     command = "python -m compare.characterize " + " ".join(argv if argv is not None else sys.argv[1:])
-    write_report(args.config, sides, out, command, overrides, ceilings)
+    write_report(args.config, sides, out, command, overrides, ceilings)  # kept if a counter run is cut short
+    for side in sides:
+        if args.ncu in (side["framework"], "both"):
+            print(f"ncu on {side['framework']}'s longest kernels ...", flush=True)
+            ncu_overrides = [*overrides, *(f"--{item}" for item in args.ncu_override)]
+            side["counters"] = side_counters(
+                side, args.config, ncu_overrides, out, ceilings, args.ncu_kernels, args.ncu_launches, args.ncu_timeout
+            )
+            write_report(args.config, sides, out, command, overrides, ceilings)
     print(markdown(args.config, sides, command, ceilings).split("\n## ")[0])
     print(f"wrote {out}")
     return 0

@@ -7,8 +7,9 @@ out. ``--clock-control none`` leaves the GPU's clocks as found (the device notes
 the named kernels are replayed (``--kernel-name regex:``, up to ``--launch-count`` launches): counters need several
 replays per launch, so a whole step would take minutes.
 
-Per kernel name the launches are summed: DRAM bytes read and written, duration, L2 traffic, FP32/FP16 instruction
-FLOPs and tensor-pipe work; rates and percentages are duration-weighted means. Derived: achieved DRAM bandwidth,
+Per kernel function name the launches are summed: DRAM bytes read and written, duration, L2 traffic, FP32/FP16
+instruction FLOPs (FMA counted twice) and tensor-path operations (as executed: a dot tile padded past the data counts
+in full); rates and percentages are duration-weighted means. Derived: achieved DRAM bandwidth,
 arithmetic intensity (FLOPs per DRAM byte), and the average thread-block lifetime, estimated as duration / waves
 (a wave: as many blocks as the GPU holds at once), which is the paper's "short thread-block lifetime" in numbers.
 """
@@ -46,7 +47,6 @@ METRICS: dict[str, tuple[str, ...]] = {
         "sm__ops_path_tensor_src_bf16_dst_fp32.sum",
         "sm__ops_path_tensor_src_fp16_dst_fp32.sum",
     ),
-    "tensor_inst": ("sm__inst_executed_pipe_tensor_op_gmma.sum", "sm__inst_executed_pipe_tensor.sum"),
     "tensor_pipe_pct": ("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active",),
     "hmma_pipe_pct": ("sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",),
     "fma_pipe_pct": ("sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active",),
@@ -68,7 +68,6 @@ SUMMED = {
     "hadd",
     "hmul",
     "tensor_flops",
-    "tensor_inst",
 }  # per-launch counts, summed over a kernel's launches
 PIPES = ("tensor_pipe_pct", "hmma_pipe_pct", "fma_pipe_pct", "alu_pipe_pct", "xu_pipe_pct")
 VECTOR_PIPES = ("fma_pipe_pct", "alu_pipe_pct", "xu_pipe_pct")

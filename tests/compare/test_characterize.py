@@ -103,6 +103,8 @@ def test_command_refuses_without_a_gpu_and_bad_steps():
         characterize.main(["--config", "mamba1-tiny"])
     with pytest.raises(SystemExit, match="--steps: expected a positive integer"):
         characterize.main(["--config", "mamba1-tiny", "--steps", "0"])
+    with pytest.raises(SystemExit, match="--ncu-override: expected KEY=VALUE"):
+        characterize.main(["--config", "mamba1-tiny", "--ncu", "--ncu-override", "n_layer"])
 
 
 def test_jax_rows_credit_a_shared_gemm_kernel_to_each_launching_instructions_pass():
