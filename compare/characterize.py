@@ -296,10 +296,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{framework}: {sides[-1]['step_wall_ms']:.2f} ms per step", flush=True)
     command = "python -m compare.characterize " + " ".join(argv if argv is not None else sys.argv[1:])
     write_report(args.config, sides, out, command, overrides, ceilings)  # kept if a counter run is cut short
+    ncu_overrides = [*overrides, *(f"--{item}" for item in args.ncu_override)]
     for side in sides:
         if args.ncu in (side["framework"], "both"):
             print(f"ncu on {side['framework']}'s longest kernels ...", flush=True)
-            ncu_overrides = [*overrides, *(f"--{item}" for item in args.ncu_override)]
             side["counters"] = side_counters(
                 side, args.config, ncu_overrides, out, ceilings, args.ncu_kernels, args.ncu_launches, args.ncu_timeout
             )

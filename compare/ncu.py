@@ -18,6 +18,7 @@ import collections
 import contextlib
 import csv
 import ctypes
+import functools
 import io
 import re
 import subprocess
@@ -111,8 +112,9 @@ def choose_metrics(available: set[str] | None) -> dict[str, str]:
     return chosen
 
 
+@functools.cache
 def query_available() -> set[str] | None:
-    """Metric bases the GPU present supports, or None if ncu cannot say."""
+    """Metric bases the GPU present supports, or None if ncu cannot say (asked once per process)."""
     try:
         result = subprocess.run(["ncu", "--query-metrics"], capture_output=True, text=True, timeout=120)
     except (OSError, subprocess.TimeoutExpired):

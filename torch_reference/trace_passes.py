@@ -13,13 +13,14 @@ PASS_RANGE = "pass:"  # prefix of the profiler ranges around a training step's p
 DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")  # chrome-trace categories of GPU work
 
 
+def is_pass_range(event: dict) -> bool:
+    """A CPU-side ``record_function`` range around one pass."""
+    return event.get("cat") == "user_annotation" and event.get("name", "").startswith(PASS_RANGE)
+
+
 def pass_ranges(events: list[dict]) -> list[tuple[float, float, str]]:
     """(start us, end us, pass) of the CPU-side pass ranges, by start."""
-    return sorted(
-        (e["ts"], e["ts"] + e["dur"], e["name"][len(PASS_RANGE) :])
-        for e in events
-        if e.get("cat") == "user_annotation" and e.get("name", "").startswith(PASS_RANGE)
-    )
+    return sorted((e["ts"], e["ts"] + e["dur"], e["name"][len(PASS_RANGE) :]) for e in events if is_pass_range(e))
 
 
 def kernels_by_pass(trace: dict, steps: int) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
@@ -47,7 +48,6 @@ def trimmed(trace: dict) -> dict:
     events = [
         {k: e[k] for k in keep if k in e}
         for e in trace["traceEvents"]
-        if e.get("cat") in DEVICE_CATEGORIES
-        or (e.get("cat") == "user_annotation" and e.get("name", "").startswith(PASS_RANGE))
+        if e.get("cat") in DEVICE_CATEGORIES or is_pass_range(e)
     ]
     return {"traceEvents": events}

@@ -26,6 +26,11 @@ def split(**tiling) -> SsdConfig:
     return SsdConfig(fused_forward_max_l=0, **tiling)
 
 
+def persistent(programs: int, block_l: int, **tiling) -> SsdConfig:
+    """The split forward with its output pass as ``programs`` persistent programs."""
+    return split(block_l=block_l, persistent_programs=programs, **tiling)
+
+
 CASES = [  # batch, L, H, P, N, G, chunk, dtype, D, z, init, seq_idx, softplus, dt_limit, config
     (2, 1, 4, 16, 16, 1, 64, jnp.float32, "H", True, True, False, True, (0.0, INF), SsdConfig(block_l=16)),
     (1, 100, 4, 20, 12, 2, 64, jnp.float32, "HP", False, False, True, True, (0.0, INF), split(block_l=32)),
@@ -33,41 +38,9 @@ CASES = [  # batch, L, H, P, N, G, chunk, dtype, D, z, init, seq_idx, softplus, 
     (1, 1000, 2, 16, 24, 1, 256, jnp.float32, "H", True, True, True, True, (0.0, INF), split()),
     (1, 97, 6, 16, 40, 3, 64, jnp.bfloat16, "H", True, True, True, True, (0.0, INF), split(block_l=16)),
     # persistent output pass: 7 programs over 7 blocks x 6 heads (the last program redoes the last tile)
-    (
-        1,
-        97,
-        6,
-        16,
-        40,
-        3,
-        64,
-        jnp.bfloat16,
-        "H",
-        True,
-        True,
-        True,
-        True,
-        (0.0, INF),
-        split(block_l=16, persistent_programs=7),
-    ),
+    (1, 97, 6, 16, 40, 3, 64, jnp.bfloat16, "H", True, True, True, True, (0.0, INF), persistent(7, 16)),
     # 5 programs over 2 x 7 blocks x 4 heads x 3 head-dim blocks, float32, no seq_idx
-    (
-        2,
-        100,
-        4,
-        48,
-        16,
-        2,
-        64,
-        jnp.float32,
-        "HP",
-        True,
-        True,
-        False,
-        True,
-        (0.0, INF),
-        split(block_l=16, block_p=16, persistent_programs=5),
-    ),
+    (2, 100, 4, 48, 16, 2, 64, jnp.float32, "HP", True, True, False, True, (0.0, INF), persistent(5, 16, block_p=16)),
     (2, 64, 4, 24, 16, 4, 64, jnp.bfloat16, "HP", True, False, False, False, (0.0, INF), SsdConfig(block_l=32)),
     (2, 100, 4, 48, 16, 2, 128, jnp.float32, "H", True, True, False, True, (0.0, INF), SsdConfig(16, block_p=16)),
     (1, 256, 8, 16, 32, 2, 256, jnp.bfloat16, "HP", True, True, True, True, (0.0, 0.05), SsdConfig(block_l=64)),
