@@ -23,6 +23,7 @@ import argparse
 import contextlib
 import datetime
 import json
+import os
 import re
 import sys
 from collections.abc import Iterator
@@ -253,6 +254,8 @@ def write_report(
 
 
 def main(argv: list[str] | None = None) -> int:
+    # the PyTorch side runs in a second process on the same GPU: JAX takes memory as it needs it, not 75% up front
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     parser = argparse.ArgumentParser(prog="python -m compare.characterize", description=__doc__)
     parser.add_argument("--config", required=True, help="bundled config name or YAML path")
     parser.add_argument("--framework", default="both", choices=FRAMEWORKS)

@@ -6,7 +6,8 @@ native layout. A time is the median over ``--reps`` repetitions of ``back-to-bac
 (compilation and autotuning excluded). Also printed: speed-up over mamba-ssm, effective bandwidth (compulsory bytes
 / time), achieved TFLOP/s and the floor: max(compulsory bytes / measured copy bandwidth, FLOPs / measured bf16
 matmul rate, exps / SFU rate); ``compare.kernel_ops`` defines each op's shapes, inputs and cost model.
-Writes ``<out>.json`` and ``<out>.md``.
+``--op ssd --impls pallas mamba_ssm_triton`` adds mamba-ssm's own Triton kernels launched from JAX (forward only):
+the mamba-ssm column's kernels with JAX around them. Writes ``<out>.json`` and ``<out>.md``.
 """
 
 import argparse
@@ -49,8 +50,14 @@ def median_ms(fn: Callable[[], object], sync: Callable[[object], None], reps: in
 
 
 def time_passes(forward, forward_backward, sync, reps: int) -> dict[str, float]:
-    """ms of the forward and of the forward+backward, each by ``median_ms``."""
-    return {"forward": median_ms(forward, sync, reps), "forward+backward": median_ms(forward_backward, sync, reps)}
+    """ms of the forward and of the forward+backward (None: a forward-only impl), each by ``median_ms``."""
+    passes = {"forward": median_ms(forward, sync, reps)}
+    if forward_backward is not None:
+        passes["forward+backward"] = median_ms(forward_backward, sync, reps)
+    return passes
+
+
+FORWARD_ONLY = {"mamba_ssm_triton": "ssd"}  # impl -> the op it serves: mamba-ssm's Triton forward from JAX
 
 
 def jax_sync(out) -> None:
@@ -133,9 +140,11 @@ def run_op(op: KernelOp, args, variants: list[Variant], ceiling: dict) -> list[d
         kernels = {}
         for variant in variants:
             forward, forward_backward, outputs[variant.label] = op.jax_calls(variant, arrays, dtypes, cotangent, shape)
+            if variant.impl in FORWARD_ONLY:
+                forward_backward = None
             timed[variant.label] = time_passes(forward, forward_backward, jax_sync, args.reps)
             print(f"{shape_name} {variant.label}: {timed[variant.label]}", flush=True)
-            if args.profile:
+            if args.profile and forward_backward is not None:
                 kernels[variant.label] = {k: round(v, 1) for k, v in kernel_times(forward_backward).items()}
                 print(f"{shape_name} {variant.label} kernels (us per forward+backward): {kernels[variant.label]}")
         base = "mamba-ssm" if "mamba-ssm" in outputs else variants[0].label
@@ -201,7 +210,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--op", choices=list(OPS), default="selective_scan")
     parser.add_argument("--shapes", nargs="+", help="shape names of the op (default: all of them)")
     parser.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16")
-    parser.add_argument("--impls", nargs="*", choices=["pallas", "reference"], default=["pallas"])
+    parser.add_argument(
+        "--impls",
+        nargs="*",
+        choices=["pallas", "reference", *FORWARD_ONLY],
+        default=["pallas"],
+        help="mamba_ssm_triton (--op ssd): mamba-ssm's own Triton kernels launched from JAX, forward only",
+    )
     parser.add_argument(
         "--pallas-config", action="append", default=[], help="extra tiling, e.g. block_d=64,num_warps=2"
     )
@@ -221,6 +236,11 @@ def main(argv: list[str] | None = None) -> int:
     if jax.default_backend() != "gpu":
         raise SystemExit("compare.kernels times GPU kernels: JAX sees no GPU")
 
+    for impl in args.impls:
+        if impl in FORWARD_ONLY and FORWARD_ONLY[impl] != args.op:
+            raise SystemExit(f"--impls {impl} serves --op {FORWARD_ONLY[impl]} only, not {args.op}")
+    if "mamba_ssm_triton" in args.impls:
+        import torch_reference.ssd_jax_triton  # noqa: F401  (registers the impl)
     variants = [Variant(impl, impl) for impl in args.impls] + [parse_config(c, op) for c in args.pallas_config]
     info = device_info()
     copy_gbs = copy_bandwidth_gbs(args.reps)

@@ -20,6 +20,7 @@ import csv
 import ctypes
 import functools
 import io
+import os
 import re
 import subprocess
 from collections.abc import Iterator
@@ -160,7 +161,7 @@ def ncu_command(
         "ncu",
         "--clock-control", "none",
         "--profile-from-start", "off",
-        "--target-processes", "all",
+        "--target-processes", "application-only",  # the target itself, never a compiler it starts
         "--kernel-name-base", "function",
         *only,
         "--launch-count", str(launches),
@@ -273,7 +274,10 @@ def profile_kernels(
     log = report.with_suffix(".log")
     with log.open("w") as sink:
         try:
-            returncode = subprocess.run(command, stdout=sink, stderr=subprocess.STDOUT, timeout=timeout_s).returncode
+            env = {**os.environ, "PYTHONFAULTHANDLER": "1"}  # a crash in the target leaves its Python stack in the log
+            returncode = subprocess.run(
+                command, stdout=sink, stderr=subprocess.STDOUT, timeout=timeout_s, env=env
+            ).returncode
         except subprocess.TimeoutExpired:
             returncode = f"timeout after {timeout_s:.0f} s"
     if returncode != 0 or not report.exists():

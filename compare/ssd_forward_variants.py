@@ -9,7 +9,9 @@ The chunked SSD forward at one ``compare.kernel_ops`` shape, several ways:
   ``_chunk_scan_fwd`` that the paper found short-lived;
 - ``split-persistent``: the same with the output kernel as a persistent grid of K x SM-count programs, each looping
   over tiles (``persistent_programs``);
-- with ``--torch``, ``mamba-ssm``: its five Triton kernels (cumsum, chunk state, state passing, C·Bᵀ, chunk scan).
+- with ``--torch``, ``mamba-ssm``: its five Triton kernels (cumsum, chunk state, state passing, C·Bᵀ, chunk scan),
+  and ``mamba-ssm-from-jax``: the same five kernels launched by JAX through jax-triton
+  (``torch_reference.ssd_jax_triton``), which separates what the kernels cost from what the framework adds.
 Per variant: the median wall time per call (``compare.kernels.median_ms``, outside any profiler), then Nsight
 Compute's counters of every kernel of one warm call (DRAM bytes, L2 traffic, duration, waves, block lifetime).
 Writes ``ssd-forward-variants.json`` and ``.md`` under ``--out``.
@@ -30,7 +32,8 @@ from compare.ncu import cuda_profiler_range, derived, profile_kernels
 from pallas_kernels.ssd.config import SsdConfig
 
 MAMBA_SSM = "mamba-ssm"
-NAMES = ("fused", "split", "split-persistent", MAMBA_SSM)
+MAMBA_SSM_FROM_JAX = "mamba-ssm-from-jax"
+NAMES = ("fused", "split", "split-persistent", MAMBA_SSM, MAMBA_SSM_FROM_JAX)
 
 
 def pallas_variant(name: str, programs: int) -> Variant:
@@ -58,6 +61,12 @@ def forward_call(variant: str, shape_name: str, per_sm: int):
 
         calls = op.torch_calls(load("cuda"), arrays, dtypes, cotangent, shape)
         return calls.forward, calls.sync
+    if variant == MAMBA_SSM_FROM_JAX:
+        import torch_reference.ssd_jax_triton  # noqa: F401  (registers the impl)
+        from pallas_kernels.ssd.api import MAMBA_SSM_TRITON
+
+        forward, _, _ = op.jax_calls(Variant(variant, MAMBA_SSM_TRITON), arrays, dtypes, cotangent, shape)
+        return forward, jax.block_until_ready
     forward, _, _ = op.jax_calls(pallas_variant(variant, persistent_programs(per_sm)), arrays, dtypes, cotangent, shape)
     return forward, jax.block_until_ready
 
@@ -129,7 +138,9 @@ def markdown(record: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m compare.ssd_forward_variants", description=__doc__)
     parser.add_argument("--shape", default="130m", choices=sorted(OPS["ssd"].shapes))
-    parser.add_argument("--torch", action="store_true", help="also mamba-ssm's forward (its five kernels)")
+    parser.add_argument(
+        "--torch", action="store_true", help="also mamba-ssm's forward (its five kernels), from PyTorch and from JAX"
+    )
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--out", type=Path, default=Path("reports/questions"))
     parser.add_argument("--programs-per-sm", type=int, default=4, help="persistent programs per multiprocessor")
@@ -145,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("compare.ssd_forward_variants measures GPU kernels: JAX sees no GPU")
     args.out.mkdir(parents=True, exist_ok=True)
     ceilings = measure_ceilings()
-    variants = [*NAMES[:3], *([MAMBA_SSM] if args.torch else [])]
+    variants = [*NAMES[:3], *([MAMBA_SSM, MAMBA_SSM_FROM_JAX] if args.torch else [])]
     record = {
         "command": "python -m compare.ssd_forward_variants " + " ".join(argv if argv is not None else sys.argv[1:]),
         "device": jax.devices()[0].device_kind,

@@ -1,5 +1,7 @@
 """Public chunked SSD (Mamba-2): mamba-ssm's ``mamba_chunk_scan_combined`` names, argument order and semantics."""
 
+from collections.abc import Callable
+
 import jax
 import jax.numpy as jnp
 
@@ -18,6 +20,18 @@ from pallas_kernels.ssd.block import ssd_dims
 from pallas_kernels.ssd.config import MAX_DSTATE, MAX_HEADDIM, SsdConfig
 
 _AVAILABLE_IMPLS = ("reference", "pallas")
+MAMBA_SSM_TRITON = "mamba_ssm_triton"  # mamba-ssm's Triton kernels from JAX: registered by torch_reference
+_FORWARDS: dict[str, Callable] = {}
+
+
+def register_forward(impl: str, forward: Callable) -> None:
+    """Make ``impl`` a forward-only implementation from outside this package (which imports no torch):
+    ``forward(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, dt_softplus, dt_limit)`` ->
+    (out, final_states), called after this module has checked the arguments. ``torch_reference.ssd_jax_triton``
+    registers ``"mamba_ssm_triton"``."""
+    if impl in _AVAILABLE_IMPLS:
+        raise ValueError(f"impl {impl!r} is built in and cannot be registered")
+    _FORWARDS[impl] = forward
 
 
 @jax.named_scope("ssd")  # the op's XLA-side work is attributed to it in profiles
@@ -56,12 +70,20 @@ def mamba_chunk_scan_combined(
     ``return_final_states``. ``cu_seqlens``/``return_varlen_states`` keep mamba-ssm's argument order but are not
     supported yet (use seq_idx). Chunking changes only the float rounding, never the result's meaning.
 
+    ``impl="mamba_ssm_triton"`` (after ``import torch_reference.ssd_jax_triton``; forward only, GPU only) launches
+    mamba-ssm's own Triton kernels from JAX, for benchmarks that separate the kernel from the framework.
+
     ``impl="pallas"`` runs the Pallas Triton kernels (interpreted when JAX has no GPU) for headdim <= 128 and
     N <= 256. They walk time in blocks of ``config.block_l`` (``SsdConfig``, default 64) whatever ``chunk_size``
     is: like mamba-ssm's chunk size, that block changes rounding only. Dot operands take x's dtype (bf16 in
     training, as mamba-ssm's kernels), accumulation and the state are float32.
     """
-    check_impl("mamba_chunk_scan_combined", impl, _AVAILABLE_IMPLS)
+    if impl == MAMBA_SSM_TRITON and impl not in _FORWARDS:
+        raise NotImplementedError(
+            f"impl={impl!r} needs `import torch_reference.ssd_jax_triton` first (mamba-ssm, jax-triton and a GPU)"
+        )
+    if impl not in _FORWARDS:
+        check_impl("mamba_chunk_scan_combined", impl, _AVAILABLE_IMPLS)
     if cu_seqlens is not None or return_varlen_states:
         raise NotImplementedError("cu_seqlens / return_varlen_states are not supported yet; pass seq_idx instead")
     check_array("x", x, 4)
@@ -96,6 +118,12 @@ def mamba_chunk_scan_combined(
         check_seq_idx(seq_idx, batch, seqlen)
     if len(dt_limit) != 2 or not dt_limit[0] <= dt_limit[1]:
         raise ValueError(f"dt_limit must be a pair (min, max) with min <= max, got {dt_limit!r}")
+
+    if impl in _FORWARDS:
+        out, final_states = _FORWARDS[impl](
+            x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, dt_softplus, dt_limit
+        )
+        return (out, final_states) if return_final_states else out
 
     if impl == "pallas":
         _check_pallas_supported(headdim, B.shape[3], config)

@@ -2,6 +2,8 @@
 the trace's kernels (templated instantiations together), a failed ncu run reported instead of crashing, the
 headline figures, and the report's counters table, roofline and bandwidth histogram."""
 
+import sys
+
 import pytest
 
 from compare import characterize_counters
@@ -72,6 +74,29 @@ def test_counters_join_the_trace_by_function_name(monkeypatch, tmp_path):
     assert counters["coverage"] == pytest.approx(0.55)
     scan = counters["kernels"][0]
     assert scan["dram_gbs"] == pytest.approx(2000.0) and scan["dram_pct_of_copy"] == pytest.approx(200 / 3)
+
+
+def test_the_jax_target_is_primed_with_its_compile_cache_before_ncu(monkeypatch, tmp_path):
+    fake = fake_ncu(["_chunk_scan_fwd_kernel"])
+    monkeypatch.setattr(characterize_counters, "profile_kernels", fake)
+    primed = []
+    monkeypatch.setattr(characterize_counters, "prime", lambda target, timeout_s: primed.append(list(target)))
+    side = {**torch_like_side(), "framework": "jax"}
+    side_counters(side, "mamba2-tiny", ["--n_layer=2"], tmp_path, CEILINGS, 8, 100)
+    target = fake.called[0]
+    assert primed == [target]  # the same command, run once without ncu first
+    assert target[1:5] == ["-m", "compare.ncu_target", "--config", "mamba2-tiny"]
+    assert target[-3] == "--n_layer=2" and target[-2] == "--compile-cache"
+    side_counters(torch_like_side(), "mamba2-tiny", [], tmp_path, CEILINGS, 8, 100)
+    assert len(primed) == 1 and "--compile-cache" not in fake.called[0]  # PyTorch compiles nothing to cache
+
+
+def test_a_failed_warm_up_run_is_reported_with_its_output(monkeypatch, tmp_path):
+    monkeypatch.setattr(characterize_counters, "profile_kernels", fake_ncu([]))
+    failing = [sys.executable, "-c", "print('boom'); exit(3)"]
+    monkeypatch.setattr(characterize_counters, "ncu_target", lambda *a: list(failing))
+    counters = side_counters({**torch_like_side(), "framework": "jax"}, "mamba2-tiny", [], tmp_path, CEILINGS, 8, 100)
+    assert counters["kernels"] == [] and "warm-up run failed (3)" in counters["error"] and "boom" in counters["error"]
 
 
 def test_a_failed_ncu_run_is_reported_not_raised(monkeypatch, tmp_path):

@@ -1,0 +1,91 @@
+"""torch_reference.triton_outputs_last on the CPU: mamba-ssm's SSD forward kernels reordered for jax-triton
+(inputs, then outputs, then constants), autotuning kept, bad outputs refused, and one kernel run through Triton's
+interpreter as itself and reordered, bit for bit."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import SESSION_SEED
+
+OUTPUTS = {  # module, kernel -> its outputs, as mamba-ssm's forward launches it
+    ("ssd_chunk_state", "_chunk_cumsum_fwd_kernel"): ("dt_out_ptr", "dA_cumsum_ptr"),
+    ("ssd_chunk_state", "_chunk_state_fwd_kernel"): ("states_ptr",),
+    ("ssd_state_passing", "_state_passing_fwd_kernel"): ("out_ptr", "final_states_ptr"),
+    ("ssd_bmm", "_bmm_chunk_fwd_kernel"): ("out_ptr",),
+    ("ssd_chunk_scan", "_chunk_scan_fwd_kernel"): ("out_ptr", "out_x_ptr"),
+}
+
+
+def kernel(module: str, name: str):
+    import importlib
+
+    return getattr(importlib.import_module(f"mamba_ssm.ops.triton.{module}"), name)
+
+
+@pytest.mark.parametrize("where", sorted(OUTPUTS), ids=lambda w: w[1])
+def test_forward_kernels_take_outputs_after_inputs_and_keep_their_autotuning(cpu_reference, where):
+    from torch_reference.triton_outputs_last import outputs_last, parameter_order
+
+    tuned = kernel(*where)
+    outputs = OUTPUTS[where]
+    runtime, constants = parameter_order(tuned.fn, outputs)
+    wrapped = outputs_last(tuned, outputs)
+    assert wrapped.fn.arg_names == runtime + constants
+    assert runtime[-len(outputs) :] == list(outputs)
+    assert sorted(runtime + constants) == sorted(tuned.fn.arg_names)  # every parameter, once
+    assert all(name.isupper() or name == "dot_dtype" for name in constants)  # mamba-ssm's constants
+    assert wrapped.configs == tuned.configs and list(wrapped.keys) == list(tuned.keys)
+    assert outputs_last(tuned, outputs) is wrapped  # generated once per kernel and outputs
+
+
+def test_chunk_scan_order_spelled_out(cpu_reference):
+    from torch_reference.triton_outputs_last import parameter_order
+
+    runtime, constants = parameter_order(
+        kernel("ssd_chunk_scan", "_chunk_scan_fwd_kernel").fn, ("out_x_ptr", "out_ptr")
+    )
+    pointers = [
+        "cb_ptr",
+        "x_ptr",
+        "z_ptr",
+        "dt_ptr",
+        "dA_cumsum_ptr",
+        "seq_idx_ptr",
+        "C_ptr",
+        "prev_states_ptr",
+        "D_ptr",
+    ]
+    assert runtime[:9] == pointers and runtime[-2:] == ["out_ptr", "out_x_ptr"]  # the kernel's order, not the call's
+    assert constants[0] == "IS_CAUSAL" and constants[-1] == "IS_TRITON_22"
+
+
+def test_bad_outputs_are_refused(cpu_reference):
+    from torch_reference.triton_outputs_last import outputs_last
+
+    tuned = kernel("ssd_bmm", "_bmm_chunk_fwd_kernel")
+    with pytest.raises(ValueError, match=r"\['o_ptr'\] are not parameters of _bmm_chunk_fwd_kernel"):
+        outputs_last(tuned, ("o_ptr",))
+    with pytest.raises(ValueError, match="must be pointers"):
+        outputs_last(tuned, ("out_ptr", "HAS_SEQ_IDX"))
+    with pytest.raises(TypeError, match="JITFunction"):
+        outputs_last(len, ("x",))
+
+
+def test_reordered_kernel_matches_the_kernel_in_the_interpreter(cpu_reference):
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.torch_reference.interpreted_outputs_last", str(SESSION_SEED)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "TRITON_INTERPRET": "1"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["chunk_cumsum"] == {
+        "dt_out": {"equal": True, "nan": False},
+        "dA_cumsum": {"equal": True, "nan": False},
+    }
