@@ -4,7 +4,13 @@
 output, then the compile-time constants by name. mamba-ssm's kernels take some outputs in the middle of their
 parameter list. ``outputs_last(kernel, outputs)`` generates a small Triton function whose parameters are the kernel's
 own names in jax-triton's order and whose body calls the kernel (imported from the installed package) by keyword, so
-Triton inlines it: the same kernel code, launched by JAX. An autotuned kernel's configs and keys carry over."""
+Triton inlines it: the same kernel code, launched by JAX. An autotuned kernel's configs and keys carry over.
+
+Triton's own launcher compiles a kernel knowing which integer arguments are multiples of 16 (strides, sizes), which
+lets it vectorize loads and stores; jax-triton 0.3.1 tells it nothing about scalars. ``multiples_of_16`` names the
+integer parameters that are multiples of 16 in this call: the wrapper rewrites each as ``p // 16 * 16`` (the same
+value), from which Triton's analysis derives the same fact. Compiled for sm_90 without it, mamba-ssm's chunk scan
+loads and stores bf16 one element at a time."""
 
 import functools
 import importlib.util
@@ -35,10 +41,15 @@ def parameter_order(kernel: JITFunction, outputs: tuple[str, ...]) -> tuple[list
     return [*inputs, *sorted(outputs, key=kernel.arg_names.index)], constants
 
 
-def wrapper_source(kernel: JITFunction, outputs: tuple[str, ...]) -> str:
-    """The generated module's text: imports ``kernel`` from its own module and calls it by keyword."""
+def wrapper_source(kernel: JITFunction, outputs: tuple[str, ...], multiples_of_16: frozenset[str] = frozenset()) -> str:
+    """The generated module's text: imports ``kernel`` from its own module and calls it by keyword, with each of
+    ``multiples_of_16`` (integer parameters) first rewritten as the same value in a form Triton knows divides by 16."""
     runtime, constants = parameter_order(kernel, outputs)
+    unknown = sorted(multiples_of_16 - (set(runtime) - set(outputs)))
+    if unknown:
+        raise ValueError(f"multiples_of_16 {unknown} are not integer parameters of {kernel.fn.__name__}")
     params = ",\n    ".join([*runtime, *(f"{name}: tl.constexpr" for name in constants)])
+    hints = "".join(f"    {name} = {name} // 16 * 16\n" for name in sorted(multiples_of_16))
     call = ",\n        ".join(f"{name}={name}" for name in kernel.arg_names)
     imported = kernel.fn.__name__
     return (
@@ -46,20 +57,23 @@ def wrapper_source(kernel: JITFunction, outputs: tuple[str, ...]) -> str:
         "import triton\nimport triton.language as tl\n\n"
         f"from {kernel.fn.__module__} import {imported} as _tuned\n\n"
         "_kernel = getattr(_tuned, 'fn', _tuned)  # the JITFunction under an autotuner\n\n\n"
-        f"@triton.jit\ndef {imported}_outputs_last(\n    {params},\n):\n    _kernel(\n        {call},\n    )\n"
+        f"@triton.jit\ndef {imported}_outputs_last(\n    {params},\n):\n{hints}    _kernel(\n        {call},\n    )\n"
     )
 
 
 @functools.cache
-def outputs_last(kernel: Autotuner | JITFunction, outputs: tuple[str, ...]) -> Autotuner | JITFunction:
-    """``kernel`` with ``outputs`` (parameter names) moved after its other runtime parameters; an autotuned
-    kernel comes back autotuned over the same configs and keys."""
+def outputs_last(
+    kernel: Autotuner | JITFunction, outputs: tuple[str, ...], multiples_of_16: frozenset[str] = frozenset()
+) -> Autotuner | JITFunction:
+    """``kernel`` with ``outputs`` (parameter names) moved after its other runtime parameters and
+    ``multiples_of_16`` known to divide by 16; an autotuned kernel comes back autotuned over the same configs
+    and keys."""
     jit = kernel.fn if isinstance(kernel, Autotuner) else kernel
     if not hasattr(jit, "arg_names") or not callable(getattr(jit, "fn", None)):
         raise TypeError(f"kernel must be a Triton JITFunction or an Autotuner over one, got {type(kernel).__name__}")
-    name = f"{jit.fn.__name__}_{abs(hash(outputs)):x}"
+    name = f"{jit.fn.__name__}_{abs(hash((outputs, multiples_of_16))):x}"
     path = _SOURCES / f"{name}.py"
-    path.write_text(wrapper_source(jit, outputs))  # a real file: Triton reads a function's source back
+    path.write_text(wrapper_source(jit, outputs, multiples_of_16))  # a real file: Triton reads a function's source back
     spec = importlib.util.spec_from_file_location(f"_jax_mamba_triton_wrappers.{name}", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module

@@ -89,3 +89,17 @@ def test_reordered_kernel_matches_the_kernel_in_the_interpreter(cpu_reference):
         "dt_out": {"equal": True, "nan": False},
         "dA_cumsum": {"equal": True, "nan": False},
     }
+
+
+def test_multiples_of_16_become_hints_in_the_wrapper(cpu_reference):
+    from torch_reference.triton_outputs_last import outputs_last, wrapper_source
+
+    tuned = kernel("ssd_bmm", "_bmm_chunk_fwd_kernel")
+    source = wrapper_source(tuned.fn, ("out_ptr",), frozenset({"stride_a_seqlen", "K"}))
+    assert "    K = K // 16 * 16\n    stride_a_seqlen = stride_a_seqlen // 16 * 16\n    _kernel(" in source
+    assert "// 16" not in wrapper_source(tuned.fn, ("out_ptr",))
+    hinted = outputs_last(tuned, ("out_ptr",), frozenset({"K"}))
+    assert hinted is not outputs_last(tuned, ("out_ptr",)) and hinted.configs == tuned.configs
+    for bad in ("out_ptr", "HAS_SEQ_IDX", "k"):  # an output, a constant, no such parameter
+        with pytest.raises(ValueError, match=rf"multiples_of_16 \['{bad}'\]"):
+            wrapper_source(tuned.fn, ("out_ptr",), frozenset({bad}))
