@@ -6,7 +6,7 @@ runs one step inside the driver's capture range (``compare.ncu.cuda_profiler_ran
 
 ``--compile-cache DIR``: JAX's persistent compilation cache. ``compare.characterize`` runs the target once without ncu
 to fill it, then under ncu, where every executable (with the GEMM and convolution algorithms XLA's autotuner chose)
-is loaded rather than compiled: XLA's autotuning under ncu's injection crashed (MambaVision-T on an H100)."""
+is loaded rather than compiled: compiling under ncu's injection crashed inside XLA (MambaVision-T on an H100)."""
 
 import argparse
 import os

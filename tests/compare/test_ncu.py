@@ -22,6 +22,7 @@ from compare.ncu import (
 )
 
 FIXTURE = Path(__file__).parent / "fixtures" / "ncu-torch-mamba2-tiny.csv.gz"
+JAX_FIXTURE = Path(__file__).parent / "fixtures" / "ncu-jax-mamba2-130m-2layer.csv.gz"
 
 
 @pytest.mark.parametrize(
@@ -82,6 +83,7 @@ def test_command_leaves_the_clocks_alone_and_waits_for_the_capture_range(tmp_pat
     command = ncu_command(["python", "-m", "x"], ["k1", "k2"], 7, ["gpu__time_duration.sum"], tmp_path / "r")
     joined = " ".join(command)
     assert "--clock-control none" in joined and "--profile-from-start off" in joined
+    assert "--target-processes application-only" in joined  # never the compilers a JAX target starts
     assert "--launch-count 7" in joined and "--kernel-name regex:^(k1|k2)$" in joined
     assert command[-3:] == ["python", "-m", "x"]
     assert "--kernel-name" not in ncu_command(["t"], None, 7, ["m"], tmp_path / "r")
@@ -108,6 +110,18 @@ def test_recorded_csv_reads_into_per_kernel_counters():
     assert summary["dram_gbs"] == pytest.approx(dram / scan["duration_ns"])  # bytes per ns = GB/s
     assert summary["dram_pct_of_copy"] == pytest.approx(100 * summary["dram_gbs"] / 3000.0)
     assert 0 < summary["dram_gbs"] < 4000 and summary["tensor_flops_per_launch"] > 0
+
+
+def test_recorded_jax_csv_names_pallas_kernels_by_their_own_names():
+    launches = parse_raw_csv(gzip.decompress(JAX_FIXTURE.read_bytes()).decode(), choose_metrics(None))
+    kernels = aggregate(launches)
+    assert {"ssd_fwd_fused", "ssd_bwd_dx", "ssd_bwd_dbc", "ssd_bwd_dstates"} <= set(kernels)
+    assert all(kernels[name]["launches"] == 2 for name in ("ssd_fwd_fused", "ssd_bwd_dx"))  # two layers
+    first = next(launch for launch in launches if launch["kernel"] == "ssd_fwd_fused")
+    # the CSV's first ssd_fwd_fused row, read by hand: 188,256 ns, 60,985,344 B read, 153,723,392 B written, grid 192
+    assert first["duration_ns"] == 188256 and first["dram_read_bytes"] == 60985344
+    assert first["dram_write_bytes"] == 153723392 and first["grid_size"] == 192
+    assert first["waves"] == pytest.approx(0.73)
 
 
 def test_units_are_scaled_to_bytes_and_nanoseconds():

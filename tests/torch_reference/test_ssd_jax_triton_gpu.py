@@ -70,7 +70,9 @@ def test_mamba_ssm_kernels_from_jax_match_the_reference_and_pytorch(cuda_referen
     assert out.dtype == inputs["x"].dtype and out.shape == inputs["x"].shape and final.dtype == jnp.float32
     assert np.isfinite(np.asarray(out, np.float32)).all() and np.isfinite(np.asarray(final)).all()
     tol = 2e-2 if dtype == "float32" else 6e-2  # mamba-ssm's dots run in TF32 / bf16
-    assert rel_err(out, ref_out) < tol and rel_err(final, ref_final) < tol
+    for name, got, want in (("out", out, ref_out), ("final_states", final, ref_final)):
+        error = rel_err(got, want)
+        assert error < tol, f"{name} against the reference: max error {error:.2e} of max |value| (tolerance {tol})"
 
     as_torch = {
         k: torch.from_numpy(np.asarray(v if k == "seq_idx" else v.astype(jnp.float32))).cuda()
@@ -84,6 +86,7 @@ def test_mamba_ssm_kernels_from_jax_match_the_reference_and_pytorch(cuda_referen
         dt_bias=as_torch.get("dt_bias"), initial_states=as_torch.get("initial_states"),
         seq_idx=as_torch.get("seq_idx"), dt_softplus=True, return_final_states=True,
     )  # fmt: skip
-    same = 1e-5 if dtype == "float32" else 1e-2  # the same kernels; autotuning may pick another tiling
-    assert rel_err(out, torch_out.float().cpu().numpy()) < same
-    assert rel_err(final, torch_final.float().cpu().numpy()) < same
+    same = 1e-3 if dtype == "float32" else 1e-2  # the same kernels; autotuning may pick another tiling (TF32 sums)
+    for name, got, want in (("out", out, torch_out), ("final_states", final, torch_final)):
+        error = rel_err(got, want.float().cpu().numpy())
+        assert error < same, f"{name} against mamba-ssm from PyTorch: max error {error:.2e} (tolerance {same})"
