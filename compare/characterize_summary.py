@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 from compare.characterize_counters import HEADLINE_FIGURES, headline
+from compare.ssd_forward_variants import totals_cells
 
 # The seed paper (Characterizing Mamba training on H100 GPUs): its headline figures, quoted.
 PAPER = {
@@ -136,17 +137,12 @@ def question_lines(root: Path) -> list[str]:
         "| run | variant | wall ms | kernel us | launches | DRAM MB | L2 MB | DRAM GB/s |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for path in runs:
-        record = json.loads(path.read_text())
+    records = {path: json.loads(path.read_text()) for path in runs}
+    for path, record in records.items():
         name = f"[{path.parent.relative_to(root).as_posix()}]({path.with_suffix('.md').relative_to(root).as_posix()})"
-        for v in record["variants"]:
-            gbs = v["dram_bytes"] / (v["kernel_us"] * 1e-6) / 1e9 if v["kernel_us"] else 0.0
-            lines.append(
-                f"| {name} ({record['date']}, {record['device']}) | {v['variant']} | {v['wall_ms']:.3f} | "
-                f"{v['kernel_us']:.1f} | {v['launches']} | {v['dram_bytes'] / 1e6:.1f} | {v['l2_bytes'] / 1e6:.1f} | "
-                f"{gbs:.0f} |"
-            )
-    commands = sorted({json.loads(p.read_text())["command"] for p in runs})
+        run = f"{name} ({record['date']}, {record['device']})"
+        lines += [f"| {run} | {v['variant']} | {totals_cells(v)} |" for v in record["variants"]]
+    commands = sorted({record["command"] for record in records.values()})
     lines += ["", *(f"Command: `{c}`" for c in commands)] if runs else ["| (no runs) | | | | | | | |"]
     return lines
 

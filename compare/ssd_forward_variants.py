@@ -102,6 +102,16 @@ def measure(variant: str, shape_name: str, out: Path, reps: int, ceilings: dict,
     }
 
 
+def totals_cells(variant: dict) -> str:
+    """One variant's measured totals as table cells: wall ms, kernel us, launches, DRAM MB, L2 MB, DRAM GB/s."""
+    us = variant["kernel_us"]
+    gbs = variant["dram_bytes"] / (us * 1e-6) / 1e9 if us else 0.0
+    return (
+        f"{variant['wall_ms']:.3f} | {us:.1f} | {variant['launches']} | {variant['dram_bytes'] / 1e6:.1f} | "
+        f"{variant['l2_bytes'] / 1e6:.1f} | {gbs:.0f}"
+    )
+
+
 def markdown(record: dict) -> str:
     lines = [
         f"# SSD forward variants ({record['shape']} shape {record['dims']}, bf16)",
@@ -112,12 +122,7 @@ def markdown(record: dict) -> str:
         "| variant | wall ms (median) | kernel us (ncu) | launches | DRAM MB | L2 MB | DRAM GB/s |",
         "|---|---|---|---|---|---|---|",
     ]
-    for r in record["variants"]:
-        gbs = r["dram_bytes"] / (r["kernel_us"] * 1e-6) / 1e9 if r["kernel_us"] else 0.0
-        lines.append(
-            f"| {r['variant']} | {r['wall_ms']:.3f} | {r['kernel_us']:.1f} | {r['launches']} | "
-            f"{r['dram_bytes'] / 1e6:.1f} | {r['l2_bytes'] / 1e6:.1f} | {gbs:.0f} |"
-        )
+    lines += [f"| {r['variant']} | {totals_cells(r)} |" for r in record["variants"]]
     lines += [
         "",
         "| variant | kernel | us/launch | DRAM MB/launch | L2 hit % | FLOP/byte | grid | waves | block life us |",

@@ -24,7 +24,11 @@ import triton.language as tl
 from triton.runtime.autotuner import Autotuner
 from triton.runtime.jit import JITFunction
 
-_SOURCES = Path(tempfile.mkdtemp(prefix="jax-mamba-triton-wrappers-"))
+
+@functools.cache
+def _sources() -> Path:
+    """The folder of this process's generated wrapper modules (made on first use, not on import)."""
+    return Path(tempfile.mkdtemp(prefix="jax-mamba-triton-wrappers-"))
 
 
 def parameter_order(kernel: JITFunction, outputs: tuple[str, ...]) -> tuple[list[str], list[str]]:
@@ -72,7 +76,7 @@ def outputs_last(
     if not hasattr(jit, "arg_names") or not callable(getattr(jit, "fn", None)):
         raise TypeError(f"kernel must be a Triton JITFunction or an Autotuner over one, got {type(kernel).__name__}")
     name = f"{jit.fn.__name__}_{abs(hash((outputs, multiples_of_16))):x}"
-    path = _SOURCES / f"{name}.py"
+    path = _sources() / f"{name}.py"
     path.write_text(wrapper_source(jit, outputs, multiples_of_16))  # a real file: Triton reads a function's source back
     spec = importlib.util.spec_from_file_location(f"_jax_mamba_triton_wrappers.{name}", path)
     module = importlib.util.module_from_spec(spec)

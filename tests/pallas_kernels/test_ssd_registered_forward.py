@@ -20,7 +20,8 @@ def inputs(rng, batch=2, seqlen=5, nheads=4, headdim=3, ngroups=2, dstate=6):
     )
 
 
-def test_unregistered_mamba_ssm_triton_says_what_to_import(rng):
+def test_unregistered_mamba_ssm_triton_says_what_to_import(monkeypatch, rng):
+    monkeypatch.setattr(api, "_FORWARDS", {})  # as in a process that never imported torch_reference.ssd_jax_triton
     x, dt, A, B, C = inputs(rng)
     with pytest.raises(NotImplementedError, match=r"import torch_reference\.ssd_jax_triton"):
         mamba_chunk_scan_combined(x, dt, A, B, C, 4, impl=MAMBA_SSM_TRITON)

@@ -6,39 +6,27 @@ wrapper's hints the chunk scan loaded and stored bf16 one element at a time."""
 
 import collections
 import re
-import sys
-import types
 
 import numpy as np
 import pytest
+
+from tests.torch_reference.jax_triton_recorder import record_jax_launches
 
 MEMORY_AND_MMA = ("ld.global", "st.global", "cp.async", "wgmma.mma", "mma.sync", "ldmatrix")
 
 
 def launches(monkeypatch) -> dict:
-    """{launch name: (arguments in order, wrapped kernel, output shapes, constants)} of one 130m-like forward."""
-    import jax
+    """{launch name: Launch} of one 130m-like bf16 forward (with D, z and dt_bias)."""
     import jax.numpy as jnp
 
-    captured = {}
-
-    def triton_call(*args, kernel, out_shape, grid, name, **constants):
-        captured[name] = (list(args) + list(out_shape), kernel, constants)
-        return [jnp.zeros(s.shape, s.dtype) for s in out_shape]
-
-    monkeypatch.setitem(sys.modules, "jax_triton", types.SimpleNamespace(triton_call=triton_call))
-    from torch_reference import ssd_jax_triton
-
-    monkeypatch.setattr(ssd_jax_triton, "load", lambda *_: None)
     batch, seqlen, nheads, headdim, ngroups, dstate, chunk = 2, 512, 8, 64, 1, 128, 256
     bf16 = jnp.bfloat16
     x = jnp.zeros((batch, seqlen, nheads, headdim), bf16)
     B = jnp.zeros((batch, seqlen, ngroups, dstate), bf16)
     heads = jnp.zeros((nheads,), jnp.float32)
     dt = jnp.zeros((batch, seqlen, nheads), bf16)
-    ssd_jax_triton.ssd_forward(x, dt, heads, B, B, chunk, heads, x, heads, None, None, True, (0.0, float("inf")))
-    del jax
-    return captured
+    arrays = {"x": x, "dt": dt, "A": heads, "B": B, "C": B, "D": heads, "z": x, "dt_bias": heads}
+    return {launch.name: launch for launch in record_jax_launches(monkeypatch, arrays, chunk)}
 
 
 def instruction_counts(jit, names, values, constants, config, scalar_hints: bool) -> collections.Counter:
@@ -77,7 +65,7 @@ def instruction_counts(jit, names, values, constants, config, scalar_hints: bool
 
 @pytest.mark.parametrize("launch", ["mamba_ssm_chunk_scan_fwd", "mamba_ssm_chunk_state_fwd", "mamba_ssm_bmm_chunk_fwd"])
 def test_jax_launch_compiles_like_triton_launcher(cpu_reference, monkeypatch, launch):
-    values, wrapped, constants = launches(monkeypatch)[launch]
+    _, wrapped, values, constants = launches(monkeypatch)[launch]
     config = wrapped.configs[0]
     ours = instruction_counts(wrapped.fn, wrapped.fn.arg_names, values, constants, config, scalar_hints=False)
     original = wrapped.fn.fn.__globals__["_kernel"]  # the mamba-ssm kernel the wrapper calls

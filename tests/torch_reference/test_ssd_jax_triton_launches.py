@@ -4,11 +4,11 @@ inputs, recorded without running either (jax-triton needs a GPU). The one expect
 decay, a strided view in PyTorch and a contiguous slice in JAX, has its own strides."""
 
 import contextlib
-import sys
-import types
 
 import numpy as np
 import pytest
+
+from tests.torch_reference.jax_triton_recorder import record_jax_launches
 
 KERNELS = [
     ("ssd_chunk_state", "_chunk_cumsum_fwd_kernel"),
@@ -56,22 +56,8 @@ def record_torch(monkeypatch, inputs: dict, chunk: int) -> list[tuple[str, dict]
 def record_jax(monkeypatch, inputs: dict, chunk: int) -> list[tuple[str, dict]]:
     import jax.numpy as jnp
 
-    calls = []
-
-    def triton_call(*args, kernel, out_shape, grid, name, **constants):
-        calls.append((name, {**dict(zip(kernel.fn.arg_names, [*args, *out_shape], strict=False)), **constants}))
-        return [jnp.zeros(s.shape, s.dtype) for s in out_shape]
-
-    monkeypatch.setitem(sys.modules, "jax_triton", types.SimpleNamespace(triton_call=triton_call))
-    from torch_reference import ssd_jax_triton
-
-    monkeypatch.setattr(ssd_jax_triton, "load", lambda *_: None)
-    j = {k: None if v is None else jnp.asarray(v) for k, v in inputs.items()}
-    ssd_jax_triton.ssd_forward(
-        j["x"], j["dt"], j["A"], j["B"], j["C"], chunk, j["D"], j["z"], j["dt_bias"], j["initial_states"],
-        j["seq_idx"], True, (0.0, float("inf")),
-    )  # fmt: skip
-    return calls
+    arrays = {k: None if v is None else jnp.asarray(v) for k, v in inputs.items()}
+    return [(launch.name, launch.by_name()) for launch in record_jax_launches(monkeypatch, arrays, chunk)]
 
 
 def described(value):
