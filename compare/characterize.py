@@ -17,7 +17,11 @@ hidden. ``--ncu`` adds Nsight Compute counters of each side's longest kernels in
 (``compare.characterize_counters``) against copy and matmul ceilings measured in the same run. Writes
 ``characterization.json`` (every number) and ``report.md`` under ``reports/<config>/<device>-<date>/`` (or
 ``--out``), with the operator breakdown as stacked bars (``breakdown.png``) and, with counters, a roofline
-(``roofline.png``) and a histogram of DRAM bandwidth utilization (``bandwidth.png``)."""
+(``roofline.png``) and a histogram of DRAM bandwidth utilization (``bandwidth.png``).
+
+``--with-jax-impl mamba_ssm_triton`` adds a third side: the same JAX step with ``model.impl=mamba_ssm_triton``, whose
+SSD runs mamba-ssm's own Triton kernels, forward and backward, launched from JAX (``torch_reference.ssd_jax_triton``):
+beside the PyTorch side it holds the SSD kernels fixed and changes the framework around them."""
 
 import argparse
 import contextlib
@@ -115,12 +119,19 @@ def jax_training(config: str, overrides: list[str], steps: int) -> Iterator[tupl
             dataset.close()
 
 
-def characterize_jax(config: str, overrides: list[str], steps: int, keep_trace: Path | None = None) -> dict:
+def characterize_jax(
+    config: str, overrides: list[str], steps: int, keep_trace: Path | None = None, impl: str | None = None
+) -> dict:
+    """The JAX side; with ``impl``, the step under ``model.impl=impl``, named ``jax:<impl>``."""
+    if impl is not None:
+        import torch_reference.ssd_jax_triton  # noqa: F401  (registers impl="mamba_ssm_triton")
+
+        overrides = [*overrides, f"--model.impl={impl}"]
     with jax_training(config, overrides, steps) as (setup, batches):
         profile = profile_steps(setup, batches, keep_trace)
     device = jax.devices()[0]
     return {
-        "framework": "jax",
+        "framework": "jax" if impl is None else f"jax:{impl}",
         "version": f"jax {jax.__version__}",
         "device": getattr(device, "device_kind", str(device)),
         "steps_profiled": profile.steps,
@@ -276,6 +287,11 @@ def main(argv: list[str] | None = None) -> int:
         "and ncu replays every launch (repeatable)",
     )
     parser.add_argument("--keep-traces", action="store_true", help="keep each profiler's trace in the report folder")
+    parser.add_argument(
+        "--with-jax-impl",
+        choices=["mamba_ssm_triton"],
+        help="a third side: the JAX step with model.impl=IMPL (mamba_ssm_triton: mamba-ssm's own SSD kernels from JAX)",
+    )
     args, overrides = parse_args_with_overrides(parser, argv)
     for name in ("steps", "ncu_kernels", "ncu_launches"):
         if getattr(args, name) < 1:
@@ -297,11 +313,15 @@ def main(argv: list[str] | None = None) -> int:
             trace = out / f"trace-{framework}.{'xplane.pb' if framework == 'jax' else 'json'}"
             sides.append(characterize(args.config, overrides, args.steps, trace if args.keep_traces else None))
             print(f"{framework}: {sides[-1]['step_wall_ms']:.2f} ms per step", flush=True)
+    if args.with_jax_impl:
+        print(f"profiling jax with model.impl={args.with_jax_impl} ...", flush=True)
+        sides.append(characterize_jax(args.config, overrides, args.steps, impl=args.with_jax_impl))
+        print(f"{sides[-1]['framework']}: {sides[-1]['step_wall_ms']:.2f} ms per step", flush=True)
     command = "python -m compare.characterize " + " ".join(argv if argv is not None else sys.argv[1:])
     write_report(args.config, sides, out, command, overrides, ceilings)  # kept if a counter run is cut short
     ncu_overrides = [*overrides, *(f"--{item}" for item in args.ncu_override)]
     for side in sides:
-        if args.ncu in (side["framework"], "both"):
+        if side["framework"] in ("jax", "torch") and args.ncu in (side["framework"], "both"):
             print(f"ncu on {side['framework']}'s longest kernels ...", flush=True)
             side["counters"] = side_counters(
                 side, args.config, ncu_overrides, out, ceilings, args.ncu_kernels, args.ncu_launches, args.ncu_timeout

@@ -6,8 +6,8 @@ native layout. A time is the median over ``--reps`` repetitions of ``back-to-bac
 (compilation and autotuning excluded). Also printed: speed-up over mamba-ssm, effective bandwidth (compulsory bytes
 / time), achieved TFLOP/s and the floor: max(compulsory bytes / measured copy bandwidth, FLOPs / measured bf16
 matmul rate, exps / SFU rate); ``compare.kernel_ops`` defines each op's shapes, inputs and cost model.
-``--op ssd --impls pallas mamba_ssm_triton`` adds mamba-ssm's own Triton kernels launched from JAX (forward only):
-the mamba-ssm column's kernels with JAX around them. Writes ``<out>.json`` and ``<out>.md``.
+``--op ssd --impls pallas mamba_ssm_triton`` adds mamba-ssm's own Triton kernels launched from JAX (forward and
+backward): the mamba-ssm column's kernels with JAX around them. Writes ``<out>.json`` and ``<out>.md``.
 """
 
 import argparse
@@ -57,7 +57,7 @@ def time_passes(forward, forward_backward, sync, reps: int) -> dict[str, float]:
     return passes
 
 
-FORWARD_ONLY = {"mamba_ssm_triton": "ssd"}  # impl -> the op it serves: mamba-ssm's Triton forward from JAX
+REGISTERED_IMPLS = {"mamba_ssm_triton": "ssd"}  # impl -> the op it serves: mamba-ssm's Triton kernels from JAX
 
 
 def jax_sync(out) -> None:
@@ -140,8 +140,6 @@ def run_op(op: KernelOp, args, variants: list[Variant], ceiling: dict) -> list[d
         kernels = {}
         for variant in variants:
             forward, forward_backward, outputs[variant.label] = op.jax_calls(variant, arrays, dtypes, cotangent, shape)
-            if variant.impl in FORWARD_ONLY:
-                forward_backward = None
             timed[variant.label] = time_passes(forward, forward_backward, jax_sync, args.reps)
             print(f"{shape_name} {variant.label}: {timed[variant.label]}", flush=True)
             if args.profile and forward_backward is not None:
@@ -213,9 +211,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--impls",
         nargs="*",
-        choices=["pallas", "reference", *FORWARD_ONLY],
+        choices=["pallas", "reference", *REGISTERED_IMPLS],
         default=["pallas"],
-        help="mamba_ssm_triton (--op ssd): mamba-ssm's own Triton kernels launched from JAX, forward only",
+        help="mamba_ssm_triton (--op ssd): mamba-ssm's own Triton kernels launched from JAX",
     )
     parser.add_argument(
         "--pallas-config", action="append", default=[], help="extra tiling, e.g. block_d=64,num_warps=2"
@@ -237,8 +235,8 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("compare.kernels times GPU kernels: JAX sees no GPU")
 
     for impl in args.impls:
-        if impl in FORWARD_ONLY and FORWARD_ONLY[impl] != args.op:
-            raise SystemExit(f"--impls {impl} serves --op {FORWARD_ONLY[impl]} only, not {args.op}")
+        if impl in REGISTERED_IMPLS and REGISTERED_IMPLS[impl] != args.op:
+            raise SystemExit(f"--impls {impl} serves --op {REGISTERED_IMPLS[impl]} only, not {args.op}")
     if "mamba_ssm_triton" in args.impls:
         import torch_reference.ssd_jax_triton  # noqa: F401  (registers the impl)
     variants = [Variant(impl, impl) for impl in args.impls] + [parse_config(c, op) for c in args.pallas_config]

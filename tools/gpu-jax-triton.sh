@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On a GPU machine with mamba-ssm built or imported (tools/gpu-parity.sh OUT SDIST import:DIR): mamba-ssm's Triton SSD
-# forward launched from JAX (impl="mamba_ssm_triton"): its GPU test case by case (each case autotunes every config of
-# five kernels on its first call, tens of seconds), then the SSD kernel benchmark and the SSD forward variants with it.
+# forward and backward launched from JAX (impl="mamba_ssm_triton"): its GPU test (each case autotunes every config of
+# about fifteen kernels in both frameworks: two to three minutes a case on an H100), then the SSD kernel benchmark and
+# the SSD forward variants with it. CASES="pytest -k expression" narrows the test.
 # Usage: tools/gpu-jax-triton.sh OUT_DIR   (jax-triton 0.3.1's wheel in .whl/; it imports only where JAX has a GPU)
 #   TEST_LIMIT seconds for the test (default 300); BENCH_LIMIT seconds for each benchmark (default 240)
 set -uo pipefail
@@ -9,7 +10,7 @@ out=${1:?usage: tools/gpu-jax-triton.sh OUT_DIR}
 mkdir -p "$out"
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/jax-triton-site .whl/jax_triton-*.whl || exit 1
 export PYTHONPATH=.:/tmp/jax-triton-site PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
-timeout "${TEST_LIMIT:-300}" python3 -m pytest -p no:cacheprovider -rA --tb=short -v \
+timeout "${TEST_LIMIT:-300}" python3 -m pytest -p no:cacheprovider -rA --tb=short -v -k "${CASES:-}" \
     tests/torch_reference/test_ssd_jax_triton_gpu.py > "$out/test.log" 2>&1
 echo "test: exit $?"
 grep -E "PASSED|FAILED|Error|error [0-9]" "$out/test.log" | grep -v -i warn | head -40

@@ -10,7 +10,12 @@ Triton's own launcher compiles a kernel knowing which integer arguments are mult
 lets it vectorize loads and stores; jax-triton 0.3.1 tells it nothing about scalars. ``multiples_of_16`` names the
 integer parameters that are multiples of 16 in this call: the wrapper rewrites each as ``p // 16 * 16`` (the same
 value), from which Triton's analysis derives the same fact. Compiled for sm_90 without it, mamba-ssm's chunk scan
-loads and stores bf16 one element at a time."""
+loads and stores bf16 one element at a time.
+
+mamba-ssm's backward kernels zero some outputs before each launch through their configs' ``pre_hook``
+(``init_to_zero(names)``, for atomic accumulation); jax-triton refuses pre-hooks and zeroes outputs itself
+(``zeroed_outputs``). ``zeroed_by_pre_hooks`` reads the names those hooks zero, and ``outputs_last`` returns the
+configs without their hooks, so the launcher can ask jax-triton to zero the same outputs."""
 
 import functools
 import importlib.util
@@ -65,13 +70,42 @@ def wrapper_source(kernel: JITFunction, outputs: tuple[str, ...], multiples_of_1
     )
 
 
+def zeroed_by_pre_hooks(kernel: Autotuner | JITFunction) -> frozenset[str]:
+    """The parameter names an autotuned kernel's configs zero before each launch (their ``init_to_zero`` hooks);
+    a hook of another kind cannot be replayed from JAX and is refused."""
+    names: set[str] = set()
+    for config in getattr(kernel, "configs", ()):
+        if config.pre_hook is None:
+            continue
+        cells = [cell.cell_contents for cell in config.pre_hook.__closure__ or ()]
+        lists = [c for c in cells if isinstance(c, list | tuple) and c and all(isinstance(n, str) for n in c)]
+        if len(lists) != 1:
+            raise TypeError(f"{kernel.fn.__name__}: a config pre_hook other than init_to_zero(names) cannot run in JAX")
+        names.update(lists[0])
+    return frozenset(names)
+
+
+def _without_pre_hooks(configs: list[triton.Config]) -> list[triton.Config]:
+    """``configs`` as jax-triton takes them: a config with a pre-hook copied without it, the others unchanged."""
+    if all(c.pre_hook is None for c in configs):
+        return configs
+    return [
+        c
+        if c.pre_hook is None
+        else triton.Config(
+            c.kwargs, num_warps=c.num_warps, num_stages=c.num_stages, num_ctas=c.num_ctas, maxnreg=c.maxnreg
+        )
+        for c in configs
+    ]
+
+
 @functools.cache
 def outputs_last(
     kernel: Autotuner | JITFunction, outputs: tuple[str, ...], multiples_of_16: frozenset[str] = frozenset()
 ) -> Autotuner | JITFunction:
     """``kernel`` with ``outputs`` (parameter names) moved after its other runtime parameters and
     ``multiples_of_16`` known to divide by 16; an autotuned kernel comes back autotuned over the same configs
-    and keys."""
+    (without pre-hooks: see ``zeroed_by_pre_hooks``) and keys."""
     jit = kernel.fn if isinstance(kernel, Autotuner) else kernel
     if not hasattr(jit, "arg_names") or not callable(getattr(jit, "fn", None)):
         raise TypeError(f"kernel must be a Triton JITFunction or an Autotuner over one, got {type(kernel).__name__}")
@@ -84,5 +118,5 @@ def outputs_last(
     spec.loader.exec_module(module)
     wrapper = getattr(module, f"{jit.fn.__name__}_outputs_last")
     if isinstance(kernel, Autotuner):
-        return triton.autotune(configs=kernel.configs, key=list(kernel.keys))(wrapper)
+        return triton.autotune(configs=_without_pre_hooks(kernel.configs), key=list(kernel.keys))(wrapper)
     return wrapper

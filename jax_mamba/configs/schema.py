@@ -9,7 +9,7 @@ training run.
 import math
 from dataclasses import dataclass, field
 
-MODEL_IMPLS = ("auto", "reference", "pallas")  # what each means: jax_mamba.modules.impl
+MODEL_IMPLS = ("auto", "reference", "pallas", "mamba_ssm_triton")  # what each means: jax_mamba.modules.impl
 
 SSM_LAYERS = ("Mamba1", "Mamba2")
 COMPUTE_DTYPES = ("auto", "float32", "bfloat16")

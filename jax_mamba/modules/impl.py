@@ -4,24 +4,32 @@
 - ``"pallas"``: ops that have a Pallas kernel run it (interpreted when JAX has no GPU, which is slow: for tests);
   the others run their reference.
 - ``"auto"`` (default): ``"pallas"`` on a GPU, ``"reference"`` elsewhere.
+- ``"mamba_ssm_triton"``: the SSD runs mamba-ssm's own Triton kernels launched from JAX (registered by
+  ``import torch_reference.ssd_jax_triton``; GPU only), every other op as ``"pallas"``: a Mamba-2 step whose SSD
+  kernels are the PyTorch reference's, for comparisons that separate the kernels from the framework.
 """
 
 import jax
 import jax.numpy as jnp
 
 from jax_mamba.configs.schema import MODEL_IMPLS
-from pallas_kernels import available_impls
+from pallas_kernels import available_impls, mamba_chunk_scan_combined
+from pallas_kernels.ssd.api import MAMBA_SSM_TRITON
+
+_SWAPPED_OPS = {MAMBA_SSM_TRITON: mamba_chunk_scan_combined}  # model impl -> the one op it runs from outside
 
 
 def _wants_kernels(model_impl: str) -> bool:
     """Whether ``model_impl`` asks for the fast kernels: "pallas", or "auto" on a GPU."""
     if model_impl not in MODEL_IMPLS:
         raise ValueError(f"impl must be one of {MODEL_IMPLS}, got {model_impl!r}")
-    return model_impl == "pallas" or (model_impl == "auto" and jax.default_backend() == "gpu")
+    return model_impl in ("pallas", *_SWAPPED_OPS) or (model_impl == "auto" and jax.default_backend() == "gpu")
 
 
 def op_impl(model_impl: str, op) -> str:
     """The ``impl=`` to call ``op`` (a pallas_kernels public function) with under ``model_impl``."""
+    if getattr(op, "func", op) is _SWAPPED_OPS.get(model_impl):
+        return model_impl  # the op itself says what to import if nothing registered it
     return "pallas" if _wants_kernels(model_impl) and "pallas" in available_impls(op) else "reference"
 
 

@@ -21,17 +21,22 @@ from pallas_kernels.ssd.config import MAX_DSTATE, MAX_HEADDIM, SsdConfig
 
 _AVAILABLE_IMPLS = ("reference", "pallas")
 MAMBA_SSM_TRITON = "mamba_ssm_triton"  # mamba-ssm's Triton kernels from JAX: registered by torch_reference
-_FORWARDS: dict[str, Callable] = {}
+_REGISTERED: dict[str, Callable] = {}
 
 
-def register_forward(impl: str, forward: Callable) -> None:
-    """Make ``impl`` a forward-only implementation from outside this package (which imports no torch):
-    ``forward(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, dt_softplus, dt_limit)`` ->
-    (out, final_states), called after this module has checked the arguments. ``torch_reference.ssd_jax_triton``
-    registers ``"mamba_ssm_triton"``."""
+def register_impl(impl: str, fn: Callable) -> None:
+    """Make ``impl`` an implementation from outside this package (which imports no torch): ``fn(x, dt, A, B, C,
+    chunk_size, D, z, dt_bias, initial_states, seq_idx, dt_softplus, dt_limit, return_final_states)`` -> out, or
+    (out, final_states) with ``return_final_states``, called after this module has checked the arguments;
+    differentiable if ``fn`` is. ``torch_reference.ssd_jax_triton`` registers ``"mamba_ssm_triton"``."""
     if impl in _AVAILABLE_IMPLS:
         raise ValueError(f"impl {impl!r} is built in and cannot be registered")
-    _FORWARDS[impl] = forward
+    _REGISTERED[impl] = fn
+
+
+def registered_impls() -> tuple[str, ...]:
+    """The impls registered from outside this package in this process."""
+    return tuple(_REGISTERED)
 
 
 @jax.named_scope("ssd")  # the op's XLA-side work is attributed to it in profiles
@@ -70,19 +75,19 @@ def mamba_chunk_scan_combined(
     ``return_final_states``. ``cu_seqlens``/``return_varlen_states`` keep mamba-ssm's argument order but are not
     supported yet (use seq_idx). Chunking changes only the float rounding, never the result's meaning.
 
-    ``impl="mamba_ssm_triton"`` (after ``import torch_reference.ssd_jax_triton``; forward only, GPU only) launches
-    mamba-ssm's own Triton kernels from JAX, for benchmarks that separate the kernel from the framework.
+    ``impl="mamba_ssm_triton"`` (after ``import torch_reference.ssd_jax_triton``; GPU only) launches mamba-ssm's
+    own Triton kernels, forward and backward, from JAX: for benchmarks that separate the kernel from the framework.
 
     ``impl="pallas"`` runs the Pallas Triton kernels (interpreted when JAX has no GPU) for headdim <= 128 and
     N <= 256. They walk time in blocks of ``config.block_l`` (``SsdConfig``, default 64) whatever ``chunk_size``
     is: like mamba-ssm's chunk size, that block changes rounding only. Dot operands take x's dtype (bf16 in
     training, as mamba-ssm's kernels), accumulation and the state are float32.
     """
-    if impl == MAMBA_SSM_TRITON and impl not in _FORWARDS:
+    if impl == MAMBA_SSM_TRITON and impl not in _REGISTERED:
         raise NotImplementedError(
             f"impl={impl!r} needs `import torch_reference.ssd_jax_triton` first (mamba-ssm, jax-triton and a GPU)"
         )
-    if impl not in _FORWARDS:
+    if impl not in _REGISTERED:
         check_impl("mamba_chunk_scan_combined", impl, _AVAILABLE_IMPLS)
     if cu_seqlens is not None or return_varlen_states:
         raise NotImplementedError("cu_seqlens / return_varlen_states are not supported yet; pass seq_idx instead")
@@ -119,11 +124,11 @@ def mamba_chunk_scan_combined(
     if len(dt_limit) != 2 or not dt_limit[0] <= dt_limit[1]:
         raise ValueError(f"dt_limit must be a pair (min, max) with min <= max, got {dt_limit!r}")
 
-    if impl in _FORWARDS:
-        out, final_states = _FORWARDS[impl](
-            x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, dt_softplus, dt_limit
-        )
-        return (out, final_states) if return_final_states else out
+    if impl in _REGISTERED:
+        return _REGISTERED[impl](
+            x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, dt_softplus, dt_limit,
+            return_final_states,
+        )  # fmt: skip
 
     if impl == "pallas":
         _check_pallas_supported(headdim, B.shape[3], config)

@@ -98,6 +98,24 @@ def test_the_jax_path_runs_end_to_end_on_the_cpu():
     assert result["device_ms"] == 0.0 and result["unclassified_share"] == 0.0  # a CPU trace has no GPU kernels
 
 
+def test_a_third_side_runs_the_jax_step_with_mamba_ssm_kernels(cpu_reference, monkeypatch):
+    """--with-jax-impl: the same config under model.impl=mamba_ssm_triton, the impl registered before the step is
+    built (the kernels need a GPU, so the step itself stops here before training)."""
+    from pallas_kernels.ssd import api
+
+    seen = []
+
+    def training(config, overrides, steps):
+        seen.append(overrides)
+        raise RuntimeError("stop before training")
+
+    monkeypatch.setattr(characterize, "jax_training", training)
+    with pytest.raises(RuntimeError, match="stop before training"):
+        characterize_jax("mamba2-tiny", ["--batch_size=2"], steps=2, impl="mamba_ssm_triton")
+    assert seen == [["--batch_size=2", "--model.impl=mamba_ssm_triton"]]
+    assert "mamba_ssm_triton" in api.registered_impls()
+
+
 def test_command_refuses_without_a_gpu_and_bad_steps():
     with pytest.raises(SystemExit, match="JAX sees no GPU"):
         characterize.main(["--config", "mamba1-tiny"])

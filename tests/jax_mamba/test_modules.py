@@ -132,6 +132,24 @@ def test_model_impl_picks_pallas_where_an_op_has_it():
     assert op_impl("auto", selective_scan_fn) == expected_auto
     with pytest.raises(ValueError, match="impl must be one of"):
         op_impl("cuda", selective_scan_fn)
+    # mamba-ssm's SSD kernels from JAX swap that one op; the others run as under "pallas"
+    assert op_impl("mamba_ssm_triton", mamba_chunk_scan_combined) == "mamba_ssm_triton"
+    assert op_impl("mamba_ssm_triton", selective_scan_fn) == "pallas"
+    assert op_impl("mamba_ssm_triton", causal_conv1d_fn) == "reference"
+
+
+def test_model_impl_mamba_ssm_triton_without_its_registration_says_what_to_import(monkeypatch):
+    """A Mamba-2 layer asked for mamba-ssm's kernels in a process that never registered them stops with the
+    import it needs instead of silently running other kernels."""
+    from flax import nnx
+
+    from jax_mamba.modules.mamba2 import Mamba2
+    from pallas_kernels.ssd import api
+
+    monkeypatch.setattr(api, "_REGISTERED", {})
+    layer = Mamba2(d_model=32, d_state=16, headdim=8, chunk_size=8, impl="mamba_ssm_triton", rngs=nnx.Rngs(0))
+    with pytest.raises(NotImplementedError, match=r"import torch_reference\.ssd_jax_triton"):
+        layer(jnp.zeros((1, 8, 32), jnp.float32))
 
 
 def test_attention_uses_cudnn_only_on_a_gpu_for_half_precision():

@@ -65,7 +65,7 @@ def instruction_counts(jit, names, values, constants, config, scalar_hints: bool
 
 @pytest.mark.parametrize("launch", ["mamba_ssm_chunk_scan_fwd", "mamba_ssm_chunk_state_fwd", "mamba_ssm_bmm_chunk_fwd"])
 def test_jax_launch_compiles_like_triton_launcher(cpu_reference, monkeypatch, launch):
-    _, wrapped, values, constants = launches(monkeypatch)[launch]
+    _, wrapped, values, constants, _ = launches(monkeypatch)[launch]
     config = wrapped.configs[0]
     ours = instruction_counts(wrapped.fn, wrapped.fn.arg_names, values, constants, config, scalar_hints=False)
     original = wrapped.fn.fn.__globals__["_kernel"]  # the mamba-ssm kernel the wrapper calls

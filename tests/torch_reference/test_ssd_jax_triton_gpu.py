@@ -1,7 +1,8 @@
-"""impl="mamba_ssm_triton" on the GPU: mamba-ssm's Triton SSD forward launched from JAX against the pure-JAX
-reference (``impl="reference"``) and against mamba-ssm launched by PyTorch on the same values, on random shapes
-including length 1, lengths that are not multiples of the chunk, several head groups, D per head and per channel,
-z, dt_bias, seq_idx and initial states. Needs a GPU, mamba-ssm's build and jax-triton."""
+"""impl="mamba_ssm_triton" on the GPU: mamba-ssm's Triton SSD forward and backward launched from JAX against the
+pure-JAX reference (``impl="reference"``, its gradients by autodiff) and against mamba-ssm launched by PyTorch on the
+same values and cotangents, on random shapes including length 1, lengths that are not multiples of the chunk,
+several head groups, D per head and per channel, z, dt_bias, seq_idx and initial states. Outputs and every gradient
+must be finite. Needs a GPU, mamba-ssm's build and jax-triton."""
 
 import jax
 import jax.numpy as jnp
@@ -58,21 +59,36 @@ def test_mamba_ssm_kernels_from_jax_match_the_reference_and_pytorch(cuda_referen
 
     chunk = case[6]
     inputs = arrays(rng, case, jnp.dtype(dtype))
-    run = lambda impl: jax.jit(  # noqa: E731
-        lambda a: mamba_chunk_scan_combined(
-            a["x"], a["dt"], a["A"], a["B"], a["C"], chunk, D=a.get("D"), z=a.get("z"), dt_bias=a.get("dt_bias"),
-            initial_states=a.get("initial_states"), seq_idx=a.get("seq_idx"), dt_softplus=True,
-            return_final_states=True, impl=impl,
-        )
-    )(inputs)  # fmt: skip
-    out, final = run("mamba_ssm_triton")
-    ref_out, ref_final = run("reference")
+    dout = jnp.asarray(rng.standard_normal(inputs["x"].shape), inputs["x"].dtype)
+    dfinal = jnp.asarray(rng.standard_normal((case[0], case[2], case[3], case[5])), jnp.float32)
+    differentiable = [k for k in inputs if k != "seq_idx"]
+
+    def run(impl):
+        def f(diff):
+            a = {**inputs, **diff}
+            return mamba_chunk_scan_combined(
+                a["x"], a["dt"], a["A"], a["B"], a["C"], chunk, D=a.get("D"), z=a.get("z"), dt_bias=a.get("dt_bias"),
+                initial_states=a.get("initial_states"), seq_idx=a.get("seq_idx"), dt_softplus=True,
+                return_final_states=True, impl=impl,
+            )  # fmt: skip
+
+        (out, final), pullback = jax.vjp(f, {k: inputs[k] for k in differentiable})
+        return out, final, pullback((dout, dfinal))[0]
+
+    out, final, grads = jax.jit(lambda: run("mamba_ssm_triton"))()
+    ref_out, ref_final, ref_grads = jax.jit(lambda: run("reference"))()
     assert out.dtype == inputs["x"].dtype and out.shape == inputs["x"].shape and final.dtype == jnp.float32
-    assert np.isfinite(np.asarray(out, np.float32)).all() and np.isfinite(np.asarray(final)).all()
+    for name, value in (("out", out), ("final_states", final), *((f"d{k}", g) for k, g in grads.items())):
+        assert np.isfinite(np.asarray(value, np.float32)).all(), f"{name} is not finite"
+    for k, g in grads.items():
+        assert g.shape == inputs[k].shape and g.dtype == inputs[k].dtype, f"d{k}: {g.shape} {g.dtype}"
     tol = 2e-2 if dtype == "float32" else 6e-2  # mamba-ssm's dots run in TF32 / bf16
-    for name, got, want in (("out", out, ref_out), ("final_states", final, ref_final)):
+    grad_tol = 3e-2 if dtype == "float32" else 1e-1  # bf16 dstates and states feed the backward's dots
+    checks = [("out", out, ref_out, tol), ("final_states", final, ref_final, tol)]
+    checks += [(f"d{k}", grads[k], ref_grads[k], grad_tol) for k in differentiable]
+    for name, got, want, limit in checks:
         error = rel_err(got, want)
-        assert error < tol, f"{name} against the reference: max error {error:.2e} of max |value| (tolerance {tol})"
+        assert error < limit, f"{name} against the reference: max error {error:.2e} of max |value| (limit {limit})"
 
     as_torch = {
         k: torch.from_numpy(np.asarray(v if k == "seq_idx" else v.astype(jnp.float32))).cuda()
@@ -81,12 +97,20 @@ def test_mamba_ssm_kernels_from_jax_match_the_reference_and_pytorch(cuda_referen
     for k in ("x", "z", "B", "C", "dt"):
         if k in as_torch:
             as_torch[k] = as_torch[k].to(getattr(torch, dtype))
+    for k in differentiable:
+        as_torch[k].requires_grad_(True)
     torch_out, torch_final = cuda_reference.mamba_chunk_scan_combined(
         *(as_torch[k] for k in ("x", "dt", "A", "B", "C")), chunk, D=as_torch.get("D"), z=as_torch.get("z"),
         dt_bias=as_torch.get("dt_bias"), initial_states=as_torch.get("initial_states"),
         seq_idx=as_torch.get("seq_idx"), dt_softplus=True, return_final_states=True,
     )  # fmt: skip
-    same = 1e-3 if dtype == "float32" else 1e-2  # the same kernels; autotuning may pick another tiling (TF32 sums)
-    for name, got, want in (("out", out, torch_out), ("final_states", final, torch_final)):
-        error = rel_err(got, want.float().cpu().numpy())
-        assert error < same, f"{name} against mamba-ssm from PyTorch: max error {error:.2e} (tolerance {same})"
+    to_torch = lambda a: torch.from_numpy(np.asarray(a.astype(jnp.float32))).cuda()  # noqa: E731
+    torch.autograd.backward((torch_out, torch_final), (to_torch(dout).to(torch_out.dtype), to_torch(dfinal)))
+    # the same kernels; autotuning may pick another tiling (TF32 sums), atomics add in another order
+    same = 1e-3 if dtype == "float32" else 1e-2
+    same_grad = 5e-3 if dtype == "float32" else 3e-2
+    checks = [("out", out, torch_out, same), ("final_states", final, torch_final, same)]
+    checks += [(f"d{k}", grads[k], as_torch[k].grad, same_grad) for k in differentiable]
+    for name, got, want, limit in checks:
+        error = rel_err(got, want.float().detach().cpu().numpy())
+        assert error < limit, f"{name} against mamba-ssm from PyTorch: max error {error:.2e} (limit {limit})"

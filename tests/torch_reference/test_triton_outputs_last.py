@@ -103,3 +103,43 @@ def test_multiples_of_16_become_hints_in_the_wrapper(cpu_reference):
     for bad in ("out_ptr", "HAS_SEQ_IDX", "k"):  # an output, a constant, no such parameter
         with pytest.raises(ValueError, match=rf"multiples_of_16 \['{bad}'\]"):
             wrapper_source(tuned.fn, ("out_ptr",), frozenset({bad}))
+
+
+def test_pre_hook_zeroing_is_read_and_the_hooks_dropped(cpu_reference):
+    """jax-triton refuses config pre-hooks: the wrapper's configs carry none, and the names mamba-ssm's
+    ``init_to_zero`` hooks zero are read back for the launcher to zero instead; another kind of hook is refused."""
+    import triton
+
+    from torch_reference.triton_outputs_last import outputs_last, zeroed_by_pre_hooks
+
+    tuned = kernel("ssd_chunk_state", "_chunk_cumsum_bwd_kernel")
+    assert zeroed_by_pre_hooks(tuned) == {"dA_ptr", "ddt_bias_ptr"}
+    assert zeroed_by_pre_hooks(kernel("ssd_chunk_state", "_chunk_cumsum_fwd_kernel")) == set()
+    wrapped = outputs_last(tuned, ("ddt_ptr", "dA_ptr", "ddt_bias_ptr"))
+    assert all(c.pre_hook is None for c in wrapped.configs)
+    assert [(c.kwargs, c.num_warps, c.num_stages) for c in wrapped.configs] == [
+        (c.kwargs, c.num_warps, c.num_stages) for c in tuned.configs
+    ]
+    other = triton.autotune(configs=[triton.Config({}, pre_hook=lambda nargs: None)], key=[])(tuned.fn)
+    with pytest.raises(TypeError, match="init_to_zero"):
+        zeroed_by_pre_hooks(other)
+
+
+def test_importing_jax_triton_leaves_triton_its_cache_folder(monkeypatch):
+    """jax-triton blanks TRITON_CACHE_DIR on import, after which Triton launched from PyTorch in the same process
+    cannot build its driver; the project's import removes the blank setting."""
+    import types
+
+    import triton
+
+    from torch_reference.jax_triton_launch import import_jax_triton
+
+    stand_in = types.SimpleNamespace(triton_call=None)
+    monkeypatch.setitem(sys.modules, "jax_triton", stand_in)
+    monkeypatch.setenv("TRITON_CACHE_DIR", "")  # what jax_triton's import does
+    assert import_jax_triton() is stand_in
+    assert "TRITON_CACHE_DIR" not in os.environ
+    assert triton.knobs.cache.dir  # Triton's default folder again
+    monkeypatch.setenv("TRITON_CACHE_DIR", "/somewhere/chosen")
+    import_jax_triton()
+    assert os.environ["TRITON_CACHE_DIR"] == "/somewhere/chosen"  # a real choice is kept
