@@ -50,11 +50,8 @@ def median_ms(fn: Callable[[], object], sync: Callable[[object], None], reps: in
 
 
 def time_passes(forward, forward_backward, sync, reps: int) -> dict[str, float]:
-    """ms of the forward and of the forward+backward (None: a forward-only impl), each by ``median_ms``."""
-    passes = {"forward": median_ms(forward, sync, reps)}
-    if forward_backward is not None:
-        passes["forward+backward"] = median_ms(forward_backward, sync, reps)
-    return passes
+    """ms of the forward and of the forward+backward, each by ``median_ms``."""
+    return {"forward": median_ms(forward, sync, reps), "forward+backward": median_ms(forward_backward, sync, reps)}
 
 
 REGISTERED_IMPLS = {"mamba_ssm_triton": "ssd"}  # impl -> the op it serves: mamba-ssm's Triton kernels from JAX
@@ -142,7 +139,7 @@ def run_op(op: KernelOp, args, variants: list[Variant], ceiling: dict) -> list[d
             forward, forward_backward, outputs[variant.label] = op.jax_calls(variant, arrays, dtypes, cotangent, shape)
             timed[variant.label] = time_passes(forward, forward_backward, jax_sync, args.reps)
             print(f"{shape_name} {variant.label}: {timed[variant.label]}", flush=True)
-            if args.profile and forward_backward is not None:
+            if args.profile:
                 kernels[variant.label] = {k: round(v, 1) for k, v in kernel_times(forward_backward).items()}
                 print(f"{shape_name} {variant.label} kernels (us per forward+backward): {kernels[variant.label]}")
         base = "mamba-ssm" if "mamba-ssm" in outputs else variants[0].label

@@ -46,17 +46,26 @@ def head_splits(batch: int, nchunks: int, nheads: int, ngroups: int) -> tuple[in
     return per_program, cdiv(ratio, per_program)
 
 
+def dD_partials(D, chunk_size: int, batch: int, nchunks: int, nheads: int, headdim: int):
+    """The per-tile dD buffer mamba-ssm's dz and dx kernels write (one row per 32-position tile of a chunk, per
+    batch, chunk and head; per channel if D is (H, P)) -> (outputs entry, its stride parameters, the reduction to
+    D's shape). Without D: no output, zero strides."""
+    shape = (cdiv(chunk_size, 32), batch, nchunks, nheads, headdim if D is not None and D.ndim == 2 else 1)
+    s = row_major(shape) if D is not None else (0,) * 5
+    strides = named("stride_dD", ("batch", "chunk", "head", "csize", "hdim"), (s[1], s[2], s[3], s[0], s[4]))
+    output = {} if D is None else {"dD_ptr": jax.ShapeDtypeStruct(shape, F32)}
+    return output, strides, lambda tiles: tiles.sum(axis=(0, 1, 2)).reshape(D.shape).astype(D.dtype)
+
+
 def chunk_scan_bwd_dz(x, z, out_x, dout, D, chunk_size: int):
     """``_chunk_scan_bwd_dz`` (without ddA_cumsum, output not recomputed): (dz, dout through the gate, dD or None)."""
     _, ssd_chunk_scan, _, _, _ = kernels()
     batch, seqlen, nheads, headdim = x.shape
     nchunks = cdiv(seqlen, chunk_size)
     xs = row_major(x.shape)
-    outputs = {"dz_ptr": jax.ShapeDtypeStruct(z.shape, z.dtype), "dout_x_ptr": jax.ShapeDtypeStruct(x.shape, x.dtype)}
-    dD_shape = (cdiv(chunk_size, 32), batch, nchunks, nheads, headdim if D is not None and D.ndim == 2 else 1)
-    if D is not None:
-        outputs["dD_ptr"] = jax.ShapeDtypeStruct(dD_shape, F32)
-    dDs = row_major(dD_shape) if D is not None else (0,) * 5
+    dD_output, dD_strides, dD_of = dD_partials(D, chunk_size, batch, nchunks, nheads, headdim)
+    outputs = {"dz_ptr": jax.ShapeDtypeStruct(z.shape, z.dtype), "dout_x_ptr": jax.ShapeDtypeStruct(x.shape, x.dtype),
+               **dD_output}  # fmt: skip
     result = launch(
         ssd_chunk_scan._chunk_scan_bwd_dz_kernel,
         lambda m: (cdiv(chunk_size, m["BLOCK_SIZE_M"]), batch * nchunks, nheads),
@@ -69,7 +78,7 @@ def chunk_scan_bwd_dz(x, z, out_x, dout, D, chunk_size: int):
             **named("stride_x", X_AXES, xs), stride_D_head=0 if D is None else row_major(D.shape)[0],
             **named("stride_outz", X_AXES, (0, 0, 0, 0)), **named("stride_dz", X_AXES, xs),
             **named("stride_doutx", X_AXES, xs),
-            **named("stride_dD", ("batch", "chunk", "head", "csize", "hdim"), (dDs[1], dDs[2], dDs[3], dDs[0], dDs[4])),
+            **dD_strides,
             **named("stride_ddA_cs", CHUNK_AXES, (0, 0, 0, 0)),
         ),
         outputs,
@@ -78,7 +87,7 @@ def chunk_scan_bwd_dz(x, z, out_x, dout, D, chunk_size: int):
         "mamba_ssm_chunk_scan_bwd_dz",
         zeroed=("dD_ptr",) if D is not None else (),
     )  # fmt: skip
-    dD = None if D is None else result["dD_ptr"].sum(axis=(0, 1, 2)).reshape(D.shape).astype(D.dtype)
+    dD = None if D is None else dD_of(result["dD_ptr"])
     return result["dz_ptr"], result["dout_x_ptr"], dD
 
 
@@ -172,11 +181,9 @@ def chunk_scan_chunk_state_bwd_dx(x, dt_chunks, dA_cumsum, B, cb, dout, dstates,
     ngroups, dstate = B.shape[2:]
     nchunks, chunk_size = dA_cumsum.shape[2:]
     xs, cbs, pc = row_major(x.shape), row_major(cb.shape), per_chunk_strides(dA_cumsum.shape)
-    outputs = {"dx_ptr": jax.ShapeDtypeStruct(x.shape, x.dtype), "ddt_ptr": jax.ShapeDtypeStruct(dA_cumsum.shape, F32)}
-    dD_shape = (cdiv(chunk_size, 32), batch, nchunks, nheads, headdim if D is not None and D.ndim == 2 else 1)
-    if D is not None:
-        outputs["dD_ptr"] = jax.ShapeDtypeStruct(dD_shape, F32)
-    dDs = row_major(dD_shape) if D is not None else (0,) * 5
+    dD_output, dD_strides, dD_of = dD_partials(D, chunk_size, batch, nchunks, nheads, headdim)
+    outputs = {"dx_ptr": jax.ShapeDtypeStruct(x.shape, x.dtype), "ddt_ptr": jax.ShapeDtypeStruct(dA_cumsum.shape, F32),
+               **dD_output}  # fmt: skip
     result = launch(
         ssd_combined._chunk_scan_chunk_state_bwd_dx_kernel,
         lambda m: (cdiv(chunk_size, m["BLOCK_SIZE_M"]) * cdiv(headdim, m["BLOCK_SIZE_N"]), batch * nchunks, nheads),
@@ -198,7 +205,7 @@ def chunk_scan_chunk_state_bwd_dx(x, dt_chunks, dA_cumsum, B, cb, dout, dstates,
             **named("stride_dstates", STATE_AXES, row_major(dstates.shape)),
             **named("stride_dx", X_AXES, xs),
             **named("stride_ddt", (*CHUNK_AXES, "tile"), (*pc, 0)),
-            **named("stride_dD", ("batch", "chunk", "head", "csize", "hdim"), (dDs[1], dDs[2], dDs[3], dDs[0], dDs[4])),
+            **dD_strides,
         ),
         outputs,
         dict(HAS_D=D is not None, D_HAS_HDIM=D.ndim == 2 if D is not None else True, HAS_SEQ_IDX=seq.present,
@@ -206,7 +213,7 @@ def chunk_scan_chunk_state_bwd_dx(x, dt_chunks, dA_cumsum, B, cb, dout, dstates,
              DETERMINISTIC_REDUCTION=False),
         "mamba_ssm_chunk_scan_chunk_state_bwd_dx",
     )  # fmt: skip
-    dD = None if D is None else result["dD_ptr"].sum(axis=(0, 1, 2)).reshape(D.shape).astype(D.dtype)
+    dD = None if D is None else dD_of(result["dD_ptr"])
     return result["dx_ptr"], result["ddt_ptr"], dD
 
 
