@@ -101,10 +101,26 @@ def parse_config(text: str, op: KernelOp = OPS["selective_scan"]) -> Variant:
         key, _, value = item.partition("=")
         if key not in types:
             raise SystemExit(f"--pallas-config: unknown field {key!r}; fields: {list(types)}")
-        fields[key] = int(value)
+        fields[key] = value if types[key] in (str, "str") else int(value)
     config = op.config_cls(**fields)
     config.validate()
     return Variant(f"pallas[{text}]", "pallas", config)
+
+
+def parse_shapes(items: list[str], op: KernelOp) -> dict[str, tuple]:
+    """'name=8,2048,1536,16,1' items -> {name: shape tuple}, each as long as the op's own shapes."""
+    width = len(next(iter(op.shapes.values())))
+    shapes = {}
+    for item in items:
+        name, _, values = item.partition("=")
+        try:
+            shape = tuple(int(v) for v in values.split(","))
+        except ValueError:
+            shape = ()
+        if not name or len(shape) != width or min(shape) < 1:
+            raise SystemExit(f"--shape: expected NAME= then {width} positive integers, got {item!r}")
+        shapes[name] = shape
+    return shapes
 
 
 def floor_ms(cost: dict, ceiling: dict) -> float:
@@ -204,6 +220,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--op", choices=list(OPS), default="selective_scan")
     parser.add_argument("--shapes", nargs="+", help="shape names of the op (default: all of them)")
+    parser.add_argument(
+        "--shape",
+        action="append",
+        default=[],
+        metavar="NAME=V,V,...",
+        help="an extra shape, the op's fields in order (selective_scan: batch,L,dim,N,G), e.g. b1=1,4096,768,16,1",
+    )
     parser.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16")
     parser.add_argument(
         "--impls",
@@ -223,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=None, help="output prefix (default benchmarks/kernels/<op>)")
     args = parser.parse_args(argv)
-    op = OPS[args.op]
+    op = dataclasses.replace(OPS[args.op], shapes={**OPS[args.op].shapes, **parse_shapes(args.shape, OPS[args.op])})
     args.shapes = args.shapes or list(op.shapes)
     unknown = [name for name in args.shapes if name not in op.shapes]
     if unknown:

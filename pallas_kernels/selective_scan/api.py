@@ -47,7 +47,8 @@ def selective_scan_fn(
     State and arithmetic are float32 whatever the input dtype.
 
     ``impl="pallas"`` runs the Pallas Triton kernels (interpreted when JAX has no GPU); it needs input-dependent
-    B and C and N <= 256. ``config`` overrides its tiling (``ScanConfig``); the default suits N and dim.
+    B and C and N <= 256. ``config`` overrides its design and tiling (``ScanConfig``: the chunked scan along time or
+    the sequential walk, per pass); the default is chosen from N, dim and batch x groups (``default_config``).
     """
     check_impl("selective_scan_fn", impl, _AVAILABLE_IMPLS)
     if layout not in ("channels_last", "channels_first"):

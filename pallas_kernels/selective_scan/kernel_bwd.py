@@ -35,7 +35,7 @@ from pallas_kernels.selective_scan.tiles import (
 RECOMPUTE_PARTS = ("u", "delta", "B")
 
 
-def _silu_parts(z, interpret: bool):
+def silu_parts(z, interpret: bool):
     """silu(z) and its derivative."""
     sig = sigmoid(z, interpret)
     return z * sig, sig * (1.0 + z * (1.0 - sig))
@@ -72,10 +72,10 @@ def _bwd_kernel(u_ref, delta_ref, A2_ref, B_ref, C_ref, states_ref, dout_ref, dl
             hs.append(advance(hs[-1], st, decays[-1]))
             if st.z is not None:
                 y = readout(hs[-1], st, Dv)
-                tile.store_channels(dz_ref, raw.t, st.valid, st.dout * y * _silu_parts(st.z, dims.interpret)[1])
+                tile.store_channels(dz_ref, raw.t, st.valid, st.dout * y * silu_parts(st.z, dims.interpret)[1])
         for i in reversed(range(len(steps))):
             (raw, st), a = steps[i], decays[i]
-            dy = st.dout * _silu_parts(st.z, dims.interpret)[0] if st.z is not None else st.dout
+            dy = st.dout * silu_parts(st.z, dims.interpret)[0] if st.z is not None else st.dout
             g = g_next + st.C[:, None] * dy[None, :]
             gB = jnp.sum(g * st.B[:, None], axis=0)
             da = g * hs[i] * a

@@ -15,7 +15,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
 from pallas_kernels._triton import LOG2_E, exp2, next_pow2, sigmoid, softplus
-from pallas_kernels.selective_scan.config import ScanConfig
+from pallas_kernels.selective_scan.config import ScanConfig, segment_length
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,6 +36,16 @@ class ScanDims:
     prefetch: int
     bwd_unroll: int
     interpret: bool
+    save_every: int  # steps between the states the forward saves for the backward
+    segment_len: int = 0  # chunked forward: steps per segment scanned in parallel with the others
+
+    @property
+    def nsegments(self) -> int:
+        return -(-self.seqlen // self.segment_len)
+
+    @property
+    def nsaved(self) -> int:
+        return -(-self.seqlen // self.save_every)
 
     @property
     def dim_per_group(self) -> int:
@@ -62,6 +72,7 @@ def scan_dims(u, B, A, D, z, delta_bias, softplus_: bool, config: ScanConfig, in
     batch, seqlen, dim = u.shape
     groups, dstate = B.shape[2], B.shape[3]
     block = config.bwd_block_d if bwd else config.block_d
+    block_size = min(block, next_pow2(dim // groups))
     return ScanDims(
         batch=batch,
         seqlen=seqlen,
@@ -72,22 +83,33 @@ def scan_dims(u, B, A, D, z, delta_bias, softplus_: bool, config: ScanConfig, in
         has_z=z is not None,
         has_bias=delta_bias is not None,
         softplus=bool(softplus_),
-        block_d=min(block, next_pow2(dim // groups)),
-        chunk=config.chunk,
+        block_d=block_size,
+        chunk=_chunk(config, bwd),
+        save_every=config.save_every,
+        segment_len=segment_length(config, seqlen, batch * groups * -(-(dim // groups) // block_size)),
         prefetch=config.bwd_prefetch if bwd else config.prefetch,
         bwd_unroll=config.bwd_unroll,
         interpret=interpret,
     )
 
 
+def _chunk(config: ScanConfig, bwd: bool) -> int:
+    """Steps per loop iteration: the sequential design's ``chunk``; the chunked design's ``rows`` / ``bwd_rows``."""
+    if (config.bwd_design if bwd else config.design) != "chunked":
+        return config.chunk
+    return config.bwd_rows if bwd else config.rows
+
+
 class Tile:
     """One program's view: batch row ``b``, group ``g``, channels ``d0 + [0, block_d)`` (masked past the group)."""
 
-    def __init__(self, dims: ScanDims):
+    def __init__(self, dims: ScanDims, block=None, batch_group=None):
+        """``block``: the channel block (default: the third grid axis), e.g. a loop index in a program that walks
+        every block of its group; then ``batch_group`` passes the program's (batch row, group), read outside the
+        loop (interpret mode reads program ids only at the kernel's top level)."""
         self.dims = dims
-        self.b = pl.program_id(0)
-        self.g = pl.program_id(1)
-        lane0 = pl.program_id(2) * dims.block_d
+        self.b, self.g = batch_group or (pl.program_id(0), pl.program_id(1))
+        lane0 = (pl.program_id(2) if block is None else block) * dims.block_d
         self.d0 = self.g * dims.dim_per_group + lane0
         self.cmask = lane0 + jnp.arange(dims.block_d) < dims.dim_per_group
         self.rmask = jnp.arange(dims.np_) < dims.dstate
@@ -109,9 +131,10 @@ class Tile:
         idx = (*lead, pl.ds(0, self.dims.np_), self.channels())
         return plgpu.load(ref.at[idx], mask=self.tile_mask, other=0).astype(jnp.float32)
 
-    def store_tile(self, ref, x, *lead) -> None:
+    def store_tile(self, ref, x, *lead, mask=True) -> None:
+        """Store an (Np, block_d) tile into a (..., N, dim) ref; ``mask`` (a scalar condition) may skip it."""
         idx = (*lead, pl.ds(0, self.dims.np_), self.channels())
-        plgpu.store(ref.at[idx], x.astype(ref.dtype), mask=self.tile_mask)
+        plgpu.store(ref.at[idx], x.astype(ref.dtype), mask=self.tile_mask & mask)
 
     def load_vector(self, ref) -> jax.Array:
         """(block_d,) float32 of a (dim,) ref."""

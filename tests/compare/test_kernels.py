@@ -58,6 +58,18 @@ def test_pallas_config_variants_parse_and_validate():
         kernels.parse_config("fused_forward_max_l=-1", ssd)
     with pytest.raises(SystemExit, match="unknown field 'block_d'"):
         kernels.parse_config("block_d=8", ssd)
+    variant = kernels.parse_config("design=chunked,bwd_design=chunked,rows=8,bwd_rows=16,segments=3")
+    assert variant.config == ScanConfig(design="chunked", bwd_design="chunked", rows=8, bwd_rows=16, segments=3)
+    with pytest.raises(ValueError, match="design must be one of"):
+        kernels.parse_config("design=parallel")
+
+
+def test_extra_shapes_parse_with_the_ops_fields():
+    op = kernel_ops.OPS["selective_scan"]
+    assert kernels.parse_shapes(["b1=1,4096,768,16,1"], op) == {"b1": (1, 4096, 768, 16, 1)}
+    for bad in ("b1=1,4096,768,16", "=1,2,3,4,5", "b1=1,2,x,4,5", "b1=0,2,3,4,5"):
+        with pytest.raises(SystemExit, match="--shape: expected NAME= then 5 positive integers"):
+            kernels.parse_shapes([bad], op)
 
 
 def test_median_ms_times_back_to_back_calls():

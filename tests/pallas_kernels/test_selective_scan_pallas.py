@@ -5,6 +5,8 @@ Interpret mode fills every output buffer with NaN before the kernel runs, so an 
 fails the finiteness check in ``assert_close``.
 """
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -12,11 +14,16 @@ import pytest
 
 from compare.tolerances import assert_close
 from pallas_kernels import selective_scan_fn
-from pallas_kernels.selective_scan.config import ScanConfig, default_config
+from pallas_kernels.selective_scan.config import ScanConfig, default_config, segment_length
 from tests.pallas_kernels.test_selective_scan_reference import assert_matches_oracle, make_inputs, oracle
 
 SMALL = ScanConfig(block_d=4, chunk=4, prefetch=3, bwd_unroll=2, bwd_block_d=8)  # several channel blocks
 LONG = ScanConfig(block_d=2, chunk=8, prefetch=11, bwd_unroll=4, bwd_block_d=2, bwd_prefetch=5)  # loads far ahead
+# The chunked design: several segments, chunks and channel blocks; a tile wider than a warp; mixed with the other
+CHUNKED = ScanConfig(design="chunked", bwd_design="chunked", block_d=4, rows=4, bwd_rows=8, bwd_block_d=2, segments=3)
+WIDE = ScanConfig(design="chunked", bwd_design="chunked", block_d=2, rows=8, num_warps=2, bwd_rows=16, bwd_block_d=4)
+CHUNKED_FWD = ScanConfig(design="chunked", block_d=4, rows=16, chunk=4, segments=2)  # states saved inside chunks
+CHUNKED_BWD = ScanConfig(bwd_design="chunked", chunk=4, bwd_unroll=2, bwd_rows=4, bwd_block_d=8)
 
 CASES = [  # batch, L, dim, N, G, dtype, D, z, delta_bias, softplus, config
     (2, 1, 8, 4, 1, jnp.float32, True, True, True, True, SMALL),
@@ -32,6 +39,14 @@ CASES = [  # batch, L, dim, N, G, dtype, D, z, delta_bias, softplus, config
     (2, 100, 16, 16, 1, jnp.bfloat16, True, True, True, True, None),  # the default tiling
     (1, 9, 4, 40, 2, jnp.float32, True, True, True, True, None),  # N padded to 64 inside the kernels
     (1, 5, 2, 256, 1, jnp.float32, True, False, True, True, None),  # the largest N
+    (2, 1, 8, 4, 1, jnp.float32, True, True, True, True, CHUNKED),
+    (1, 7, 6, 1, 2, jnp.float32, False, False, False, False, CHUNKED),
+    (2, 37, 8, 16, 2, jnp.bfloat16, True, True, True, True, CHUNKED),
+    (3, 33, 12, 16, 3, jnp.float16, True, True, True, True, WIDE),
+    (1, 129, 8, 4, 1, jnp.float32, True, False, True, True, CHUNKED_FWD),
+    (2, 64, 8, 16, 2, jnp.float32, True, True, False, True, CHUNKED_BWD),
+    (1, 9, 4, 40, 2, jnp.float32, True, True, True, True, CHUNKED),  # N padded to 64
+    (1, 21, 2, 256, 1, jnp.float32, True, True, True, False, CHUNKED),  # the largest N
 ]
 
 
@@ -81,10 +96,30 @@ def test_channels_first_layout(rng):
 
 
 def test_default_config_tiles_small_and_large_states():
-    assert default_config(16, 1536, 8) == ScanConfig(block_d=16, bwd_block_d=8)  # the 130m layer, batch 8
-    assert default_config(16, 1536, 1).block_d == 8  # batch 1: too few programs, narrower blocks
-    assert default_config(256, 1536, 8).block_d == 1
+    wide = default_config(16, 1536, 8)  # the 130m layer, batch 8: chunked forward, sequential backward
+    assert (wide.design, wide.rows, wide.block_d, wide.num_warps) == ("chunked", 16, 8, 1)
+    assert (wide.bwd_design, wide.chunk, wide.bwd_block_d) == ("sequential", 8, 8)
+    narrow = default_config(16, 1536, 1)  # batch 1: too few programs for the sequential backward
+    assert (narrow.rows, narrow.bwd_design, narrow.bwd_rows, narrow.bwd_block_d, narrow.bwd_num_warps) == (
+        8,
+        "chunked",
+        8,
+        8,
+        2,
+    )
+    big = default_config(256, 1536, 8)
+    assert (big.block_d, big.num_warps) == (1, 2)  # 16 x 256 x 1 elements: two warps
     assert default_config(4, 3, 64).block_d <= 4  # never wider than the group (rounded up to a power of two)
+    for config in (wide, narrow, big):
+        config.validate()
+
+
+def test_segments_fill_the_gpu_only_when_the_batch_does_not():
+    config = default_config(16, 1536, 1)
+    assert segment_length(config, 16384, 8 * 192) == 16384  # enough programs: one segment
+    assert segment_length(config, 16384, 192) == 1496  # 11 segments of whole chunks
+    assert segment_length(config, 5, 1) == 8  # never shorter than a chunk
+    assert segment_length(dataclasses.replace(config, segments=4), 100, 10**6) == 32
 
 
 def test_unsupported_inputs_are_refused_before_work(rng):
@@ -97,5 +132,11 @@ def test_unsupported_inputs_are_refused_before_work(rng):
         selective_scan_fn(u, delta, wide, jnp.zeros((1, 5, 300)), jnp.zeros((1, 5, 300)), impl="pallas")
     with pytest.raises(ValueError, match="block_d must be a positive power of two, got 3"):
         selective_scan_fn(u, delta, A, B, C, impl="pallas", config=ScanConfig(block_d=3))
+    with pytest.raises(ValueError, match="design must be one of"):
+        selective_scan_fn(u, delta, A, B, C, impl="pallas", config=ScanConfig(design="parallel"))
+    with pytest.raises(ValueError, match="bwd_rows=8 must equal chunk=4 after a sequential forward"):
+        selective_scan_fn(
+            u, delta, A, B, C, impl="pallas", config=ScanConfig(bwd_design="chunked", bwd_rows=8, chunk=4)
+        )
     with pytest.raises(ValueError, match="config must be an instance of ScanConfig"):
         selective_scan_fn(u, delta, A, B, C, impl="pallas", config={"block_d": 4})

@@ -8,6 +8,7 @@ import pytest
 
 from compare.kernel_ops import OPS, selective_scan_inputs
 from pallas_kernels import selective_scan_fn
+from pallas_kernels.selective_scan.config import ScanConfig
 from tests.pallas_kernels import test_selective_scan_reference as ss
 from tests.pallas_kernels.gpu_checks import assert_matches_reference_and_mamba_ssm
 
@@ -25,10 +26,38 @@ def _vjp(arrays, dtypes, cotangent, impl):
     return np.asarray(out.astype(jnp.float32)), {k: np.asarray(v.astype(jnp.float32)) for k, v in grads.items()}
 
 
-def test_pallas_matches_oracle_on_gpu(rng):
+CONFIGS = {  # the scan axis inside one thread; across lanes and warps (Triton's scan splits it there)
+    "default": None,
+    "sequential": ScanConfig(design="sequential"),
+    "chunked": ScanConfig(
+        design="chunked",
+        bwd_design="chunked",
+        block_d=16,
+        rows=8,
+        bwd_rows=16,
+        bwd_block_d=8,
+        bwd_num_warps=2,
+        segments=3,
+    ),
+    "chunked-wide": ScanConfig(
+        design="chunked",
+        bwd_design="chunked",
+        block_d=4,
+        rows=32,
+        num_warps=4,
+        bwd_rows=64,
+        bwd_block_d=2,
+        bwd_num_warps=4,
+    ),
+    "chunked-forward": ScanConfig(design="chunked", block_d=8, rows=16),  # states inside chunks for the sequential bwd
+}
+
+
+@pytest.mark.parametrize("config", list(CONFIGS))
+def test_pallas_matches_oracle_on_gpu(rng, config):
     """Awkward sizes compiled for the GPU: L not a multiple of the chunk, a partial channel block, two groups."""
     arrays, exact = ss.make_inputs(rng, 2, 301, 80, 16, 2, jnp.bfloat16)
-    ss.assert_matches_oracle(rng, arrays, exact, True, impl="pallas")
+    ss.assert_matches_oracle(rng, arrays, exact, True, impl="pallas", config=CONFIGS[config])
 
 
 def test_pallas_matches_reference_and_mamba_ssm_at_130m(cuda_reference):
