@@ -88,6 +88,17 @@ def compile_sm90(ir_text: str, num_warps: int, dump: str | None = None) -> dict:
     if dump:
         Path(dump).write_text(compiled.asm["ttgir"])
         Path(dump).with_suffix(".ptx").write_text(ptx)
-    report = {"smem": compiled.metadata.shared, **ptxas_resources(ptx)}
+    report = {"smem": compiled.metadata.shared, **ptxas_resources(ptx), "instructions": ptx_instructions(ptx)}
     report.update({k: len(re.findall(p, ptx)) for k, p in COUNTED.items()})
     return report
+
+
+def ptx_instructions(ptx: str) -> int:
+    """Static count of PTX instructions (not directives, labels, braces or comments): the whole kernel, so divided
+    by the state elements a thread holds per loop iteration it approximates instructions per element."""
+    count = 0
+    for line in ptx.splitlines():
+        line = line.strip()
+        if line and not line.startswith(("//", ".", "{", "}", "$", ")")) and not line.endswith(":"):
+            count += 1
+    return count

@@ -73,10 +73,11 @@ def test_forward_and_gradients_match_oracle_and_reference(
     assert_close("last_state vs reference", last, ref_last, jnp.float32)
 
 
-def test_gradient_through_last_state_only(rng):
+@pytest.mark.parametrize("config", [SMALL, CHUNKED], ids=["sequential", "chunked"])
+def test_gradient_through_last_state_only(rng, config):
     """A loss on the last state alone (dout = 0) still reaches every input through the adjoint recurrence."""
     arrays, exact = make_inputs(rng, 2, 21, 8, 4, 2, jnp.float32)
-    names, ((out, last), vjp) = _run(arrays, True, SMALL)
+    names, ((out, last), vjp) = _run(arrays, True, config)
     dlast = jnp.asarray(rng.normal(size=last.shape), jnp.float32)
     grads = dict(zip(names, vjp((jnp.zeros_like(out), dlast)), strict=True))
     _, _, want = oracle(exact, True, np.zeros(out.shape), np.asarray(dlast, np.float64))
@@ -85,12 +86,13 @@ def test_gradient_through_last_state_only(rng):
     assert not np.any(np.asarray(grads["C"])), "C only reads the state: no gradient without dout"
 
 
-def test_channels_first_layout(rng):
+@pytest.mark.parametrize("config", [SMALL, CHUNKED], ids=["sequential", "chunked"])
+def test_channels_first_layout(rng, config):
     arrays, exact = make_inputs(rng, 2, 19, 8, 4, 1, jnp.float32)
     cf = {k: jnp.swapaxes(arrays[k], 1, 2) for k in ("u", "delta", "z")}
     bc = {k: jnp.transpose(arrays[k], (0, 2, 3, 1)) for k in ("B", "C")}
     args = (cf["u"], cf["delta"], arrays["A"], bc["B"], bc["C"], arrays["D"], cf["z"], arrays["delta_bias"], True)
-    out = selective_scan_fn(*args, layout="channels_first", impl="pallas", config=SMALL)
+    out = selective_scan_fn(*args, layout="channels_first", impl="pallas", config=config)
     want, _, _ = oracle(exact, True)
     assert_close("out", jnp.swapaxes(out, 1, 2), want, jnp.float32)
 
