@@ -37,7 +37,7 @@ class ScanDims:
     bwd_unroll: int
     interpret: bool
     save_every: int  # steps between the states the forward saves for the backward
-    segment_len: int = 0  # chunked forward: steps per segment scanned in parallel with the others
+    segment_len: int  # chunked forward: steps per segment scanned in parallel with the others
 
     @property
     def nsegments(self) -> int:
