@@ -43,17 +43,28 @@ class ChunkLoader:
         t = t0 + self.rows
         return (t >= 0) & (t < self.tile.dims.seqlen)
 
+    def channel_mask(self, t0) -> jax.Array:
+        """(rows, block_d): the step is in [0, L) and the channel in the group."""
+        return self.time_mask(t0)[:, None] & self.tile.cmask[None, :]
+
     def channel_tile(self, ref, t0) -> jax.Array:
         tile, dims = self.tile, self.tile.dims
-        mask = self.time_mask(t0)[:, None] & tile.cmask[None, :]
         idx = (tile.b, pl.ds(t0, dims.chunk), tile.channels())
-        return plgpu.load(ref.at[idx], mask=mask, other=0).astype(jnp.float32)
+        return plgpu.load(ref.at[idx], mask=self.channel_mask(t0), other=0).astype(jnp.float32)
 
-    def state_tile(self, ref, t0) -> jax.Array:
+    def _state_index(self, ref, t0):
+        """(rows, Np) of a (batch, L, G, N) ref and its mask (the step in [0, L), the state below N)."""
         tile, dims = self.tile, self.tile.dims
         mask = self.time_mask(t0)[:, None] & tile.rmask[None, :]
-        idx = (tile.b, pl.ds(t0, dims.chunk), tile.g, pl.ds(0, dims.np_))
-        return plgpu.load(ref.at[idx], mask=mask, other=0).astype(jnp.float32)
+        return ref.at[tile.b, pl.ds(t0, dims.chunk), tile.g, pl.ds(0, dims.np_)], mask
+
+    def state_tile(self, ref, t0) -> jax.Array:
+        at, mask = self._state_index(ref, t0)
+        return plgpu.load(at, mask=mask, other=0).astype(jnp.float32)
+
+    def store_states(self, ref, t0, x) -> None:
+        at, mask = self._state_index(ref, t0)
+        plgpu.store(at, x.astype(ref.dtype), mask=mask)
 
     def dt(self, delta_ref, t0, *, grad: bool = False) -> tuple[jax.Array, jax.Array | None]:
         """dt (rows, block_d) at the chunk from t0, and with ``grad`` d dt / d delta."""
@@ -62,23 +73,22 @@ class ChunkLoader:
         if self.bias is not None:
             raw = raw + self.bias[None, :]
         dt = softplus(raw, dims.interpret) if dims.softplus else raw
-        dt = jnp.where(self.time_mask(t0)[:, None] & self.tile.cmask[None, :], dt, 0.0)
+        dt = jnp.where(self.channel_mask(t0), dt, 0.0)
         scale = sigmoid(raw, dims.interpret) if grad and dims.softplus else None
         return dt, scale
 
     def store_channels(self, ref, t0, x) -> None:
         tile, dims = self.tile, self.tile.dims
-        mask = self.time_mask(t0)[:, None] & tile.cmask[None, :]
-        plgpu.store(ref.at[tile.b, pl.ds(t0, dims.chunk), tile.channels()], x.astype(ref.dtype), mask=mask)
+        idx = (tile.b, pl.ds(t0, dims.chunk), tile.channels())
+        plgpu.store(ref.at[idx], x.astype(ref.dtype), mask=self.channel_mask(t0))
 
     def load(self, t0, u_ref, delta_ref, B_ref=None, C_ref=None, z_ref=None, dout_ref=None, *, grad: bool = False):
         """The chunk from t0; inputs whose ref is None stay None."""
         dt, scale = self.dt(delta_ref, t0, grad=grad)
         per_channel = lambda ref: None if ref is None else self.channel_tile(ref, t0)  # noqa: E731
         per_state = lambda ref: None if ref is None else self.state_tile(ref, t0)  # noqa: E731
-        mask = self.time_mask(t0)[:, None] & self.tile.cmask[None, :]
         return ChunkInputs(
-            mask,
+            self.channel_mask(t0),
             per_channel(u_ref),
             dt,
             scale,

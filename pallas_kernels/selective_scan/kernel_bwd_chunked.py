@@ -78,10 +78,8 @@ def _bwd_kernel(u_ref, delta_ref, A2_ref, B_ref, C_ref, states_ref, after_ref, d
 
     zeros = jnp.zeros((dims.chunk, dims.np_, dims.block_d), jnp.float32)
     dB_sum, dC_sum = jax.lax.fori_loop(0, dims.nblocks, block, (zeros, zeros))
-    mask = group_loader.time_mask(t0)[:, None] & group_tile.rmask[None, :]
-    for ref, total in ((dB_ref, dB_sum), (dC_ref, dC_sum)):
-        idx = (group_tile.b, pl.ds(t0, dims.chunk), group_tile.g, pl.ds(0, dims.np_))
-        plgpu.store(ref.at[idx], jnp.sum(total, axis=2), mask=mask)
+    group_loader.store_states(dB_ref, t0, jnp.sum(dB_sum, axis=2))
+    group_loader.store_states(dC_ref, t0, jnp.sum(dC_sum, axis=2))
 
 
 def scan_backward_chunked(u, delta, A, B, C, D, z, delta_bias, states, after, dout, dims: ScanDims, num_warps):

@@ -18,9 +18,8 @@ from jax.experimental.pallas import triton as plgpu
 
 from pallas_kernels._linear_scan import linear_scan
 from pallas_kernels.selective_scan.chunk_tiles import ChunkLoader, decays, row, states
-from pallas_kernels.selective_scan.kernel_bwd import silu_parts
 from pallas_kernels.selective_scan.kernel_fwd_chunked import chunks_per_segment, segment_grid
-from pallas_kernels.selective_scan.tiles import ScanDims, Tile, a2_transposed, optional_refs
+from pallas_kernels.selective_scan.tiles import ScanDims, Tile, a2_transposed, optional_refs, silu
 
 
 def _end_kernel(u_ref, delta_ref, A2_ref, B_ref, *refs, dims: ScanDims):
@@ -72,7 +71,7 @@ def _start_kernel(delta_ref, A2_ref, C_ref, dout_ref, *refs, dims: ScanDims):
     A2 = tile.load_tile(A2_ref)
     loader = ChunkLoader(tile, tile.load_vector(bias_ref) if bias_ref is not None else None)
     x = loader.load(t0, None, delta_ref, None, C_ref, z_ref, dout_ref)
-    dy = x.dout if x.z is None else x.dout * silu_parts(x.z, dims.interpret)[0]
+    dy = x.dout if x.z is None else x.dout * silu(x.z, dims.interpret)
     dt_next, _ = loader.dt(delta_ref, t0 + 1)
     _, g = linear_scan(decays(dt_next, A2, dims.interpret), x.C[:, :, None] * dy[:, None, :], axis=0, reverse=True)
     tile.store_tile(start_ref, row(g, 0), tile.b, c - 1)
