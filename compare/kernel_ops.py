@@ -6,7 +6,9 @@ the exps, from which ``compare.kernels`` derives each row's floor.
 """
 
 import dataclasses
+import math
 from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -34,8 +36,25 @@ def _dt_bias(rng, n: int) -> np.ndarray:
     return dt + np.log(-np.expm1(-dt))
 
 
-def _jax_calls(fn: Callable, arrays: dict, dtypes: dict, cotangent: np.ndarray, out_dtype: str):
-    """jit'ed forward and forward+backward of ``fn(**arrays)``, and the forward's output as float32 numpy."""
+class JaxCalls(NamedTuple):
+    forward: Callable[[], object]
+    forward_backward: Callable[[], object]
+    output: np.ndarray  # the forward's output, float32
+    saved_bytes: int  # what the forward keeps for the backward beyond its inputs
+
+
+def saved_beyond_inputs(call: Callable, inputs: list) -> int:
+    """Bytes of the residuals ``jax.vjp(call, *inputs)`` keeps that are not one of the inputs themselves (in its
+    jaxpr, outputs that are not input variables): traced only, nothing runs."""
+    closed = jax.make_jaxpr(lambda *xs: jax.vjp(call, *xs)[1])(*inputs)
+    forwarded = set(map(id, closed.jaxpr.invars))
+    kept = [v.aval for v in closed.jaxpr.outvars if id(v) not in forwarded and hasattr(v, "aval")]
+    return sum(math.prod(a.shape) * a.dtype.itemsize for a in kept)
+
+
+def _jax_calls(fn: Callable, arrays: dict, dtypes: dict, cotangent: np.ndarray, out_dtype: str) -> JaxCalls:
+    """jit'ed forward and forward+backward of ``fn(**arrays)``, the forward's output as float32 numpy and the bytes
+    it keeps for the backward."""
     names = list(arrays)
     inputs = [jnp.asarray(arrays[k], dtypes[k]) for k in names]
     dout = jnp.asarray(cotangent, out_dtype)
@@ -46,7 +65,8 @@ def _jax_calls(fn: Callable, arrays: dict, dtypes: dict, cotangent: np.ndarray, 
     forward = jax.jit(call)
     forward_backward = jax.jit(lambda *xs: jax.vjp(call, *xs)[1](dout))
     output = np.asarray(forward(*inputs).astype(jnp.float32))
-    return (lambda: forward(*inputs)), (lambda: forward_backward(*inputs)), output
+    saved = saved_beyond_inputs(call, inputs)
+    return JaxCalls(lambda: forward(*inputs), lambda: forward_backward(*inputs), output, saved)
 
 
 # ---- selective scan (Mamba-1): shape (batch, L, dim, N, G)

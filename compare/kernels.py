@@ -5,7 +5,9 @@ For each shape it times the forward and the forward+backward of every JAX impl (
 native layout. A time is the median over ``--reps`` repetitions of ``back-to-back calls / count`` after warm-up
 (compilation and autotuning excluded). Also printed: speed-up over mamba-ssm, effective bandwidth (compulsory bytes
 / time), achieved TFLOP/s and the floor: max(compulsory bytes / measured copy bandwidth, FLOPs / measured bf16
-matmul rate, exps / SFU rate); ``compare.kernel_ops`` defines each op's shapes, inputs and cost model.
+matmul rate, exps / SFU rate) and, on forward+backward rows, the memory the forward keeps for the backward beyond
+its inputs (JAX: the vjp's residuals; mamba-ssm: the tensors autograd saves). ``compare.kernel_ops`` defines each
+op's shapes, inputs and cost model.
 ``--op ssd --impls pallas mamba_ssm_triton`` adds mamba-ssm's own Triton kernels launched from JAX (forward and
 backward): the mamba-ssm column's kernels with JAX around them. Writes ``<out>.json`` and ``<out>.md``.
 """
@@ -145,14 +147,18 @@ def run_op(op: KernelOp, args, variants: list[Variant], ceiling: dict) -> list[d
         costs = op.costs(shape, args.dtype)
         timed = {}
         outputs = {}
+        saved = {}  # bytes the forward keeps for the backward beyond its inputs
         if torch_ref is not None:
             calls = op.torch_calls(torch_ref, arrays, dtypes, cotangent, shape)
             outputs["mamba-ssm"] = calls.output
+            saved["mamba-ssm"] = calls.saved_bytes
             timed["mamba-ssm"] = time_passes(calls.forward, calls.forward_backward, calls.sync, args.reps)
             print(f"{shape_name} mamba-ssm: {timed['mamba-ssm']}", flush=True)
         kernels = {}
         for variant in variants:
-            forward, forward_backward, outputs[variant.label] = op.jax_calls(variant, arrays, dtypes, cotangent, shape)
+            forward, forward_backward, outputs[variant.label], saved[variant.label] = op.jax_calls(
+                variant, arrays, dtypes, cotangent, shape
+            )
             timed[variant.label] = time_passes(forward, forward_backward, jax_sync, args.reps)
             print(f"{shape_name} {variant.label}: {timed[variant.label]}", flush=True)
             if args.profile:
@@ -179,6 +185,7 @@ def run_op(op: KernelOp, args, variants: list[Variant], ceiling: dict) -> list[d
                         "tflops": round(cost["flops"] / (ms * 1e-3) / 1e12, 1),
                         "floor_ms": round(floor, 4),
                         "times_floor": round(ms / floor, 2),
+                        "saved_mb": round(saved[label] / 2**20, 1) if pass_name == "forward+backward" else None,
                         "out_rel_l2_vs_" + base: error,
                     }
                 )
@@ -196,8 +203,9 @@ def markdown(rows: list[dict], meta: dict) -> str:
         f"{SFU_EXP2_PER_CLOCK_PER_SM}/clk x {meta['device']['sm_clock_mhz']} MHz); bf16 matmul rate measured in the "
         f"run: {meta['matmul_tflops']:.0f} TFLOP/s.",
         "",
-        "| shape | pass | impl | ms | speed-up vs mamba-ssm | eff. GB/s | TFLOP/s | floor ms | x floor | out rel L2 |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| shape | pass | impl | ms | speed-up vs mamba-ssm | eff. GB/s | TFLOP/s | floor ms | x floor | saved MiB "
+        "| out rel L2 |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         err = next((v for k, v in r.items() if k.startswith("out_rel_l2")), None)
@@ -205,7 +213,8 @@ def markdown(rows: list[dict], meta: dict) -> str:
         lines.append(
             f"| {r['shape']} | {r['pass']} | {r['impl']} | {r['ms']:.3f} | {speed} | {r['effective_gbs']:.0f} | "
             f"{r['tflops']:.1f} | "
-            f"{r['floor_ms']:.3f} | {r['times_floor']:.1f} | {'' if err is None else f'{err:.1e}'} |"
+            f"{r['floor_ms']:.3f} | {r['times_floor']:.1f} | {'' if r.get('saved_mb') is None else r['saved_mb']} | "
+            f"{'' if err is None else f'{err:.1e}'} |"
         )
     profiled = [r for r in rows if r.get("kernel_us")]
     if profiled:

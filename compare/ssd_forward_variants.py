@@ -65,9 +65,11 @@ def forward_call(variant: str, shape_name: str, per_sm: int):
         import torch_reference.ssd_jax_triton  # noqa: F401  (registers the impl)
         from pallas_kernels.ssd.api import MAMBA_SSM_TRITON
 
-        forward, _, _ = op.jax_calls(Variant(variant, MAMBA_SSM_TRITON), arrays, dtypes, cotangent, shape)
+        forward = op.jax_calls(Variant(variant, MAMBA_SSM_TRITON), arrays, dtypes, cotangent, shape).forward
         return forward, jax.block_until_ready
-    forward, _, _ = op.jax_calls(pallas_variant(variant, persistent_programs(per_sm)), arrays, dtypes, cotangent, shape)
+    forward = op.jax_calls(
+        pallas_variant(variant, persistent_programs(per_sm)), arrays, dtypes, cotangent, shape
+    ).forward
     return forward, jax.block_until_ready
 
 

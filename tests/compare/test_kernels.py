@@ -1,6 +1,8 @@
 """compare.kernels: the cost model behind the floor, the tiling-variant parser, the timing loop; the command itself
 needs a GPU and refuses to run without one."""
 
+import dataclasses
+
 import jax
 import pytest
 
@@ -141,3 +143,33 @@ def test_per_kernel_times_sum_device_events_per_call():
     times = per_call_us(profile, calls=2)
     assert times == {"ssd_bwd": 3.0, "ssd_fwd_out": 1.0}
     assert list(times) == ["ssd_bwd", "ssd_fwd_out"]
+
+
+def test_saved_bytes_count_residuals_but_not_forwarded_inputs():
+    import jax.numpy as jnp
+
+    x = jnp.ones((4, 8), jnp.float32)
+    assert kernel_ops.saved_beyond_inputs(jnp.sin, [x]) == 4 * 8 * 4  # cos(x), same shape as x yet not x
+    assert kernel_ops.saved_beyond_inputs(lambda a, b: a * b, [x, x + 1]) == 0  # both inputs kept as they are
+    arrays, dtypes, _ = kernel_ops.selective_scan_inputs((2, 512, 64, 16, 1), "bfloat16", seed=0)
+    inputs = [jnp.asarray(arrays[k], dtypes[k]) for k in arrays]
+
+    def scan(config):
+        return lambda *xs: kernel_ops.selective_scan_fn(
+            **dict(zip(arrays, xs, strict=True)), delta_softplus=True, impl="pallas", config=config
+        )
+
+    kept = ScanConfig(design="chunked", bwd_design="chunked", block_d=8, rows=8, bwd_rows=8, checkpoint_every=256)
+    every = dataclasses.replace(kept, checkpoint_every=0)
+    assert kernel_ops.saved_beyond_inputs(scan(kept), inputs) == 2 * 2 * 16 * 65 * 4  # (batch, L/256, N, dim + 1)
+    assert kernel_ops.saved_beyond_inputs(scan(every), inputs) == 2 * 64 * 16 * 65 * 4  # every 8 steps
+
+
+def test_mamba_ssm_saved_bytes_count_autograd_saved_tensors(cpu_reference):
+    import torch
+
+    from torch_reference.kernel_calls import saved_beyond_inputs
+
+    x = torch.ones(4, 8, requires_grad=True)
+    assert saved_beyond_inputs(lambda: torch.sin(x), [x]) == 0  # sin saves its input
+    assert saved_beyond_inputs(lambda: torch.sin(x * 2), [x]) == 4 * 8 * 4  # ... here a new tensor

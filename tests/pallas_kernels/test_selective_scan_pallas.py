@@ -24,6 +24,18 @@ CHUNKED = ScanConfig(design="chunked", bwd_design="chunked", block_d=4, rows=4, 
 WIDE = ScanConfig(design="chunked", bwd_design="chunked", block_d=2, rows=8, num_warps=2, bwd_rows=16, bwd_block_d=4)
 CHUNKED_FWD = ScanConfig(design="chunked", block_d=4, rows=16, chunk=4, segments=2)  # states saved inside chunks
 CHUNKED_BWD = ScanConfig(bwd_design="chunked", chunk=4, bwd_unroll=2, bwd_rows=4, bwd_block_d=8)
+# States kept every checkpoint_every steps only, the rest rebuilt in the backward: under either backward
+KEPT = ScanConfig(
+    design="chunked",
+    bwd_design="chunked",
+    block_d=4,
+    rows=4,
+    bwd_rows=4,
+    bwd_block_d=4,
+    segments=2,
+    checkpoint_every=16,
+)
+KEPT_SEQUENTIAL = ScanConfig(design="chunked", block_d=2, rows=8, chunk=4, bwd_block_d=4, checkpoint_every=32)
 
 CASES = [  # batch, L, dim, N, G, dtype, D, z, delta_bias, softplus, config
     (2, 1, 8, 4, 1, jnp.float32, True, True, True, True, SMALL),
@@ -47,6 +59,9 @@ CASES = [  # batch, L, dim, N, G, dtype, D, z, delta_bias, softplus, config
     (2, 64, 8, 16, 2, jnp.float32, True, True, False, True, CHUNKED_BWD),
     (1, 9, 4, 40, 2, jnp.float32, True, True, True, True, CHUNKED),  # N padded to 64
     (1, 21, 2, 256, 1, jnp.float32, True, True, False, False, CHUNKED),  # the largest N; dt >= 0 without softplus
+    (2, 77, 12, 4, 3, jnp.bfloat16, True, True, True, True, KEPT),
+    (1, 129, 8, 16, 1, jnp.float32, True, True, True, True, KEPT_SEQUENTIAL),
+    (2, 5, 4, 16, 1, jnp.float32, True, False, True, True, KEPT_SEQUENTIAL),  # L shorter than the interval
 ]
 
 
@@ -73,7 +88,7 @@ def test_forward_and_gradients_match_oracle_and_reference(
     assert_close("last_state vs reference", last, ref_last, jnp.float32)
 
 
-@pytest.mark.parametrize("config", [SMALL, CHUNKED], ids=["sequential", "chunked"])
+@pytest.mark.parametrize("config", [SMALL, CHUNKED, KEPT], ids=["sequential", "chunked", "kept"])
 def test_gradient_through_last_state_only(rng, config):
     """A loss on the last state alone (dout = 0) still reaches every input through the adjoint recurrence."""
     arrays, exact = make_inputs(rng, 2, 21, 8, 4, 2, jnp.float32)
@@ -101,6 +116,7 @@ def test_default_config_tiles_small_and_large_states():
     wide = default_config(16, 1536, 8)  # the 130m layer, batch 8: chunked forward, sequential backward
     assert (wide.design, wide.rows, wide.block_d, wide.num_warps) == ("chunked", 16, 8, 1)
     assert (wide.bwd_design, wide.chunk, wide.bwd_block_d) == ("sequential", 8, 8)
+    assert (wide.kept_every, wide.save_every, wide.rebuilds_states) == (256, 8, True)  # 1/32 of the states kept
     narrow = default_config(16, 1536, 1)  # batch 1: too few programs for the sequential backward
     assert (narrow.rows, narrow.bwd_design, narrow.bwd_rows, narrow.bwd_block_d, narrow.bwd_num_warps) == (
         8,
@@ -140,5 +156,13 @@ def test_unsupported_inputs_are_refused_before_work(rng):
         selective_scan_fn(
             u, delta, A, B, C, impl="pallas", config=ScanConfig(bwd_design="chunked", bwd_rows=8, chunk=4)
         )
+    with pytest.raises(ValueError, match="checkpoint_every=8 must be a multiple of rows=16"):
+        selective_scan_fn(
+            u, delta, A, B, C, impl="pallas", config=ScanConfig(design="chunked", rows=16, checkpoint_every=8)
+        )
+    with pytest.raises(ValueError, match="checkpoint_every needs design='chunked'"):
+        selective_scan_fn(u, delta, A, B, C, impl="pallas", config=ScanConfig(checkpoint_every=64))
+    with pytest.raises(ValueError, match="checkpoint_every must be 0 or a positive power of two, got 48"):
+        selective_scan_fn(u, delta, A, B, C, impl="pallas", config=ScanConfig(design="chunked", checkpoint_every=48))
     with pytest.raises(ValueError, match="config must be an instance of ScanConfig"):
         selective_scan_fn(u, delta, A, B, C, impl="pallas", config={"block_d": 4})
