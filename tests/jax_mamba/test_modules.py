@@ -348,3 +348,17 @@ def test_embedding_rounds_only_the_looked_up_rows_and_sums_gradients_in_float32(
     assert_close("embedding grad", grad, want, jnp.float32)
     with pytest.raises(ValueError, match="input ids must be integers"):
         emb(jnp.zeros((2,), jnp.float32))
+
+
+def test_norm_and_conv_keep_only_their_inputs_for_the_backward():
+    """RMSNorm and the causal conv are rematerialized: their vjp keeps the input and the parameters (closed over, so
+    counted), nothing computed from them."""
+    from compare.kernel_ops import saved_beyond_inputs
+    from jax_mamba.modules.layers import CausalConv1d, RMSNorm
+
+    x = jnp.ones((2, 16, 8), jnp.bfloat16)
+    norm = RMSNorm(8)
+    conv = CausalConv1d(8, 4, bias=True, rngs=nnx.Rngs(0))
+    assert saved_beyond_inputs(norm, [x]) == 8 * 4  # the float32 weight
+    assert saved_beyond_inputs(lambda h: conv(h, activation="silu"), [x]) == (8 * 4 + 8) * 4  # weight and bias
+    assert saved_beyond_inputs(lambda h: jax.nn.silu(h.astype(jnp.float32)), [x]) > 0  # the measure can see a residual
