@@ -10,6 +10,7 @@ from jax_mamba.modules.impl import op_impl
 from jax_mamba.modules.init import dt_bias_init, uniform
 from jax_mamba.modules.layers import CausalConv1d, linear
 from pallas_kernels import selective_scan_fn
+from pallas_kernels.selective_scan.api import SAVED_STATES_NAME
 
 
 class Mamba(nnx.Module):
@@ -63,12 +64,20 @@ class Mamba(nnx.Module):
         """hidden_states (batch, L, d_model) -> (batch, L, d_model) in the compute dtype."""
         xz = self.in_proj(hidden_states)
         x, z = jnp.split(xz, 2, axis=-1)
+        # As mamba-ssm's mamba_inner_fn (checkpoint_lvl 1): the backward recomputes the conv, x_proj and dt_proj from
+        # x and keeps only the scan's own states, not the conv's output or delta (batch, L, d_inner) each.
+        keep_states = jax.checkpoint_policies.save_only_these_names(SAVED_STATES_NAME)
+        y = jax.checkpoint(self.ssm, policy=keep_states)(x, z)
+        return self.out_proj(y)
+
+    def ssm(self, x: jax.Array, z: jax.Array) -> jax.Array:
+        """x, z (batch, L, d_inner) -> the gated scan output (batch, L, d_inner): conv, projections, scan."""
         x = self.conv1d(x, activation="silu")
         x_dbl = self.x_proj(x)
         dt, B, C = jnp.split(x_dbl, [self.dt_rank, self.dt_rank + self.d_state], axis=-1)
         dt = dt @ self.dt_proj.kernel[...].astype(dt.dtype)  # bias enters the scan as delta_bias
         A = -jnp.exp(self.A_log[...].astype(jnp.float32))
-        y = selective_scan_fn(
+        return selective_scan_fn(
             x,
             dt,
             A,
@@ -80,4 +89,3 @@ class Mamba(nnx.Module):
             delta_softplus=True,
             impl=op_impl(self.impl, selective_scan_fn),
         )
-        return self.out_proj(y)

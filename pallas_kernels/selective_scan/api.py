@@ -12,6 +12,7 @@ from pallas_kernels.selective_scan import pallas, reference
 from pallas_kernels.selective_scan.config import MAX_DSTATE, ScanConfig, default_config
 
 Layout = Literal["channels_last", "channels_first"]
+SAVED_STATES_NAME = pallas.STATES_NAME  # what a jax.checkpoint policy names to keep the Pallas scan's states
 _AVAILABLE_IMPLS = ("reference", "pallas")
 
 

@@ -12,6 +12,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
 
 from pallas_kernels.selective_scan.config import ScanConfig
 from pallas_kernels.selective_scan.kernel_bwd import scan_backward
@@ -21,6 +22,11 @@ from pallas_kernels.selective_scan.kernel_fwd_chunked import rebuild_states, sca
 from pallas_kernels.selective_scan.kernel_segment_states import chunk_start_adjoints, segment_end_states
 from pallas_kernels.selective_scan.state_passing import chunk_end_adjoints, segment_start_states
 from pallas_kernels.selective_scan.tiles import padded_rows, scan_dims
+
+# The kept states' name for jax.checkpoint policies: a rematerialized region that saves them
+# (jax.checkpoint_policies.save_only_these_names(STATES_NAME)) recomputes the scan's inputs in the backward, not
+# the scan itself (the recomputed forward's outputs go unused, and XLA drops its kernels).
+STATES_NAME = "selective_scan_states"
 
 
 def _forward(u, delta, A, B, C, D, z, delta_bias, softplus, config, interpret, save_states):
@@ -52,7 +58,7 @@ def selective_scan(u, delta, A, B, C, D, z, delta_bias, softplus: bool, config: 
 
 def _selective_scan_fwd(u, delta, A, B, C, D, z, delta_bias, softplus, config, interpret):
     out, last, states = _forward(u, delta, A, B, C, D, z, delta_bias, softplus, config, interpret, save_states=True)
-    return (out, last), (u, delta, A, B, C, D, z, delta_bias, states)
+    return (out, last), (u, delta, A, B, C, D, z, delta_bias, checkpoint_name(states, STATES_NAME))
 
 
 def _selective_scan_bwd(softplus, config, interpret, residuals, cotangents):

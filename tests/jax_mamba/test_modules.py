@@ -362,3 +362,17 @@ def test_norm_and_conv_keep_only_their_inputs_for_the_backward():
     assert saved_beyond_inputs(norm, [x]) == 8 * 4  # the float32 weight
     assert saved_beyond_inputs(lambda h: conv(h, activation="silu"), [x]) == (8 * 4 + 8) * 4  # weight and bias
     assert saved_beyond_inputs(lambda h: jax.nn.silu(h.astype(jnp.float32)), [x]) > 0  # the measure can see a residual
+
+
+def test_mamba1_backward_recomputes_the_conv_and_delta_and_keeps_the_scan_states():
+    """As mamba-ssm's mamba_inner_fn: of the (batch, L, d_inner) activations only in_proj's two halves are kept
+    for the backward (not the conv's output or delta, which it recomputes), and the Pallas scan's states are kept
+    (so the scan itself is not rerun)."""
+    mixer = Mamba(16, d_state=4, rngs=nnx.Rngs(0), impl="pallas", dtype=jnp.bfloat16)  # d_inner 32
+    h = jnp.ones((2, 24, 16), jnp.bfloat16)
+    closed = jax.make_jaxpr(lambda x: jax.vjp(mixer, x)[1])(h)
+    inputs = set(map(id, closed.jaxpr.invars))
+    kept = [v.aval for v in closed.jaxpr.outvars if id(v) not in inputs and hasattr(v, "aval")]
+    activations = [a for a in kept if a.shape == (2, 24, 32)]
+    assert len(activations) <= 2 and all(a.dtype == jnp.bfloat16 for a in activations), kept
+    assert any(a.dtype == jnp.float32 and a.ndim == 4 and a.shape[0] == 2 for a in kept), kept  # the states
