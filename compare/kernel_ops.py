@@ -14,7 +14,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pallas_kernels import mamba_chunk_scan_combined, selective_scan_fn
+from pallas_kernels import causal_conv1d_fn, mamba_chunk_scan_combined, selective_scan_fn
+from pallas_kernels.causal_conv1d.config import ConvConfig
 from pallas_kernels.selective_scan.config import ScanConfig
 from pallas_kernels.ssd.config import SsdConfig
 
@@ -191,6 +192,49 @@ def ssd_torch(ref, arrays, dtypes, cotangent, shape):
     return ssd_calls(ref, arrays, dtypes, cotangent, chunk_size=shape[-1])
 
 
+# ---- causal conv1d with SiLU (the Mamba blocks' conv): shape (batch, L, dim, width)
+
+
+def conv_inputs(shape, dtype: str, seed: int) -> tuple[dict, dict, np.ndarray]:
+    """x in the compute dtype; weight U(+-1/sqrt(width)) and bias in float32, as the models keep them."""
+    batch, seqlen, dim, width = shape
+    rng = np.random.default_rng(seed)
+    bound = 1 / np.sqrt(width)
+    arrays = {
+        "x": rng.normal(size=(batch, seqlen, dim)),
+        "weight": rng.uniform(-bound, bound, (dim, width)),
+        "bias": rng.uniform(-bound, bound, dim),
+    }
+    dtypes = {"x": dtype, "weight": "float32", "bias": "float32"}
+    cotangent = _rounded({"c": rng.normal(size=(batch, seqlen, dim))}, {"c": dtype})["c"]
+    return _rounded(arrays, dtypes), dtypes, cotangent
+
+
+def conv_costs(shape, dtype: str) -> dict:
+    """Forward: read x, write out. Backward: read x and dout, write dx (weight and bias are negligible); the
+    exps are the SiLU's sigmoids (the backward recomputes them)."""
+    batch, seqlen, dim, _ = shape
+    act = batch * seqlen * dim * jnp.dtype(dtype).itemsize
+    exps = batch * seqlen * dim
+    return {
+        "forward": {"bytes": 2 * act, "flops": 0, "exps": exps},
+        "forward+backward": {"bytes": 5 * act, "flops": 0, "exps": 2 * exps},
+    }
+
+
+def conv_jax(variant: Variant, arrays, dtypes, cotangent, shape):
+    def fn(x, weight, bias):
+        return causal_conv1d_fn(x, weight, bias, activation="silu", impl=variant.impl, config=variant.config)
+
+    return _jax_calls(fn, arrays, dtypes, cotangent, dtypes["x"])
+
+
+def conv_torch(ref, arrays, dtypes, cotangent, shape):
+    from torch_reference.kernel_calls import causal_conv1d_calls
+
+    return causal_conv1d_calls(ref, arrays, dtypes, cotangent)
+
+
 @dataclasses.dataclass(frozen=True)
 class KernelOp:
     name: str
@@ -227,5 +271,15 @@ OPS = {
         ssd_costs,
         ssd_jax,
         ssd_torch,
+    ),
+    "causal_conv1d": KernelOp(
+        "causal_conv1d",
+        ("batch", "L", "dim", "width"),
+        {"130m": (8, 2048, 1536, 4), "1.4b": (4, 2048, 4096, 4), "long": (1, 16384, 1536, 4)},
+        ConvConfig,
+        conv_inputs,
+        conv_costs,
+        conv_jax,
+        conv_torch,
     ),
 }

@@ -102,6 +102,32 @@ def ssd_calls(ref: Reference, arrays: dict, dtypes: dict, cotangent: np.ndarray,
     return KernelCalls(forward, forward_backward, sync, output, saved_beyond_inputs(run, list(leaves.values())))
 
 
+def causal_conv1d_calls(ref: Reference, arrays: dict, dtypes: dict, cotangent: np.ndarray) -> KernelCalls:
+    """x (batch, L, dim), weight (dim, width), bias (dim,): causal-conv1d's ``causal_conv1d_fn`` with SiLU on a
+    (batch, dim, L) copy of x, as mamba-ssm's Mamba block calls it."""
+    device = ref.device
+    if ref.causal_conv1d_fn is None:
+        raise RuntimeError("causal-conv1d's CUDA extension is not built: python -m torch_reference.build")
+    x = to_torch(np.ascontiguousarray(np.transpose(arrays["x"], (0, 2, 1))), dtypes["x"], device, grad=True)
+    weight = to_torch(arrays["weight"], dtypes["weight"], device, grad=True)
+    bias = to_torch(arrays["bias"], dtypes["bias"], device, grad=True)
+    dout = to_torch(np.ascontiguousarray(np.transpose(cotangent, (0, 2, 1))), dtypes["x"], device)
+
+    def run():
+        return ref.causal_conv1d_fn(x, weight, bias, activation="silu")
+
+    def forward():
+        with torch.no_grad():
+            return run()
+
+    def forward_backward():
+        return torch.autograd.grad(run(), [x, weight, bias], dout)
+
+    output = to_numpy(forward()).transpose(0, 2, 1)
+    sync = _sync_cuda if device == "cuda" else _no_sync
+    return KernelCalls(forward, forward_backward, sync, output, saved_beyond_inputs(run, [x, weight, bias]))
+
+
 def _sync_cuda(_output) -> None:
     torch.cuda.synchronize()
 

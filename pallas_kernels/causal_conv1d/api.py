@@ -5,10 +5,12 @@ from typing import Literal
 import jax
 import jax.numpy as jnp
 
-from pallas_kernels._checks import check_array, check_impl, check_seq_idx, check_shape
-from pallas_kernels.causal_conv1d import reference
+from pallas_kernels._checks import check_array, check_config, check_impl, check_seq_idx, check_shape
+from pallas_kernels._triton import interpret_mode
+from pallas_kernels.causal_conv1d import pallas, reference
+from pallas_kernels.causal_conv1d.config import ConvConfig
 
-_AVAILABLE_IMPLS = ("reference",)
+_AVAILABLE_IMPLS = ("reference", "pallas")
 _ACTIVATIONS = (None, "silu", "swish")
 
 
@@ -23,6 +25,7 @@ def causal_conv1d_fn(
     activation: str | None = None,
     layout: Literal["channels_last", "channels_first"] = "channels_last",
     impl: str = "reference",
+    config: ConvConfig | None = None,
 ) -> jax.Array | tuple[jax.Array, jax.Array]:
     """Depthwise causal conv: out[t] = act(bias + sum_k weight[:, k] * x[t - (width - 1) + k]).
 
@@ -33,6 +36,10 @@ def causal_conv1d_fn(
     return_final_states (as in causal-conv1d). Arguments after ``bias`` are keyword-only.
 
     Returns out with x's dtype and layout, plus final_states (the last width - 1 inputs) if return_final_states.
+
+    ``impl="pallas"`` runs the Pallas Triton kernels (interpreted when JAX has no GPU), SiLU fused, a backward that
+    recomputes the conv and keeps only the inputs; it does not take ``initial_states`` or ``return_final_states``
+    (the decoding path, which ``impl="reference"`` serves). ``config`` sets its tiling (``ConvConfig``).
     """
     check_impl("causal_conv1d_fn", impl, _AVAILABLE_IMPLS)
     if layout not in ("channels_last", "channels_first"):
@@ -63,6 +70,15 @@ def causal_conv1d_fn(
         else:
             check_shape("initial_states", initial_states, (batch, width - 1, dim), "(batch, width - 1, dim)")
 
+    if impl == "pallas":
+        if initial_states is not None or return_final_states:
+            raise ValueError(
+                "impl='pallas' does not take initial_states or return_final_states; use impl='reference' for them"
+            )
+        check_config(config, ConvConfig)
+        silu = activation in ("silu", "swish")
+        out = pallas.causal_conv1d(x, weight, bias, seq_idx, silu, config or ConvConfig(), interpret_mode())
+        return jnp.swapaxes(out, 1, 2) if channels_first else out
     out, final_states = reference.causal_conv1d(x, weight, bias, seq_idx, initial_states, activation)
     if channels_first:
         out, final_states = jnp.swapaxes(out, 1, 2), jnp.swapaxes(final_states, 1, 2)

@@ -173,3 +173,22 @@ def test_mamba_ssm_saved_bytes_count_autograd_saved_tensors(cpu_reference):
     x = torch.ones(4, 8, requires_grad=True)
     assert saved_beyond_inputs(lambda: torch.sin(x), [x]) == 0  # sin saves its input
     assert saved_beyond_inputs(lambda: torch.sin(x * 2), [x]) == 4 * 8 * 4  # ... here a new tensor
+
+
+def test_conv_op_costs_inputs_and_jax_calls():
+    """The conv op: bytes of the 130m shape, inputs in their dtypes; both impls run on the CPU, and the Pallas one
+    keeps only its inputs for the backward where XLA's autodiff of the reference keeps float32 intermediates."""
+    import numpy as np
+
+    op = kernel_ops.OPS["causal_conv1d"]
+    act = 8 * 2048 * 1536 * 2
+    assert op.costs(op.shapes["130m"], "bfloat16")["forward+backward"]["bytes"] == 5 * act
+    arrays, dtypes, cotangent = op.inputs((2, 9, 4, 4), "bfloat16", seed=0)
+    assert set(arrays) == {"x", "weight", "bias"} and dtypes["weight"] == "float32"
+    reference, pallas = (
+        op.jax_calls(kernel_ops.Variant(impl, impl), arrays, dtypes, cotangent, (2, 9, 4, 4))
+        for impl in ("reference", "pallas")
+    )
+    assert pallas.output.shape == (2, 9, 4) and np.isfinite(pallas.output).all()
+    np.testing.assert_allclose(pallas.output, reference.output, rtol=1e-2, atol=1e-2)
+    assert pallas.saved_bytes == 0 and reference.saved_bytes > 0
