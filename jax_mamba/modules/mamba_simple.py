@@ -39,12 +39,14 @@ class Mamba(nnx.Module):
         *,
         dtype=jnp.float32,
         impl: str = "auto",
+        scan_checkpoint_every: int | None = None,
         rngs: nnx.Rngs,
     ):
         self.d_model, self.d_state, self.d_conv, self.expand = d_model, d_state, d_conv, expand
         self.d_inner = expand * d_model
         self.dt_rank = math.ceil(d_model / 16) if dt_rank == "auto" else dt_rank
         self.impl = impl
+        self.scan_checkpoint_every = scan_checkpoint_every  # the Pallas scan's kept states (None: its default)
         self.in_proj = linear(d_model, 2 * self.d_inner, bias=bias, dtype=dtype, rngs=rngs)
         self.conv1d = CausalConv1d(self.d_inner, d_conv, bias=conv_bias, rngs=rngs, impl=impl)
         self.x_proj = linear(self.d_inner, self.dt_rank + 2 * d_state, bias=False, dtype=dtype, rngs=rngs)
@@ -88,4 +90,5 @@ class Mamba(nnx.Module):
             delta_bias=self.dt_proj.bias[...],
             delta_softplus=True,
             impl=op_impl(self.impl, selective_scan_fn),
+            checkpoint_every=self.scan_checkpoint_every,
         )

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 from pallas_kernels._checks import check_array, check_config, check_divides, check_impl, check_shape
 from pallas_kernels._triton import interpret_mode
 from pallas_kernels.selective_scan import pallas, reference
-from pallas_kernels.selective_scan.config import MAX_DSTATE, ScanConfig, default_config
+from pallas_kernels.selective_scan.config import KEEP_EVERY, MAX_DSTATE, ScanConfig, default_config
 
 Layout = Literal["channels_last", "channels_first"]
 SAVED_STATES_NAME = pallas.STATES_NAME  # what a jax.checkpoint policy names to keep the Pallas scan's states
@@ -32,6 +32,7 @@ def selective_scan_fn(
     layout: Layout = "channels_last",
     impl: str = "reference",
     config: ScanConfig | None = None,
+    checkpoint_every: int | None = None,
 ) -> jax.Array | tuple[jax.Array, jax.Array]:
     """Selective scan: h_t = exp(delta_t A) h_{t-1} + delta_t B_t u_t,  y_t = C_t h_t + D u_t,  out = y * silu(z).
 
@@ -50,6 +51,9 @@ def selective_scan_fn(
     ``impl="pallas"`` runs the Pallas Triton kernels (interpreted when JAX has no GPU); it needs input-dependent
     B and C and N <= 256. ``config`` overrides its design and tiling (``ScanConfig``: the chunked scan along time or
     the sequential walk, per pass); the default is chosen from N, dim and batch x groups (``default_config``).
+    ``checkpoint_every`` sets only the default's steps between the states kept for the backward (None: 256; 0:
+    every state the backward reads, which spares the backward a rebuild at the cost of (batch, L / 8, N, dim)
+    float32 kept per call); it has no effect on ``impl="reference"``.
     """
     check_impl("selective_scan_fn", impl, _AVAILABLE_IMPLS)
     if layout not in ("channels_last", "channels_first"):
@@ -73,6 +77,8 @@ def selective_scan_fn(
     dstate = A.shape[1]
     if impl == "pallas":
         _check_pallas_supported(B, C, dstate, config)
+        if config is not None and checkpoint_every is not None:
+            raise ValueError("pass either config or checkpoint_every (ScanConfig.checkpoint_every), not both")
     B = _check_bc("B", B, batch, seqlen, dim, dstate, layout)
     C = _check_bc("C", C, batch, seqlen, dim, dstate, layout)
     if B.shape[2] != C.shape[2]:  # e.g. time-invariant B with input-dependent C: bring both to lcm(G_B, G_C) groups.
@@ -84,7 +90,10 @@ def selective_scan_fn(
             check_shape(name, vec, (dim,), "(dim,)")
 
     if impl == "pallas":
-        config = config or default_config(dstate, dim // B.shape[2], batch * B.shape[2])
+        if config is None:
+            keep = KEEP_EVERY if checkpoint_every is None else checkpoint_every
+            config = default_config(dstate, dim // B.shape[2], batch * B.shape[2], keep)
+            config.validate()
         out, last_state = pallas.selective_scan(
             u, delta, A, B, C, D, z, delta_bias, bool(delta_softplus), config, interpret_mode()
         )

@@ -114,16 +114,19 @@ KEEP_EVERY = 256  # steps between the states a default forward keeps for the bac
 FILL_PROGRAMS = 512  # about 4 one-warp programs per SM of an H100/H200: below this, narrower or time-parallel
 
 
-def default_config(dstate: int, dim_per_group: int, programs_per_channel: int = 1) -> ScanConfig:
+def default_config(
+    dstate: int, dim_per_group: int, programs_per_channel: int = 1, checkpoint_every: int = KEEP_EVERY
+) -> ScanConfig:
     """The tiling measured best on an H100 (benchmarks/kernels/selective_scan-notes.md) for N = 16, scaled for N.
 
     ``programs_per_channel`` is batch x groups. Where batch x groups x channel blocks of 8 gives at least
     FILL_PROGRAMS one-warp programs, the backward is the sequential design's (8 channels per program, states every
     8 steps) and the forward the chunked one with chunks of 16 steps (saving states inside them); otherwise the
     backward is the chunked design's (every chunk of 8 steps in parallel) and the forward's chunks have 8 steps,
-    with segments of L in parallel. Either way the forward keeps the state only every KEEP_EVERY steps and the
-    backward rebuilds the rest (``checkpoint_every``). Forward tiles (rows, Np, block_d) hold at most 2048
-    elements per warp (block_d 8 at N = 16), the chunked backward's 512.
+    with segments of L in parallel. Either way the forward keeps the state only every ``checkpoint_every`` steps
+    (KEEP_EVERY; 0 keeps every state the backward reads: no rebuild, more memory) and the backward rebuilds the
+    rest. Forward tiles (rows, Np, block_d) hold at most 2048 elements per warp (block_d 8 at N = 16), the chunked
+    backward's 512.
     """
     np_ = next_pow2(dstate)
     block = min(max(1, 128 // np_), next_pow2(dim_per_group))
@@ -137,5 +140,5 @@ def default_config(dstate: int, dim_per_group: int, programs_per_channel: int = 
         backward = dict(bwd_design="chunked", bwd_rows=bwd_rows, bwd_block_d=bwd_block, bwd_num_warps=bwd_warps)
     warps = max(1, rows * np_ * block // 2048)
     return ScanConfig(
-        design="chunked", block_d=block, num_warps=warps, rows=rows, checkpoint_every=KEEP_EVERY, **backward
+        design="chunked", block_d=block, num_warps=warps, rows=rows, checkpoint_every=checkpoint_every, **backward
     )

@@ -117,6 +117,8 @@ def test_default_config_tiles_small_and_large_states():
     assert (wide.design, wide.rows, wide.block_d, wide.num_warps) == ("chunked", 16, 8, 1)
     assert (wide.bwd_design, wide.chunk, wide.bwd_block_d) == ("sequential", 8, 8)
     assert (wide.kept_every, wide.save_every, wide.rebuilds_states) == (256, 8, True)  # 1/32 of the states kept
+    every = default_config(16, 1536, 8, checkpoint_every=0)  # keep every state the backward reads: no rebuild
+    assert (every.kept_every, every.rebuilds_states) == (8, False)
     narrow = default_config(16, 1536, 1)  # batch 1: too few programs for the sequential backward
     assert (narrow.rows, narrow.bwd_design, narrow.bwd_rows, narrow.bwd_block_d, narrow.bwd_num_warps) == (
         8,
@@ -164,5 +166,9 @@ def test_unsupported_inputs_are_refused_before_work(rng):
         selective_scan_fn(u, delta, A, B, C, impl="pallas", config=ScanConfig(checkpoint_every=64))
     with pytest.raises(ValueError, match="checkpoint_every must be 0 or a positive power of two, got 48"):
         selective_scan_fn(u, delta, A, B, C, impl="pallas", config=ScanConfig(design="chunked", checkpoint_every=48))
+    with pytest.raises(ValueError, match="pass either config or checkpoint_every"):
+        selective_scan_fn(u, delta, A, B, C, impl="pallas", config=ScanConfig(), checkpoint_every=0)
+    with pytest.raises(ValueError, match="checkpoint_every must be 0 or a positive power of two, got 48"):
+        selective_scan_fn(u, delta, A, B, C, impl="pallas", checkpoint_every=48)
     with pytest.raises(ValueError, match="config must be an instance of ScanConfig"):
         selective_scan_fn(u, delta, A, B, C, impl="pallas", config={"block_d": 4})
