@@ -66,11 +66,13 @@ class Mamba(nnx.Module):
         """hidden_states (batch, L, d_model) -> (batch, L, d_model) in the compute dtype."""
         xz = self.in_proj(hidden_states)
         x, z = jnp.split(xz, 2, axis=-1)
-        # As mamba-ssm's mamba_inner_fn (checkpoint_lvl 1): the backward recomputes the conv, x_proj and dt_proj from
-        # x and keeps only the scan's own states, not the conv's output or delta (batch, L, d_inner) each.
-        keep_states = jax.checkpoint_policies.save_only_these_names(SAVED_STATES_NAME)
-        y = jax.checkpoint(self.ssm, policy=keep_states)(x, z)
-        return self.out_proj(y)
+        if op_impl(self.impl, selective_scan_fn) == "pallas":
+            # As mamba-ssm's mamba_inner_fn (checkpoint_lvl 1): the backward recomputes the conv, x_proj and dt_proj
+            # from x and keeps only the scan kernel's own (named) states, not the conv's output or delta (batch, L,
+            # d_inner) each. The reference scan names no states: it would be recomputed whole, so it runs as is.
+            keep_states = jax.checkpoint_policies.save_only_these_names(SAVED_STATES_NAME)
+            return self.out_proj(jax.checkpoint(self.ssm, policy=keep_states)(x, z))
+        return self.out_proj(self.ssm(x, z))
 
     def ssm(self, x: jax.Array, z: jax.Array) -> jax.Array:
         """x, z (batch, L, d_inner) -> the gated scan output (batch, L, d_inner): conv, projections, scan."""
