@@ -164,12 +164,10 @@ def _params(dims: ConvDims, num_warps: int):
 
 
 def _padded(x, dims: ConvDims, value=0):
-    """In interpret mode, x with ``value`` rows on axis 1: ``dims.pad`` in front of step 0 and enough after step
-    L - 1 for every tile and shift (interpret mode also reads a slice past the end as NaN, masked or not)."""
+    """x with ``dims.pad`` rows of ``value`` in front of step 0 (axis 1)."""
     if not dims.pad:
         return x
-    after = dims.grid[1] * dims.block_l - dims.seqlen + dims.width
-    return jnp.pad(x, [(0, 0), (dims.pad, after)] + [(0, 0)] * (x.ndim - 2), constant_values=value)
+    return jnp.pad(x, [(0, 0), (dims.pad, 0)] + [(0, 0)] * (x.ndim - 2), constant_values=value)
 
 
 def _inputs(x, weight, bias, seq_idx, dims: ConvDims):
