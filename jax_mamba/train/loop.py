@@ -22,7 +22,6 @@ from jax_mamba.tasks import Task, task_for
 from jax_mamba.train import run_dir as runs
 from jax_mamba.train.checkpoint import CheckpointStore
 from jax_mamba.train.metrics import MetricsLog, plot_loss_curve
-from jax_mamba.train.optim import learning_rate_schedule
 from jax_mamba.train.prefetch import DevicePrefetch
 from jax_mamba.train.step import init_training, make_eval_step
 
@@ -143,7 +142,6 @@ def _train(cfg: RunConfig, task: Task, dataset: Dataset, resume: bool, run_dir: 
         )
 
     eval_step = make_eval_step(task, layout)
-    schedule = learning_rate_schedule(cfg.optim, t.max_steps)
     end = t.max_steps if t.stop_after_steps is None else min(t.max_steps, start + t.stop_after_steps)
     items_per_step = task.items_per_batch() * t.grad_accum_steps
     rate_key = f"{task.unit}_per_s"
@@ -187,7 +185,7 @@ def _train(cfg: RunConfig, task: Task, dataset: Dataset, resume: bool, run_dir: 
             if at % t.log_every == 0 or at == end:
                 rate = items_per_step * window_steps / max(now - window_start, 1e-9)
                 window_start, window_steps = now, 0
-                record = {"step": at, **last, "lr": float(schedule(at - 1)), rate_key: rate, "time": time.time()}
+                record = {"step": at, **last, rate_key: rate, "time": time.time()}
                 metrics.write(record)
                 bar.set_postfix(loss=f"{last['loss']:.4f}", **{rate_key: f"{rate:,.0f}"})
         bar.update(len(unread))

@@ -2,6 +2,7 @@
 good checkpoint, no overwriting, gradient accumulation, the command line."""
 
 import hashlib
+import traceback
 from pathlib import Path
 
 import jax
@@ -16,9 +17,12 @@ from jax_mamba.models import ParamLayout
 from jax_mamba.tasks import task_for
 from jax_mamba.train.__main__ import main
 from jax_mamba.train.loop import TrainingDiverged, train
+from jax_mamba.train.optim import learning_rate_schedule
 from jax_mamba.train.run_dir import RunDirError
 from jax_mamba.train.step import make_train_step
 from tests.jax_mamba.training_runs import QUIET, losses, records, whole_and_resumed_runs
+
+BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"  # jax.monitoring: one compilation finished
 
 
 def tree_digest(folder: Path) -> str:
@@ -38,6 +42,44 @@ def test_training_writes_outputs_and_loss_falls(tmp_path):
     for name in ("config.yaml", "run.json", "metrics.jsonl", "loss_curve.png"):
         assert (tmp_path / name).stat().st_size > 0, name
     assert sorted(int(p.name) for p in (tmp_path / "checkpoints").iterdir()) == [12, 24]
+
+
+def _loop_line(stack: traceback.StackSummary) -> str:
+    """The training loop's innermost line on ``stack``: its function and source text."""
+    frame = [f for f in stack if f.filename.endswith("jax_mamba/train/loop.py")][-1]
+    return f"{frame.name}: {frame.line}"
+
+
+def test_the_loop_compiles_nothing_between_steps_and_logs_the_rate_used(tmp_path):
+    """Anything compiled between steps stalls the device (the first eager call of the learning-rate schedule, made
+    when the loop logged its first step, took 0.6 s on a GPU inside the timed steps): in the loop, only the setup,
+    the train step and the evaluation compile. The logged ``lr`` is the schedule's value at the step's update."""
+    jax.clear_caches()  # eager operations compiled by earlier tests would hide a compilation here
+    compiled = []
+
+    def listener(event: str, secs: float, **_) -> None:
+        if event == BACKEND_COMPILE:
+            compiled.append(_loop_line(traceback.extract_stack()))
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        overrides = ["--max_steps=6", "--log_every=1", "--warmup_steps=4", "--eval_every=3", "--save_every=3"]
+        cfg = load_config("mamba2-tiny", [*QUIET, *overrides])
+        train(cfg, run_dir=tmp_path, echo=lambda *_: None)
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
+    allowed = (
+        "_train: setup = init_training(",
+        "_train: params, opt_state, model_state, out = train_step(",
+        "_evaluate:",
+    )
+    assert any(line.startswith(allowed[1]) for line in compiled)
+    assert [line for line in compiled if not line.startswith(allowed)] == []
+    logged = [r for r in records(tmp_path) if "loss" in r and "event" not in r]
+    assert [r["step"] for r in logged] == [1, 2, 3, 4, 5, 6]
+    schedule = learning_rate_schedule(cfg.optim, cfg.train.max_steps)
+    np.testing.assert_allclose([r["lr"] for r in logged], [float(schedule(r["step"] - 1)) for r in logged], rtol=1e-6)
+    assert logged[0]["lr"] == 0.0 and logged[4]["lr"] == pytest.approx(cfg.optim.lr)
 
 
 def test_resume_continues_the_same_trajectory(tmp_path):
