@@ -16,6 +16,14 @@ def interpret_mode() -> bool:
     return jax.default_backend() != "gpu"
 
 
+def gpu_sm_count(default: int = 132) -> int:
+    """Streaming multiprocessors of the GPU that runs the kernels; ``default`` (an H100's 132) when interpreted or
+    when the device does not say, so that a default tiling depends only on the shapes there."""
+    if interpret_mode():
+        return default
+    return getattr(jax.devices()[0], "core_count", None) or default
+
+
 def next_pow2(n: int) -> int:
     """Triton tiles need power-of-two sizes: the smallest power of two >= n (>= 1)."""
     return 1 << max(0, (int(n) - 1).bit_length())

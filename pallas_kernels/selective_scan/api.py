@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 
 from pallas_kernels._checks import check_array, check_config, check_divides, check_impl, check_shape
-from pallas_kernels._triton import interpret_mode
+from pallas_kernels._triton import gpu_sm_count, interpret_mode
 from pallas_kernels.selective_scan import pallas, reference
 from pallas_kernels.selective_scan.config import KEEP_EVERY, MAX_DSTATE, ScanConfig, default_config
 
@@ -92,7 +92,7 @@ def selective_scan_fn(
     if impl == "pallas":
         if config is None:
             keep = KEEP_EVERY if checkpoint_every is None else checkpoint_every
-            config = default_config(dstate, dim // B.shape[2], batch * B.shape[2], keep)
+            config = default_config(dstate, dim // B.shape[2], batch * B.shape[2], keep, gpu_sm_count())
             config.validate()
         out, last_state = pallas.selective_scan(
             u, delta, A, B, C, D, z, delta_bias, bool(delta_softplus), config, interpret_mode()

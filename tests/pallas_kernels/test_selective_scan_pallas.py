@@ -14,7 +14,7 @@ import pytest
 
 from compare.tolerances import assert_close
 from pallas_kernels import selective_scan_fn
-from pallas_kernels.selective_scan.config import ScanConfig, default_config, segment_length
+from pallas_kernels.selective_scan.config import ScanConfig, default_config, segment_length, sequential_bwd_unroll
 from tests.pallas_kernels.test_selective_scan_reference import assert_matches_oracle, make_inputs, oracle
 
 SMALL = ScanConfig(block_d=4, chunk=4, prefetch=3, bwd_unroll=2, bwd_block_d=8)  # several channel blocks
@@ -132,6 +132,26 @@ def test_default_config_tiles_small_and_large_states():
     assert default_config(4, 3, 64).block_d <= 4  # never wider than the group (rounded up to a power of two)
     for config in (wide, narrow, big):
         config.validate()
+
+
+def test_the_sequential_backward_unrolls_further_where_that_adds_no_wave_of_programs():
+    """4 steps reversed together where the programs' larger register file (8 resident per SM, not 12) does not add a
+    wave of programs; measured on an H100 at nine shapes (benchmarks/kernels/selective_scan-notes.md)."""
+    cases = {  # (dim, batch x groups) -> programs of 8 channels -> bwd_unroll on 132 SMs
+        (2048, 8): 4,  # 370m layer: 2048 programs, 2 waves either way
+        (4096, 4): 4,  # 1.4b layer
+        (2048, 4): 4,  # 1024 programs: one wave either way
+        (1536, 8): 2,  # 130m layer: 1536 programs, 1 wave at 12 per SM, 2 at 8
+        (384, 32): 2,  # 4 groups of 384 channels, batch 8
+        (2560, 8): 2,  # 2560 programs: 2 waves against 3
+        (768, 32): 2,
+    }
+    for (dim, programs_per_channel), unroll in cases.items():
+        config = default_config(16, dim, programs_per_channel)
+        assert (config.bwd_design, config.bwd_unroll) == ("sequential", unroll), (dim, programs_per_channel)
+        config.validate()
+    assert default_config(16, 1536, 8, sm_count=200).bwd_unroll == 4  # a larger GPU holds them in one wave
+    assert sequential_bwd_unroll(1584) == 2 and sequential_bwd_unroll(1056) == 4
 
 
 def test_segments_fill_the_gpu_only_when_the_batch_does_not():
