@@ -64,6 +64,28 @@ def check_seq_idx(seq_idx, batch: int, seqlen: int) -> None:
         raise ValueError("seq_idx must be non-decreasing along L (packed sequences are contiguous)")
 
 
+def check_cu_seqlens(cu_seqlens, batch: int, seqlen: int) -> None:
+    """cu_seqlens for varlen states: int (num_sequences + 1,) strictly increasing from 0 to L (values checked when
+    known), with batch 1 (the sequences are packed along L)."""
+    if cu_seqlens is None:
+        raise ValueError("return_varlen_states needs cu_seqlens: int (num_sequences + 1,), from 0 to L")
+    if batch != 1:
+        raise ValueError(f"return_varlen_states needs batch 1 (sequences packed along L), got batch {batch}")
+    check_array("cu_seqlens", cu_seqlens, 1, floating=False)
+    if not jnp.issubdtype(cu_seqlens.dtype, jnp.integer) or cu_seqlens.shape[0] < 2:
+        raise ValueError(
+            f"cu_seqlens must be an integer array (num_sequences + 1,) with at least 2 entries, got "
+            f"{cu_seqlens.dtype} {tuple(cu_seqlens.shape)}"
+        )
+    if isinstance(cu_seqlens, jax.core.Tracer):
+        return
+    values = np.asarray(cu_seqlens)
+    if values[0] != 0 or values[-1] != seqlen or np.any(np.diff(values) <= 0):
+        raise ValueError(
+            f"cu_seqlens must increase strictly from 0 to L={seqlen} (no empty sequence), got {values.tolist()}"
+        )
+
+
 def check_config(config, config_cls: type) -> None:
     """A kernel tiling: None (the op's default) or a valid instance of the op's config dataclass."""
     if config is None:

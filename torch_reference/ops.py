@@ -84,6 +84,25 @@ def run_ssd(
     return (to_numpy(out),), vjp((out,), (cotangent,), t)
 
 
+def ssd_varlen_states(
+    ref: Reference, arrays: dict, dtypes: dict, seq_idx: np.ndarray, cu_seqlens: np.ndarray, *, chunk_size: int
+) -> np.ndarray:
+    """mamba-ssm's ``mamba_chunk_scan_combined(..., seq_idx, cu_seqlens, return_varlen_states=True)`` on packed
+    sequences (batch 1, dt_softplus): its varlen states (num_sequences, H, P, N) as float32 numpy. GPU only (the
+    Triton kernels; mamba-ssm's CPU reference has no varlen states)."""
+    if ref.mamba_chunk_scan_combined is None:
+        raise RuntimeError("varlen states need mamba-ssm's Triton kernels (a GPU)")
+    t = _leaves(arrays, dtypes, ref.device)
+    index = lambda a: torch.as_tensor(a, dtype=torch.int32, device=ref.device)  # noqa: E731
+    with torch.no_grad():
+        _, states = ref.mamba_chunk_scan_combined(
+            t["x"], t["dt"], t["A"], t["B"], t["C"], chunk_size, D=t.get("D"), z=t.get("z"),
+            dt_bias=t.get("dt_bias"), seq_idx=index(seq_idx), cu_seqlens=index(cu_seqlens), dt_softplus=True,
+            return_varlen_states=True,
+        )  # fmt: skip
+    return to_numpy(states)
+
+
 def run_causal_conv1d(ref: Reference, arrays: dict, dtypes: dict, cotangent: np.ndarray, *, activation: str | None):
     """x (batch, L, dim); weight (dim, width); bias (dim,) -> out (batch, L, dim).
 

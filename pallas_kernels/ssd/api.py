@@ -8,6 +8,7 @@ import jax.numpy as jnp
 from pallas_kernels._checks import (
     check_array,
     check_config,
+    check_cu_seqlens,
     check_divides,
     check_impl,
     check_positive_int,
@@ -71,9 +72,15 @@ def mamba_chunk_scan_combined(
     initial_states (batch, H, P, N); seq_idx int (batch, L), non-decreasing: packed sequences, the state resets
     where it changes, and ``initial_states`` applies to sequence 0 only (as in mamba-ssm).
 
-    Returns out (batch, L, H, P) in x's dtype, plus final_states (batch, H, P, N) float32 if
-    ``return_final_states``. ``cu_seqlens``/``return_varlen_states`` keep mamba-ssm's argument order but are not
-    supported yet (use seq_idx). Chunking changes only the float rounding, never the result's meaning.
+    Returns out (batch, L, H, P) in x's dtype; then final_states (batch, H, P, N) float32 if
+    ``return_final_states``; then, if ``return_varlen_states``, varlen_states (num_sequences, H, P, N) float32: the
+    state right after each packed sequence's last position ``cu_seqlens[i + 1] - 1``, for batch 1 and cu_seqlens int
+    (num_sequences + 1,) strictly increasing from 0 to L (as mamba-ssm, which uses cu_seqlens only for this and
+    ignores it otherwise). The state resets only where seq_idx says: pass seq_idx marking the same sequences (as
+    mamba-ssm's Mamba2 does) and each row is that sequence's own final state, the one a separate run of it returns
+    (mamba-ssm's kernel, unlike this, drops ``initial_states`` from sequence 0's row when that sequence ends inside
+    the first chunk). varlen_states are computed in XLA from the chunk states whatever ``impl`` is, and are
+    differentiable. Chunking changes only the float rounding, never the result's meaning.
 
     ``impl="mamba_ssm_triton"`` (after ``import torch_reference.ssd_jax_triton``; GPU only) launches mamba-ssm's
     own Triton kernels, forward and backward, from JAX: for benchmarks that separate the kernel from the framework.
@@ -89,8 +96,6 @@ def mamba_chunk_scan_combined(
         )
     if impl not in _REGISTERED:
         check_impl("mamba_chunk_scan_combined", impl, _AVAILABLE_IMPLS)
-    if cu_seqlens is not None or return_varlen_states:
-        raise NotImplementedError("cu_seqlens / return_varlen_states are not supported yet; pass seq_idx instead")
     check_array("x", x, 4)
     batch, seqlen, nheads, headdim = x.shape
     check_positive_int("chunk_size", chunk_size)
@@ -123,12 +128,27 @@ def mamba_chunk_scan_combined(
         check_seq_idx(seq_idx, batch, seqlen)
     if len(dt_limit) != 2 or not dt_limit[0] <= dt_limit[1]:
         raise ValueError(f"dt_limit must be a pair (min, max) with min <= max, got {dt_limit!r}")
+    if return_varlen_states:
+        check_cu_seqlens(cu_seqlens, batch, seqlen)
 
+    out, final_states = _scan(
+        x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, dt_softplus, dt_limit, impl, config
+    )
+    results = (out, final_states) if return_final_states else (out,)
+    if return_varlen_states:
+        processed_dt = reference.process_dt(dt, dt_bias, bool(dt_softplus), (float(dt_limit[0]), float(dt_limit[1])))
+        states = reference.varlen_states(x, processed_dt, A, B, cu_seqlens, int(chunk_size), initial_states, seq_idx)
+        results += (states,)
+    return results[0] if len(results) == 1 else results
+
+
+def _scan(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, dt_softplus, dt_limit, impl, config):
+    """(out, final_states) of the checked arguments by ``impl``."""
+    nheads, headdim = x.shape[2:]
     if impl in _REGISTERED:
         return _REGISTERED[impl](
-            x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, dt_softplus, dt_limit,
-            return_final_states,
-        )  # fmt: skip
+            x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, dt_softplus, dt_limit, True
+        )
 
     if impl == "pallas":
         _check_pallas_supported(headdim, B.shape[3], config)
@@ -151,10 +171,9 @@ def mamba_chunk_scan_combined(
         seq = None if seq_idx is None else seq_idx.astype(jnp.int32)
         init = None if initial_states is None else initial_states.astype(jnp.float32)
         B, C = B.astype(x.dtype), C.astype(x.dtype)  # the dots take one operand dtype
-        out, final_states = pallas.ssd(x, dt, A, B, C, D_heads, z, dt_bias, init, seq, dims, config)
-        return (out, final_states) if return_final_states else out
+        return pallas.ssd(x, dt, A, B, C, D_heads, z, dt_bias, init, seq, dims, config)
 
-    out, final_states = reference.chunk_scan(
+    return reference.chunk_scan(
         x,
         dt,
         A,
@@ -169,7 +188,6 @@ def mamba_chunk_scan_combined(
         bool(dt_softplus),
         (float(dt_limit[0]), float(dt_limit[1])),
     )
-    return (out, final_states) if return_final_states else out
 
 
 def _check_pallas_supported(headdim: int, dstate: int, config: SsdConfig | None) -> None:

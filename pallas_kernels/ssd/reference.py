@@ -12,6 +12,8 @@ seq_idx (packed sequences): the state resets wherever seq_idx changes along L. T
 sequence 0, so ``initial_states`` belongs to the sequence with id 0, as in mamba-ssm.
 """
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 
@@ -35,6 +37,74 @@ def _exp_masked(log_decay: jax.Array, mask: jax.Array | None) -> jax.Array:
     return jnp.exp(jnp.where(mask, log_decay, -jnp.inf))
 
 
+@dataclasses.dataclass(frozen=True)
+class Chunks:
+    """The inputs cut into chunks of q steps (zero padded past L) and what the state pass needs, all float32:
+    xc (b, c, q, g, hpg, p), dtc (b, c, q, g, hpg), Bc (b, c, q, g, n), cs (b, c, q, g, hpg) the in-chunk cumulative
+    log-decay; with seq_idx, sc (b, c, q) the ids (edge padded), and per chunk the id of its last position and of
+    the position before it (``last_seq``, ``prev_seq``, (b, c))."""
+
+    xc: jax.Array
+    dtc: jax.Array
+    Bc: jax.Array
+    cs: jax.Array
+    sc: jax.Array | None
+    last_seq: jax.Array | None
+    prev_seq: jax.Array | None
+
+    @property
+    def from_start_mask(self) -> jax.Array | None:
+        """(b, c, q, 1, 1): the positions still in the sequence of the state entering their chunk."""
+        return None if self.sc is None else (self.sc == self.prev_seq[:, :, None])[:, :, :, None, None]
+
+
+def cut_chunks(x, dt, A, B, seq_idx, q: int) -> Chunks:
+    """``Chunks`` of x (batch, L, H, P), processed dt (batch, L, H) float32, A (H,), B (batch, L, G, N)."""
+    batch, seqlen, nheads, headdim = x.shape
+    ngroups = B.shape[2]
+    nchunks = -(-seqlen // q)
+    pad = nchunks * q - seqlen
+
+    def chunked(t, *, edge=False):  # (batch, L, ...) -> (batch, nchunks, q, ...); zero padding adds nothing.
+        t = jnp.pad(t, [(0, 0), (0, pad)] + [(0, 0)] * (t.ndim - 2), mode="edge" if edge else "constant")
+        return t.reshape(batch, nchunks, q, *t.shape[2:])
+
+    hpg = nheads // ngroups
+    xc = chunked(x.astype(jnp.float32)).reshape(batch, nchunks, q, ngroups, hpg, headdim)
+    dtc = chunked(dt).reshape(batch, nchunks, q, ngroups, hpg)
+    cs = jnp.cumsum(dtc * A.astype(jnp.float32).reshape(ngroups, hpg), axis=2)  # non-increasing in q
+    sc = last_seq = prev_seq = None
+    if seq_idx is not None:
+        sc = chunked(seq_idx, edge=True)
+        last_seq = sc[:, :, -1]
+        prev_seq = jnp.concatenate([jnp.zeros_like(last_seq[:, :1]), last_seq[:, :-1]], axis=1)
+    return Chunks(xc, dtc, chunked(B.astype(jnp.float32)), cs, sc, last_seq, prev_seq)
+
+
+def incoming_states(ch: Chunks, initial_states: jax.Array | None) -> tuple[jax.Array, jax.Array]:
+    """(the state entering each chunk (b, c, g, hpg, p, n), the final state (b, g, hpg, p, n)): each chunk's own
+    contribution at its last position, then a sequential pass across chunks (reset where the sequence changes)."""
+    batch, _, _, ngroups, hpg, headdim = ch.xc.shape
+    dstate = ch.Bc.shape[-1]
+    to_end_mask = None if ch.sc is None else (ch.sc == ch.last_seq[:, :, None])[:, :, :, None, None]
+    to_end = _exp_masked(ch.cs[:, :, -1:] - ch.cs, to_end_mask) * ch.dtc  # (b, c, q, g, hpg)
+    states = jnp.einsum("bcsgn,bcsgh,bcsghp->bcghpn", ch.Bc, to_end, ch.xc, precision=HIGHEST)
+    chunk_decay = jnp.exp(ch.cs[:, :, -1])  # (b, c, g, hpg)
+    if ch.sc is not None:  # the incoming state survives a chunk only if the chunk ends in its sequence
+        chunk_decay = jnp.where((ch.last_seq == ch.prev_seq)[:, :, None, None], chunk_decay, 0.0)
+    if initial_states is None:
+        state0 = jnp.zeros((batch, ngroups, hpg, headdim, dstate), jnp.float32)
+    else:
+        state0 = initial_states.astype(jnp.float32).reshape(batch, ngroups, hpg, headdim, dstate)
+
+    def pass_state(state, inputs):
+        decay_c, new_c = inputs
+        return decay_c[..., None, None] * state + new_c, state
+
+    final, incoming = jax.lax.scan(pass_state, state0, (jnp.moveaxis(chunk_decay, 1, 0), jnp.moveaxis(states, 1, 0)))
+    return jnp.moveaxis(incoming, 0, 1), final
+
+
 def chunk_scan(
     x: jax.Array,
     dt: jax.Array,
@@ -53,66 +123,32 @@ def chunk_scan(
     """Returns (out (batch, L, H, P) in x.dtype, final_states (batch, H, P, N) float32). Arguments are pre-checked."""
     f32 = jnp.float32
     batch, seqlen, nheads, headdim = x.shape
-    ngroups, dstate = B.shape[2], B.shape[3]
-    hpg = nheads // ngroups
+    dstate = B.shape[3]
     q = chunk_size
-    nchunks = -(-seqlen // q)
-    pad = nchunks * q - seqlen
-
     dt = process_dt(dt, dt_bias, dt_softplus, dt_limit)
-
-    def chunked(t, *, edge=False):  # (batch, L, ...) -> (batch, nchunks, q, ...); zero padding adds nothing.
-        t = jnp.pad(t, [(0, 0), (0, pad)] + [(0, 0)] * (t.ndim - 2), mode="edge" if edge else "constant")
-        return t.reshape(batch, nchunks, q, *t.shape[2:])
-
-    xc = chunked(x.astype(f32)).reshape(batch, nchunks, q, ngroups, hpg, headdim)
-    dtc = chunked(dt).reshape(batch, nchunks, q, ngroups, hpg)
-    Bc = chunked(B.astype(f32))
-    Cc = chunked(C.astype(f32))
-    cs = jnp.cumsum(dtc * A.astype(f32).reshape(ngroups, hpg), axis=2)  # (b, c, q, g, hpg), non-increasing in q
-    cs_t = jnp.moveaxis(cs, 2, -1)  # (b, c, g, hpg, q)
+    ch = cut_chunks(x, dt, A, B, seq_idx, q)
+    nchunks = ch.xc.shape[1]
+    Cc = jnp.pad(C.astype(f32), [(0, 0), (0, nchunks * q - seqlen), (0, 0), (0, 0)]).reshape(ch.Bc.shape)
+    cs_t = jnp.moveaxis(ch.cs, 2, -1)  # (b, c, g, hpg, q)
 
     causal = jnp.tril(jnp.ones((q, q), bool))
-    if seq_idx is None:
-        same_seq = keep_state = prev_seq = last_seq = None
+    if ch.sc is None:
         intra_mask = causal
     else:
-        sc = chunked(seq_idx, edge=True)  # (b, c, q)
-        last_seq = sc[:, :, -1]
-        prev_seq = jnp.concatenate([jnp.zeros_like(last_seq[:, :1]), last_seq[:, :-1]], axis=1)
-        keep_state = last_seq == prev_seq  # (b, c): the incoming state survives this chunk
-        same_seq = sc[:, :, :, None] == sc[:, :, None, :]  # (b, c, q, q)
+        same_seq = ch.sc[:, :, :, None] == ch.sc[:, :, None, :]  # (b, c, q, q)
         intra_mask = (causal & same_seq)[:, :, None, None]
 
     # Intra-chunk: y[l] = sum_{s<=l} (C_l . B_s) exp(cs_l - cs_s) dt_s x_s.
-    cb = jnp.einsum("bclgn,bcsgn->bcgls", Cc, Bc, precision=HIGHEST)
+    cb = jnp.einsum("bclgn,bcsgn->bcgls", Cc, ch.Bc, precision=HIGHEST)
     decay = _exp_masked(cs_t[..., :, None] - cs_t[..., None, :], intra_mask)  # (b, c, g, hpg, l, s)
-    scores = cb[:, :, :, None] * decay * jnp.moveaxis(dtc, 2, -1)[..., None, :]
-    y = jnp.einsum("bcghls,bcsghp->bclghp", scores, xc, precision=HIGHEST)
+    scores = cb[:, :, :, None] * decay * jnp.moveaxis(ch.dtc, 2, -1)[..., None, :]
+    y = jnp.einsum("bcghls,bcsghp->bclghp", scores, ch.xc, precision=HIGHEST)
 
     # Per-chunk states (the chunk's own contribution at its last position), then the pass across chunks.
-    to_end_mask = None if seq_idx is None else (sc == last_seq[:, :, None])[:, :, :, None, None]
-    to_end = _exp_masked(cs[:, :, -1:] - cs, to_end_mask) * dtc  # (b, c, q, g, hpg)
-    states = jnp.einsum("bcsgn,bcsgh,bcsghp->bcghpn", Bc, to_end, xc, precision=HIGHEST)
-    chunk_decay = jnp.exp(cs[:, :, -1])  # (b, c, g, hpg)
-    if keep_state is not None:
-        chunk_decay = jnp.where(keep_state[:, :, None, None], chunk_decay, 0.0)
-
-    if initial_states is None:
-        state0 = jnp.zeros((batch, ngroups, hpg, headdim, dstate), f32)
-    else:
-        state0 = initial_states.astype(f32).reshape(batch, ngroups, hpg, headdim, dstate)
-
-    def pass_state(state, inputs):
-        decay_c, new_c = inputs
-        return decay_c[..., None, None] * state + new_c, state
-
-    final, incoming = jax.lax.scan(pass_state, state0, (jnp.moveaxis(chunk_decay, 1, 0), jnp.moveaxis(states, 1, 0)))
-    incoming = jnp.moveaxis(incoming, 0, 1)  # (b, c, g, hpg, p, n): the state entering each chunk
+    incoming, final = incoming_states(ch, initial_states)
 
     # Inter-chunk: y[l] += exp(cs_l) C_l . state_in, for positions still in the incoming state's sequence.
-    from_start_mask = None if seq_idx is None else (sc == prev_seq[:, :, None])[:, :, :, None, None]
-    from_start = _exp_masked(cs, from_start_mask)  # (b, c, q, g, hpg)
+    from_start = _exp_masked(ch.cs, ch.from_start_mask)  # (b, c, q, g, hpg)
     y = y + jnp.einsum("bclgn,bcghpn->bclghp", Cc, incoming, precision=HIGHEST) * from_start[..., None]
 
     y = y.reshape(batch, nchunks * q, nheads, headdim)[:, :seqlen]
@@ -122,3 +158,41 @@ def chunk_scan(
     if z is not None:
         y = y * jax.nn.silu(z.astype(f32))
     return y.astype(x.dtype), final.reshape(batch, nheads, headdim, dstate)
+
+
+def varlen_states(
+    x: jax.Array,
+    dt: jax.Array,
+    A: jax.Array,
+    B: jax.Array,
+    cu_seqlens: jax.Array,
+    chunk_size: int,
+    initial_states: jax.Array | None = None,
+    seq_idx: jax.Array | None = None,
+) -> jax.Array:
+    """The scan's state right after each packed sequence's last position, ``cu_seqlens[i + 1] - 1``:
+    (num_sequences, H, P, N) float32, for batch 1. dt is processed (``process_dt``); cu_seqlens int
+    (num_sequences + 1,), strictly increasing from 0 to L. The state resets only where seq_idx changes, as in the
+    scan itself, so with seq_idx marking the same sequences each row is that sequence's own final state.
+
+    Per sequence: its last position's chunk, the state entering that chunk (carried if still in its sequence)
+    decayed to the position, plus the chunk's own steps up to the position that belong to its sequence."""
+    _, _, nheads, headdim = x.shape
+    q = chunk_size
+    ch = cut_chunks(x, dt, A, B, seq_idx, q)
+    incoming, _ = incoming_states(ch, initial_states)
+    ends = cu_seqlens[1:].astype(jnp.int32) - 1
+    chunk, pos = ends // q, ends % q
+    cs = ch.cs[0, chunk]  # (nseq, q, g, hpg)
+    cs_end = jnp.take_along_axis(cs, pos[:, None, None, None], axis=1)  # (nseq, 1, g, hpg)
+    own = jnp.arange(q)[None, :] <= pos[:, None]  # (nseq, q): steps up to the end
+    carry = jnp.exp(cs_end[:, 0])  # (nseq, g, hpg): decay from the chunk's start to the end
+    if ch.sc is not None:
+        ids = ch.sc[0, chunk]  # (nseq, q)
+        end_id = jnp.take_along_axis(ids, pos[:, None], axis=1)  # (nseq, 1)
+        own = own & (ids == end_id)
+        carry = jnp.where((end_id[:, 0] == ch.prev_seq[0, chunk])[:, None, None], carry, 0.0)
+    weights = _exp_masked(cs_end - cs, own[:, :, None, None]) * ch.dtc[0, chunk]  # (nseq, q, g, hpg)
+    state = jnp.einsum("isgn,isgh,isghp->ighpn", ch.Bc[0, chunk], weights, ch.xc[0, chunk], precision=HIGHEST)
+    state = state + carry[..., None, None] * incoming[0, chunk]
+    return state.reshape(-1, nheads, headdim, B.shape[3])

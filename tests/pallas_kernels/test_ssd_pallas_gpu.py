@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from compare.kernel_ops import OPS
+from compare.tolerances import assert_close
 from pallas_kernels import mamba_chunk_scan_combined
 from tests.pallas_kernels import test_ssd_pallas as cpu
 from tests.pallas_kernels.gpu_checks import assert_matches_reference_and_mamba_ssm
@@ -52,3 +53,24 @@ def test_pallas_matches_reference_and_mamba_ssm_at_130m(cuda_reference):
     assert_matches_reference_and_mamba_ssm(
         (out, grads), (ref_out, ref_grads), (cuda_out, cuda_grads), (cuda_out32, cuda_grads32), dtypes
     )
+
+
+def test_varlen_states_match_mamba_ssm(cuda_reference, rng):
+    """Packed sequences (one of length 1, ends inside and at chunk edges) at bf16: ours (the Pallas scan, varlen
+    states from its inputs) against mamba-ssm's ``return_varlen_states`` on the same values."""
+    from torch_reference.ops import ssd_varlen_states
+
+    lengths = [300, 1, 212, 511]
+    seqlen = sum(lengths)
+    arrays, _, _ = cpu.make_inputs(rng, 1, seqlen, 8, 64, 64, 2, jnp.bfloat16, init=False)
+    seq_idx = np.repeat(np.arange(len(lengths)), lengths)[None].astype(np.int32)
+    cu_seqlens = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    _, ours = mamba_chunk_scan_combined(
+        **arrays, chunk_size=256, seq_idx=jnp.asarray(seq_idx), cu_seqlens=jnp.asarray(cu_seqlens),
+        dt_softplus=True, return_varlen_states=True, impl="pallas",
+    )  # fmt: skip
+    numpy_arrays = {k: None if v is None else np.asarray(v.astype(jnp.float32)) for k, v in arrays.items()}
+    dtypes = {k: ("float32" if k in ("A", "D", "dt_bias") else "bfloat16") for k in numpy_arrays}
+    theirs = ssd_varlen_states(cuda_reference, numpy_arrays, dtypes, seq_idx, cu_seqlens, chunk_size=256)
+    assert theirs.shape == ours.shape
+    assert_close("varlen states vs mamba-ssm", np.asarray(ours), theirs, jnp.bfloat16)

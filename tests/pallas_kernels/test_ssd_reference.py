@@ -291,10 +291,6 @@ def test_bad_arguments_name_the_argument(rng, override, message):
         mamba_chunk_scan_combined(**{**_good(rng), **override})
 
 
-def test_unsupported_options_are_refused(rng):
-    with pytest.raises(NotImplementedError, match="cu_seqlens"):
-        mamba_chunk_scan_combined(**_good(rng), cu_seqlens=jnp.asarray([0, 6]))
-    with pytest.raises(NotImplementedError, match="return_varlen_states"):
-        mamba_chunk_scan_combined(**_good(rng), return_varlen_states=True)
+def test_unknown_impl_is_refused(rng):
     with pytest.raises(ValueError, match="impl must be one of"):
         mamba_chunk_scan_combined(**_good(rng), impl="triton")
