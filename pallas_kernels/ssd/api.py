@@ -18,7 +18,7 @@ from pallas_kernels._checks import (
 from pallas_kernels._triton import interpret_mode
 from pallas_kernels.ssd import pallas, reference
 from pallas_kernels.ssd.block import ssd_dims
-from pallas_kernels.ssd.config import MAX_DSTATE, MAX_HEADDIM, SsdConfig
+from pallas_kernels.ssd.config import MAX_DSTATE, MAX_HEADDIM, SsdConfig, default_config
 
 _AVAILABLE_IMPLS = ("reference", "pallas")
 MAMBA_SSM_TRITON = "mamba_ssm_triton"  # mamba-ssm's Triton kernels from JAX: registered by torch_reference
@@ -152,7 +152,7 @@ def _scan(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, dt
 
     if impl == "pallas":
         _check_pallas_supported(headdim, B.shape[3], config)
-        config = config or SsdConfig()
+        config = config or default_config(*x.shape, B.shape[3], jnp.dtype(x.dtype).itemsize)
         dims = ssd_dims(
             x,
             B,
@@ -166,6 +166,7 @@ def _scan(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, dt
             config.block_l,
             config.block_p,
             interpret_mode(),
+            config.checkpoint_every,
         )
         D_heads = None if D is None else jnp.broadcast_to(D.reshape(nheads, -1), (nheads, headdim)).astype(jnp.float32)
         seq = None if seq_idx is None else seq_idx.astype(jnp.int32)

@@ -40,6 +40,7 @@ class SsdDims:
     block_l: int
     block_p: int
     interpret: bool
+    keep_blocks: int = 1  # blocks between the states the forward keeps for the backward (1: every block's)
 
     @property
     def heads_per_group(self) -> int:
@@ -52,6 +53,11 @@ class SsdDims:
     @property
     def nblocks(self) -> int:
         return -(-self.seqlen // self.block_l)
+
+    @property
+    def nkept(self) -> int:
+        """States kept for the backward: blocks 0, keep_blocks, 2 keep_blocks, ..."""
+        return -(-self.nblocks // self.keep_blocks)
 
     @property
     def p_blocks(self) -> int:
@@ -72,7 +78,9 @@ class SsdDims:
         return (self.batch * self.nblocks, self.nheads, self.p_blocks)
 
 
-def ssd_dims(x, B, D, z, dt_bias, initial_states, seq_idx, softplus_, dt_limit, block_l, block_p, interpret):
+def ssd_dims(
+    x, B, D, z, dt_bias, initial_states, seq_idx, softplus_, dt_limit, block_l, block_p, interpret, checkpoint_every=0
+):
     batch, seqlen, nheads, headdim = x.shape
     return SsdDims(
         batch=batch,
@@ -91,6 +99,7 @@ def ssd_dims(x, B, D, z, dt_bias, initial_states, seq_idx, softplus_, dt_limit, 
         block_l=block_l,
         block_p=max(MIN_DOT, min(block_p, next_pow2(headdim))),
         interpret=interpret,
+        keep_blocks=max(1, checkpoint_every // block_l),
     )
 
 
@@ -178,8 +187,19 @@ class Program:
         """(block_p, Np) of a (..., P, N) array, in its dtype."""
         return plgpu.load(ref.at[self.state_index(*lead)], mask=self.state_mask, other=0)
 
-    def store_state(self, ref, value, *lead) -> None:
-        plgpu.store(ref.at[self.state_index(*lead)], value.astype(ref.dtype), mask=self.state_mask)
+    def store_state(self, ref, value, *lead, when=None) -> None:
+        """Store (block_p, Np) into a (..., P, N) array; only where ``when`` (a traced bool) holds, if given."""
+        mask = self.state_mask if when is None else self.state_mask & when
+        plgpu.store(ref.at[self.state_index(*lead)], value.astype(ref.dtype), mask=mask)
+
+    def keep_state(self, ref, state, k) -> None:
+        """The forward's state kept for the backward at block ``k``: every block's in the dot dtype, or with
+        ``keep_blocks`` > 1 every keep_blocks-th block's in float32 (the backward rebuilds the rest from it)."""
+        if self.dims.keep_blocks == 1:
+            self.store_state(ref, state, self.b, k, self.h)
+        else:
+            kb = self.dims.keep_blocks  # k >= 0: lax's truncating div/rem (jnp's floor forms do not lower to Triton)
+            self.store_state(ref, state, self.b, jax.lax.div(k, kb), self.h, when=jax.lax.rem(k, kb) == 0)
 
     def load_head_dims(self, ref) -> jax.Array:
         """(block_p,) float32 of an (H, P) array."""

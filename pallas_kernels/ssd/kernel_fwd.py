@@ -75,7 +75,7 @@ def _fused_kernel(x_ref, dt_ref, A_ref, B_ref, C_ref, *refs, dims: SsdDims, save
         Cm = prog.load_group(C_ref, t0)
         state_mm = state.astype(x.dtype)
         if save:
-            prog.store_state(saved[0], state_mm, prog.b, k, prog.h)
+            prog.keep_state(saved[0], state, k)
         _block_output(prog, blk, t0, x, Bm, Cm, state_mm, Dv, z_ref, out_ref, ypre_ref)
         return _next_state(blk, state, x, Bm)
 
@@ -83,8 +83,8 @@ def _fused_kernel(x_ref, dt_ref, A_ref, B_ref, C_ref, *refs, dims: SsdDims, save
     prog.store_state(final_ref, state, prog.b, prog.h)
 
 
-def _states_kernel(x_ref, dt_ref, A_ref, B_ref, *refs, dims: SsdDims):
-    (bias_ref, init_ref, seq_ref), (states_ref, final_ref) = optional_refs(
+def _states_kernel(x_ref, dt_ref, A_ref, B_ref, *refs, dims: SsdDims, keep: bool):
+    (bias_ref, init_ref, seq_ref), (states_ref, final_ref, *kept) = optional_refs(
         refs, (dims.has_bias, dims.has_init, dims.has_seq)
     )
     prog = Program(dims, pl.program_id(2) * dims.block_p)
@@ -95,10 +95,48 @@ def _states_kernel(x_ref, dt_ref, A_ref, B_ref, *refs, dims: SsdDims):
         t0 = k * dims.block_l
         blk = prog.block(t0, dt_ref, A, bias, seq_ref, intra=False)
         prog.store_state(states_ref, state, prog.b, k, prog.h)
+        if keep:
+            prog.keep_state(kept[0], state, k)
         return _next_state(blk, state, prog.load_heads(x_ref, t0), prog.load_group(B_ref, t0))
 
     state = jax.lax.fori_loop(0, dims.nblocks, step, _initial_state(prog, init_ref))
     prog.store_state(final_ref, state, prog.b, prog.h)
+
+
+def _rebuild_kernel(x_ref, dt_ref, A_ref, B_ref, kept_ref, *refs, dims: SsdDims):
+    """Grid (batch x segments, H, headdim blocks): a segment of ``keep_blocks`` blocks from its kept float32 state,
+    storing each block's incoming state in the dot dtype, as the forward's state pass would."""
+    (bias_ref, seq_ref), (states_ref,) = optional_refs(refs, (dims.has_bias, dims.has_seq))
+    pid = pl.program_id(0)
+    b, segment = pid // dims.nkept, pid % dims.nkept
+    prog = Program(dims, pl.program_id(2) * dims.block_p, b=b)
+    A = A_ref[prog.h]
+    bias = bias_ref[prog.h] if bias_ref is not None else None
+    first = segment * dims.keep_blocks
+
+    def step(j, state):
+        k = first + j
+        t0 = jnp.minimum(k, dims.nblocks - 1) * dims.block_l  # past the end (the last segment's tail): never read
+        blk = prog.block(t0, dt_ref, A, bias, seq_ref, intra=False)
+        prog.store_state(states_ref, state, prog.b, k, prog.h, when=k < dims.nblocks)
+        return _next_state(blk, state, prog.load_heads(x_ref, t0), prog.load_group(B_ref, t0))
+
+    jax.lax.fori_loop(0, dims.keep_blocks, step, prog.load_state(kept_ref, b, segment, prog.h).astype(jnp.float32))
+
+
+def rebuild_block_states(x, dt, A, B, dt_bias, seq_idx, kept, dims: SsdDims, config) -> jax.Array:
+    """Every block's incoming state (batch, nblocks, H, P, N) in x.dtype from the forward's kept float32 states
+    (batch, nkept, H, P, N), every ``dims.keep_blocks`` blocks."""
+    batch, _, nheads, headdim = x.shape
+    sdims = dims.with_block_p(config.state_block_p)
+    inputs = [x, dt, A, B, kept] + [t for t in (dt_bias, seq_idx) if t is not None]
+    shape = jax.ShapeDtypeStruct((batch, dims.nblocks, nheads, headdim, dims.dstate), x.dtype)
+    grid = (batch * dims.nkept, nheads, sdims.p_blocks)
+    kernel = functools.partial(_rebuild_kernel, dims=sdims)
+    (states,) = call_kernel(
+        kernel, inputs, [shape], grid, sdims, config.state_num_warps, config.num_stages, "ssd_bwd_rebuild_states"
+    )
+    return states
 
 
 def _output_tile(prog: Program, k, x_ref, dt_ref, A_ref, B_ref, C_ref, states_ref, refs, save: bool) -> None:
@@ -148,27 +186,32 @@ def ssd_forward(
     x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, dims: SsdDims, config, save: bool
 ) -> tuple[jax.Array, jax.Array, jax.Array | None, jax.Array | None]:
     """Returns out (batch, L, H, P) x.dtype, final states (batch, H, P, N) float32, and when ``save`` the
-    block-start states (batch, nblocks, H, P, N) in x.dtype and (with z) the pre-gate output (batch, L, H, P)."""
+    block-start states (batch, nblocks, H, P, N) in x.dtype, or with ``dims.keep_blocks`` > 1 those of every
+    keep_blocks-th block (batch, nkept, H, P, N) float32, and (with z) the pre-gate output (batch, L, H, P)."""
     batch, _, nheads, headdim = x.shape
     out_shape = jax.ShapeDtypeStruct(x.shape, x.dtype)
     final_shape = jax.ShapeDtypeStruct((batch, nheads, headdim, dims.dstate), jnp.float32)
     states_shape = jax.ShapeDtypeStruct((batch, dims.nblocks, nheads, headdim, dims.dstate), x.dtype)
+    kept_shape = states_shape
+    if dims.keep_blocks > 1:
+        kept_shape = jax.ShapeDtypeStruct((batch, dims.nkept, nheads, headdim, dims.dstate), jnp.float32)
     extra = [out_shape] if save and z is not None else []
     warps, stages = config.num_warps, config.num_stages
     if dims.seqlen <= config.fused_forward_max_l:
         inputs = [x, dt, A, B, C] + [t for t in (D, z, dt_bias, initial_states, seq_idx) if t is not None]
-        shapes = [out_shape, final_shape] + ([states_shape] if save else []) + extra
+        shapes = [out_shape, final_shape] + ([kept_shape] if save else []) + extra
         kernel = functools.partial(_fused_kernel, dims=dims, save=save)
         out, final, *saved = call_kernel(kernel, inputs, shapes, dims.grid, dims, warps, stages, "ssd_fwd_fused")
         return out, final, (saved[0] if save else None), (saved[1] if extra else None)
 
     inputs = [x, dt, A, B] + [t for t in (dt_bias, initial_states, seq_idx) if t is not None]
     state_dims = dims.with_block_p(config.state_block_p)
-    kernel = functools.partial(_states_kernel, dims=state_dims)
-    states, final = call_kernel(
+    keep = save and dims.keep_blocks > 1
+    kernel = functools.partial(_states_kernel, dims=state_dims, keep=keep)
+    states, final, *kept = call_kernel(
         kernel,
         inputs,
-        [states_shape, final_shape],
+        [states_shape, final_shape] + ([kept_shape] if keep else []),
         state_dims.grid,
         state_dims,
         config.state_num_warps,
@@ -185,4 +228,4 @@ def ssd_forward(
         kernel = functools.partial(_output_kernel, dims=dims, save=save)
         grid, name = dims.block_grid, "ssd_fwd_out"
     out, *saved = call_kernel(kernel, inputs, [out_shape, *extra], grid, dims, warps, stages, name)
-    return out, final, (states if save else None), (saved[0] if extra else None)
+    return out, final, ((kept[0] if keep else states) if save else None), (saved[0] if extra else None)

@@ -4,7 +4,8 @@ Arguments are pre-checked by ``api.mamba_chunk_scan_combined``: x, z (batch, L, 
 float32; B, C (batch, L, G, N) in x's dtype; D (H, P) float32 or None; dt_bias (H,) or None; initial_states
 (batch, H, P, N) float32 or None; seq_idx int32 (batch, L) or None. Returns (out (batch, L, H, P) in x.dtype, final
 states (batch, H, P, N) float32). Residuals for the backward: the inputs, the block-start states (batch,
-L / block_l, H, P, N) in x.dtype and, with z, the pre-gate output.
+L / block_l, H, P, N) in x.dtype (or, with ``config.checkpoint_every``, every that many positions' state in float32,
+from which the backward first rebuilds the block states) and, with z, the pre-gate output.
 """
 
 import functools
@@ -15,7 +16,7 @@ import jax.numpy as jnp
 from pallas_kernels.ssd.block import SsdDims
 from pallas_kernels.ssd.config import SsdConfig
 from pallas_kernels.ssd.kernel_bwd import ssd_backward
-from pallas_kernels.ssd.kernel_fwd import ssd_forward
+from pallas_kernels.ssd.kernel_fwd import rebuild_block_states, ssd_forward
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(10, 11))
@@ -32,6 +33,8 @@ def _ssd_fwd(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, dims, confi
 def _ssd_bwd(dims: SsdDims, config: SsdConfig, residuals, cotangents):
     x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, states, ypre = residuals
     dout, dfinal = cotangents
+    if dims.keep_blocks > 1:
+        states = rebuild_block_states(x, dt, A, B, dt_bias, seq_idx, states, dims, config)
     bdims = dims.with_block_p(dims.headdim)  # the block-parallel backward keeps whole heads
     dx, ddt, dB, dC, dA, dD, dz, dbias, dinit = ssd_backward(
         *(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, states, ypre),

@@ -31,6 +31,11 @@ def persistent(programs: int, block_l: int, **tiling) -> SsdConfig:
     return split(block_l=block_l, persistent_programs=programs, **tiling)
 
 
+def kept(every: int, **tiling) -> SsdConfig:
+    """Blocks of 16 positions, the forward keeping the state every ``every`` positions for the backward."""
+    return SsdConfig(block_l=16, checkpoint_every=every, **tiling)
+
+
 CASES = [  # batch, L, H, P, N, G, chunk, dtype, D, z, init, seq_idx, softplus, dt_limit, config
     (2, 1, 4, 16, 16, 1, 64, jnp.float32, "H", True, True, False, True, (0.0, INF), SsdConfig(block_l=16)),
     (1, 100, 4, 20, 12, 2, 64, jnp.float32, "HP", False, False, True, True, (0.0, INF), split(block_l=32)),
@@ -79,6 +84,10 @@ CASES = [  # batch, L, H, P, N, G, chunk, dtype, D, z, init, seq_idx, softplus, 
         (0.0, INF),
         split(block_l=32, block_p=32, bwd_head_splits=3),
     ),
+    # States kept every 3 blocks (a partial last segment), rebuilt in the backward: fused and split forward
+    (2, 100, 4, 16, 16, 2, 64, jnp.bfloat16, "H", True, True, True, True, (0.0, INF), kept(48)),
+    (1, 130, 4, 16, 24, 1, 64, jnp.float32, "HP", True, False, True, True, (0.0, INF), kept(32, fused_forward_max_l=0)),
+    (1, 1, 2, 16, 16, 1, 64, jnp.float32, "H", False, True, False, True, (0.0, INF), kept(64)),
 ]
 
 
@@ -130,6 +139,32 @@ def test_persistent_output_pass_runs_when_fewer_programs_than_tiles(rng, program
     np.testing.assert_array_equal(np.asarray(run(config)(*inputs)), np.asarray(run(split(block_l=16))(*inputs)))
 
 
+@pytest.mark.parametrize("fused", [True, False])
+def test_kept_states_are_all_the_forward_saves(rng, fused):
+    """With checkpoint_every the vjp keeps the (batch, L / every, H, P, N) float32 states and no per-block ones."""
+    arrays, _, _ = make_inputs(rng, 2, 160, 4, 16, 16, 1, jnp.bfloat16, D="H", z=True, init=False)
+    inputs = [arrays[k] for k in ("x", "dt", "A", "B", "C")]
+    config = kept(64, fused_forward_max_l=160 if fused else 0)
+
+    def run(x, dt, A, B, C):
+        return mamba_chunk_scan_combined(x, dt, A, B, C, 64, impl="pallas", config=config)
+
+    _, vjp = jax.vjp(run, *inputs)
+    shapes = {(tuple(r.shape), r.dtype) for r in jax.tree.leaves(vjp) if r.ndim == 5}
+    assert shapes == {((2, 3, 4, 16, 16), np.dtype(np.float32))}, (
+        shapes
+    )  # 10 blocks of 16, kept every 4: blocks 0, 4, 8
+
+
+def test_default_config_keeps_every_block_state_only_while_they_are_small():
+    from pallas_kernels.ssd.config import KEEP_EVERY, default_config
+
+    assert default_config(8, 2048, 24, 64, 128, 2).checkpoint_every == 0  # mamba2-130m layer: 100 MB
+    assert default_config(4, 2048, 80, 64, 128, 2).checkpoint_every == 0  # 2.7b layer: 168 MB
+    assert default_config(1, 65536, 128, 64, 128, 2).checkpoint_every == KEEP_EVERY  # 2.1 GB
+    assert default_config(1, 65536, 24, 64, 128, 2).checkpoint_every == KEEP_EVERY  # 130m at L 65536: 400 MB
+
+
 def test_gradient_through_final_states_alone(rng):
     """The state's gradient path on its own (out unused): dx, ddt, dB, d initial_states from dfinal only."""
     arrays, exact, _ = make_inputs(rng, 2, 45, 2, 16, 16, 1, jnp.float32, D=None, z=False)
@@ -167,6 +202,7 @@ def test_bf16_inputs_keep_their_dtypes_mixed_with_float32_b(rng):
         ({"config": SsdConfig(block_l=24)}, "SsdConfig.block_l must be a power of two >= 16, got 24"),
         ({"config": SsdConfig(num_warps=3)}, "SsdConfig.num_warps must be a positive power of two, got 3"),
         ({"config": {"block_l": 64}}, "config must be an instance of SsdConfig, got dict"),
+        ({"config": SsdConfig(checkpoint_every=96)}, "checkpoint_every must be 0 or a positive multiple of block_l=64"),
     ],
 )
 def test_pallas_refuses_what_it_does_not_tile(change, message):
