@@ -262,6 +262,9 @@ class TrainConfig:
     stop_after_steps: int | None = None  # end this invocation early (preemptible jobs); continue with --resume
     progress: bool = True  # progress bar on stderr
     label_smoothing: float = 0.0  # cross-entropy targets: 1 - eps on the label, eps spread over all classes
+    # Language models: positions whose logits exist at once in the LM head and loss, recomputed in the backward
+    # (0: automatic, LOSS_CHUNK_TOKENS positions where a micro-batch's float32 logits would exceed 4 GiB, else all)
+    loss_chunk_tokens: int = 0
 
 
 @dataclass
@@ -502,6 +505,12 @@ def validate(cfg: RunConfig) -> RunConfig:
     if t.stop_after_steps is not None:
         _positive("train.stop_after_steps", t.stop_after_steps)
     _require(0 <= t.label_smoothing < 1, "train.label_smoothing", "in [0, 1)", t.label_smoothing)
+    _require(
+        isinstance(t.loss_chunk_tokens, int) and t.loss_chunk_tokens >= 0,
+        "train.loss_chunk_tokens",
+        "an integer >= 0 (0: automatic)",
+        t.loss_chunk_tokens,
+    )
     _require(
         t.label_smoothing == 0 or not getattr(cfg.model, "class_weighted_loss", False),
         "train.label_smoothing",

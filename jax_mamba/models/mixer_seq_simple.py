@@ -106,7 +106,13 @@ class MambaLMHeadModel(nnx.Module):
             )
 
     def __call__(self, input_ids: jax.Array, seq_idx: jax.Array | None = None) -> jax.Array:
-        hidden = self.backbone(input_ids, seq_idx)
+        weight = self.head_weight()
+        return self.backbone(input_ids, seq_idx).astype(weight.dtype) @ weight
+
+    def head_weight(self) -> jax.Array:
+        """The LM head as a (d_model, padded vocab) matrix in the compute dtype: logits = hidden @ it. For callers
+        that apply the head to slices of the positions (the chunked loss)."""
         if self.cfg.tie_embeddings:
-            return self.backbone.embedding.attend(hidden)
-        return self.lm_head(hidden)
+            embedding = self.backbone.embedding
+            return embedding.embedding[...].astype(embedding.dtype or jnp.float32).T
+        return self.lm_head.kernel[...].astype(self.lm_head.dtype)

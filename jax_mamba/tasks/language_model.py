@@ -15,6 +15,19 @@ from jax_mamba.tasks.losses import cross_entropy
 _DECAYED_SUFFIXES = (".kernel", ".embedding", "conv1d.weight")
 
 
+LOSS_CHUNK_TOKENS = 8192  # positions per chunk of the LM head and loss when chunking is automatic
+LOSS_CHUNK_ABOVE_BYTES = 4 * 2**30  # automatic chunking where a micro-batch's float32 logits would exceed this
+
+
+def lm_loss_chunk(configured: int, positions: int, vocab: int) -> int:
+    """Positions per chunk of the LM head and loss: ``configured`` (train.loss_chunk_tokens) if set, else
+    LOSS_CHUNK_TOKENS where the float32 (positions, vocab) logits would exceed LOSS_CHUNK_ABOVE_BYTES, else all
+    (one chunk: mamba2-130m at batch 8 x 2048 has 3.3 GB of them). Never more than ``positions``."""
+    if configured:
+        return min(configured, positions)
+    return LOSS_CHUNK_TOKENS if positions * vocab * 4 > LOSS_CHUNK_ABOVE_BYTES else positions
+
+
 class LanguageModeling:
     unit = "tokens"
 
@@ -43,13 +56,33 @@ class LanguageModeling:
 
     def loss_terms(self, model, batch: Batch, *, train: bool, rngs=None) -> tuple[jax.Array, dict[str, jax.Array]]:
         """Summed token NLL (label-smoothed in training if configured) over the positions where mask is 1, the
-        scored count and the correct argmax predictions. Logits are float32 before the softmax."""
-        logits = self.forward(model, batch).astype(jnp.float32)
+        scored count and the correct argmax predictions. Logits are float32 before the softmax. The LM head and
+        the loss run over chunks of positions (``lm_loss_chunk``: train.loss_chunk_tokens), each chunk's logits
+        recomputed in the backward, so that at long context the (positions, vocab) logits never exist whole."""
         smoothing = self.cfg.train.label_smoothing if train else 0.0
-        nll = cross_entropy(logits, batch["targets"], smoothing)
-        mask = batch["mask"]
-        correct = (jnp.argmax(logits, axis=-1) == batch["targets"]).astype(jnp.float32)
-        return jnp.sum(nll * mask), {"count": jnp.sum(mask), "correct": jnp.sum(correct * mask)}
+        weight = model.head_weight()
+        hidden = model.backbone(batch["inputs"]).astype(weight.dtype)
+        positions = hidden.shape[0] * hidden.shape[1]
+        chunk = lm_loss_chunk(self.cfg.train.loss_chunk_tokens, positions, weight.shape[1])
+        pad = -positions % chunk
+        flat = lambda t: jnp.pad(t.reshape(positions, *t.shape[2:]), [(0, pad)] + [(0, 0)] * (t.ndim - 2))  # noqa: E731
+        hidden, targets, mask = flat(hidden), flat(batch["targets"]), flat(batch["mask"].astype(jnp.float32))
+
+        def chunk_sums(h, t, m):
+            logits = (h @ weight).astype(jnp.float32)
+            nll = cross_entropy(logits, t, smoothing)
+            correct = (jnp.argmax(logits, axis=-1) == t).astype(jnp.float32)
+            return jnp.sum(nll * m), jnp.sum(correct * m)
+
+        if chunk == positions:
+            nll_sum, correct_sum = chunk_sums(hidden, targets, mask)
+        else:
+            split = lambda t: t.reshape(-1, chunk, *t.shape[1:])  # noqa: E731
+            remat_sums = jax.checkpoint(chunk_sums)  # the backward recomputes each chunk's logits
+            step = lambda carry, xs: (jax.tree.map(jnp.add, carry, remat_sums(*xs)), None)  # noqa: E731
+            zero = jnp.zeros((), jnp.float32)
+            (nll_sum, correct_sum), _ = jax.lax.scan(step, (zero, zero), (split(hidden), split(targets), split(mask)))
+        return nll_sum, {"count": jnp.sum(mask), "correct": correct_sum}
 
     def train_metrics(self, sums: dict[str, jax.Array]) -> dict[str, jax.Array]:
         """Accuracy of a training step where the data is scored by it (the synthetic tasks)."""

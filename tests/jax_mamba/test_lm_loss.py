@@ -1,0 +1,74 @@
+"""The language model's loss over chunks of positions (train.loss_chunk_tokens): the same sums and parameter
+gradients as the whole-sequence loss, tied and untied heads, with label smoothing and a partial last chunk; the
+automatic rule; and the compiled step's temporary memory, which the chunks bound."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from compare.tolerances import assert_close
+from jax_mamba.configs import load_config
+from jax_mamba.models import ParamLayout
+from jax_mamba.tasks import task_for
+from jax_mamba.tasks.language_model import LOSS_CHUNK_TOKENS, lm_loss_chunk
+
+
+def _loss_and_grads(overrides: list[str], batch: dict) -> tuple[jax.Array, dict, dict]:
+    cfg = load_config("mamba2-tiny", overrides)
+    task = task_for(cfg)
+    layout, params, state = ParamLayout.split(task.build_model(nnx.Rngs(params=0)))
+
+    def loss(p):
+        model = layout.merge(p, state)
+        total, sums = task.loss_terms(model, batch, train=True)
+        return total, sums
+
+    (total, sums), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
+    return total, sums, grads
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_chunked_loss_equals_the_whole_loss(rng, tied):
+    batch_size, seqlen = 2, 19  # 38 positions: chunks of 7 leave a partial last chunk
+    ids = rng.integers(0, 256, size=(batch_size, seqlen + 1)).astype(np.int32)
+    mask = (rng.uniform(size=(batch_size, seqlen)) < 0.8).astype(np.float32)
+    batch = {"inputs": jnp.asarray(ids[:, :-1]), "targets": jnp.asarray(ids[:, 1:]), "mask": jnp.asarray(mask)}
+    common = [f"--tie_embeddings={str(tied).lower()}", "--label_smoothing=0.1"]
+    whole = _loss_and_grads([*common, "--loss_chunk_tokens=0"], batch)
+    chunked = _loss_and_grads([*common, "--loss_chunk_tokens=7"], batch)
+    assert_close("loss sum", chunked[0], whole[0], jnp.float32)
+    assert float(chunked[1]["count"]) == float(whole[1]["count"]) == mask.sum()
+    assert float(chunked[1]["correct"]) == float(whole[1]["correct"])
+    assert set(chunked[2]) == set(whole[2])
+    for name in whole[2]:
+        assert_close(f"d{name}", chunked[2][name], whole[2][name], jnp.float32)
+
+
+def test_automatic_chunks_only_where_the_logits_are_large():
+    assert lm_loss_chunk(0, 8 * 2048, 50280) == 8 * 2048  # 3.3 GB of float32 logits: one chunk
+    assert lm_loss_chunk(0, 65536, 50280) == LOSS_CHUNK_TOKENS  # 13.2 GB
+    assert lm_loss_chunk(100, 65536, 50280) == 100
+    assert lm_loss_chunk(100, 30, 50280) == 30
+
+
+def test_chunks_bound_the_compiled_steps_temporary_memory():
+    """The train step's temporaries (XLA's CPU compilation: what it allocates beside parameters and inputs) at a
+    50280-token vocabulary and 4096 positions: the whole loss holds several (positions, vocab) float32 arrays
+    (0.8 GB each), chunks of 512 positions only chunk-sized ones."""
+    from jax_mamba.train.step import init_training
+
+    def temp_bytes(chunk: int) -> int:
+        overrides = ["--vocab_size=50280", "--batch_size=1", "--seq_len=4096", f"--loss_chunk_tokens={chunk}"]
+        cfg = load_config("mamba2-tiny", overrides)
+        setup = init_training(cfg, task_for(cfg))
+        ids = jnp.zeros((1, 1, 4096), jnp.int32)
+        batch = {"inputs": ids, "targets": ids, "mask": jnp.ones((1, 1, 4096), jnp.float32)}
+        args = (setup.params, setup.opt_state, setup.state, batch, np.int32(0))
+        return setup.train_step.lower(*args).compile().memory_analysis().temp_size_in_bytes
+
+    logits_bytes = 4096 * 50280 * 4
+    whole, chunked = temp_bytes(0), temp_bytes(512)
+    assert whole > 2 * logits_bytes, whole
+    assert chunked < logits_bytes / 2, chunked
