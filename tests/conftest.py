@@ -1,14 +1,24 @@
 """Shared fixtures: fresh random inputs every run (reproducible through TEST_SEED), GPU-marker skipping."""
 
+import atexit
 import os
 import secrets
+import shutil
+import tempfile
 import zlib
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # leave GPU memory for torch in the parity tests
+# Programs that take over half a second to compile are cached for the session and its subprocesses: many small
+# trainings compile the same step again (each part of a resumed run, one tiny config in several tests). Each test
+# still traces and runs its own; the cache is keyed by the compiled program and starts empty every session.
+_COMPILATION_CACHE = tempfile.mkdtemp(prefix="jax-mamba-test-cache-")
+atexit.register(shutil.rmtree, _COMPILATION_CACHE, ignore_errors=True)
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", _COMPILATION_CACHE)
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
 
-import jax
-import numpy as np
-import pytest
+import jax  # noqa: E402  (after the environment above, which JAX reads when imported)
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
 
 SESSION_SEED = int(os.environ.get("TEST_SEED", secrets.randbelow(2**31)))
 

@@ -56,6 +56,8 @@ def test_the_loop_compiles_nothing_between_steps_and_logs_the_rate_used(tmp_path
     the train step and the evaluation compile. The logged ``lr`` is the schedule's value at the step's update."""
     jax.clear_caches()  # eager operations compiled by earlier tests would hide a compilation here
     compiled = []
+    cache_was_on = jax.config.jax_enable_compilation_cache
+    jax.config.update("jax_enable_compilation_cache", False)  # nor may the test session's cache (conftest)
 
     def listener(event: str, secs: float, **_) -> None:
         if event == BACKEND_COMPILE:
@@ -68,6 +70,7 @@ def test_the_loop_compiles_nothing_between_steps_and_logs_the_rate_used(tmp_path
         train(cfg, run_dir=tmp_path, echo=lambda *_: None)
     finally:
         jax.monitoring.unregister_event_duration_listener(listener)
+        jax.config.update("jax_enable_compilation_cache", cache_was_on)
     allowed = (
         "_train: setup = init_training(",
         "_train: params, opt_state, model_state, out = train_step(",
