@@ -132,8 +132,9 @@ def mamba_chunk_scan_combined(
         check_cu_seqlens(cu_seqlens, batch, seqlen)
 
     out, final_states = _scan(
-        x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, dt_softplus, dt_limit, impl, config
-    )
+        x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, dt_softplus, dt_limit,
+        return_final_states, impl, config,
+    )  # fmt: skip
     results = (out, final_states) if return_final_states else (out,)
     if return_varlen_states:
         processed_dt = reference.process_dt(dt, dt_bias, bool(dt_softplus), (float(dt_limit[0]), float(dt_limit[1])))
@@ -142,13 +143,17 @@ def mamba_chunk_scan_combined(
     return results[0] if len(results) == 1 else results
 
 
-def _scan(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, dt_softplus, dt_limit, impl, config):
-    """(out, final_states) of the checked arguments by ``impl``."""
+def _scan(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, dt_softplus, dt_limit,
+          return_final_states, impl, config):  # fmt: skip
+    """(out, final_states) of the checked arguments by ``impl``; a registered impl is asked for the final states
+    only with ``return_final_states`` (None otherwise)."""
     nheads, headdim = x.shape[2:]
     if impl in _REGISTERED:
-        return _REGISTERED[impl](
-            x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, dt_softplus, dt_limit, True
-        )
+        result = _REGISTERED[impl](
+            x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, dt_softplus, dt_limit,
+            return_final_states,
+        )  # fmt: skip
+        return result if return_final_states else (result, None)
 
     if impl == "pallas":
         _check_pallas_supported(headdim, B.shape[3], config)
