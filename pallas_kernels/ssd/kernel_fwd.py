@@ -38,6 +38,12 @@ def _next_state(blk: Block, state, x, Bm):
     return blk.carry * state + mm(weighted.astype(x.dtype), Bm, trans_a=True)
 
 
+def _pass_block(prog: Program, t0, state, x_ref, dt_ref, B_ref, A, bias, seq_ref):
+    """The state leaving the block at ``t0`` in a state pass (no output): the block's decays, then the update."""
+    blk = prog.block(t0, dt_ref, A, bias, seq_ref, intra=False)
+    return _next_state(blk, state, prog.load_heads(x_ref, t0), prog.load_group(B_ref, t0))
+
+
 def _block_output(prog: Program, blk: Block, t0, x, Bm, Cm, state_mm, Dv, z_ref, out_ref, ypre_ref) -> None:
     """y = (C·Bᵀ ∘ decay ∘ dt) x + exp(cs) C·stateᵀ + D x, stored before (ypre) and after the z gate."""
     scores = mm(Cm, Bm, trans_b=True) * blk.intra * blk.dt[None, :]
@@ -92,12 +98,10 @@ def _states_kernel(x_ref, dt_ref, A_ref, B_ref, *refs, dims: SsdDims, keep: bool
     bias = bias_ref[prog.h] if bias_ref is not None else None
 
     def step(k, state):
-        t0 = k * dims.block_l
-        blk = prog.block(t0, dt_ref, A, bias, seq_ref, intra=False)
         prog.store_state(states_ref, state, prog.b, k, prog.h)
         if keep:
             prog.keep_state(kept[0], state, k)
-        return _next_state(blk, state, prog.load_heads(x_ref, t0), prog.load_group(B_ref, t0))
+        return _pass_block(prog, k * dims.block_l, state, x_ref, dt_ref, B_ref, A, bias, seq_ref)
 
     state = jax.lax.fori_loop(0, dims.nblocks, step, _initial_state(prog, init_ref))
     prog.store_state(final_ref, state, prog.b, prog.h)
@@ -117,9 +121,8 @@ def _rebuild_kernel(x_ref, dt_ref, A_ref, B_ref, kept_ref, *refs, dims: SsdDims)
     def step(j, state):
         k = first + j
         t0 = jnp.minimum(k, dims.nblocks - 1) * dims.block_l  # past the end (the last segment's tail): never read
-        blk = prog.block(t0, dt_ref, A, bias, seq_ref, intra=False)
         prog.store_state(states_ref, state, prog.b, k, prog.h, when=k < dims.nblocks)
-        return _next_state(blk, state, prog.load_heads(x_ref, t0), prog.load_group(B_ref, t0))
+        return _pass_block(prog, t0, state, x_ref, dt_ref, B_ref, A, bias, seq_ref)
 
     jax.lax.fori_loop(0, dims.keep_blocks, step, prog.load_state(kept_ref, b, segment, prog.h).astype(jnp.float32))
 
