@@ -48,7 +48,10 @@ class CheckpointStore:
         abstract = {"params": jax.tree.map(ocp.utils.to_shape_dtype_struct, params_like)}
         with ocp.PyTreeCheckpointer() as reader:
             restored = reader.restore(
-                self.directory / str(step) / "state", args=ocp.args.PyTreeRestore(abstract, partial_restore=True)
+                self.directory / str(step) / "state",
+                args=ocp.args.PyTreeRestore(
+                    abstract, ocp.checkpoint_utils.construct_restore_args(abstract), partial_restore=True
+                ),
             )
         return restored["params"]
 
