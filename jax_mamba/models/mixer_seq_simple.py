@@ -144,6 +144,12 @@ class MambaLMHeadModel(nnx.Module):
         weight = self.head_weight()
         return hidden.astype(weight.dtype) @ weight, caches
 
+    def attention_implementation(self) -> str | None:
+        """What the attention layers run over whole sequences ("cudnn" flash attention or "xla"), None without
+        attention layers: for run records and messages."""
+        attention = [b.mixer for b in self.backbone.layers if isinstance(b.mixer, MHA)]
+        return attention[0].implementation(compute_dtype_for(self.cfg)) if attention else None
+
     def head_weight(self) -> jax.Array:
         """The LM head as a (d_model, padded vocab) matrix in the compute dtype: logits = hidden @ it. For callers
         that apply the head to slices of the positions (the chunked loss)."""

@@ -4,6 +4,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from jax_mamba.modules.impl import attention_impl
 from jax_mamba.modules.layers import CausalConv1d, linear
 
 
@@ -54,6 +55,7 @@ class MHA(nnx.Module):
         impl: str = "auto",
         rngs: nnx.Rngs,
     ):
+        self.impl = impl
         self.num_heads = num_heads
         self.num_heads_kv = num_heads if num_heads_kv is None else num_heads_kv
         self.head_dim = embed_dim // num_heads if head_dim is None else head_dim
@@ -77,8 +79,17 @@ class MHA(nnx.Module):
             qkv = self.conv1d(qkv, seq_idx=seq_idx)
         q, k, v = self._heads(qkv, 0)
         mask = None if seq_idx is None else (seq_idx[:, :, None] == seq_idx[:, None, :])[:, None]
-        context = jax.nn.dot_product_attention(q, k, v, mask=mask, scale=self.softmax_scale, is_causal=self.causal)
+        context = jax.nn.dot_product_attention(
+            q, k, v, mask=mask, scale=self.softmax_scale, is_causal=self.causal,
+            implementation=self.implementation(q.dtype, packed=seq_idx is not None),
+        )  # fmt: skip
         return self._output(context, x_mlp)
+
+    def implementation(self, dtype, packed: bool = False) -> str:
+        """The attention that runs over a whole sequence: "cudnn" (cuDNN's flash attention, on a GPU where it takes
+        the dtype and head_dim; see ``modules.impl.attention_impl``) or "xla". Packed sequences (a seq_idx mask)
+        take the XLA path."""
+        return "xla" if packed else attention_impl(self.impl, dtype, self.head_dim)
 
     def _in_proj(self, x: jax.Array) -> tuple[jax.Array, jax.Array | None]:
         """x (batch, L, embed_dim) -> qkv (batch, L, qkv_dim), and up * silu(gate) (batch, L, mlp_dim / 2) or None."""
@@ -123,7 +134,9 @@ class MHA(nnx.Module):
         if self.d_conv > 0:
             qkv, cache["conv"] = self.conv1d.with_state(qkv)
         q, k, v = self._heads(qkv, 0)
-        context = jax.nn.dot_product_attention(q, k, v, scale=self.softmax_scale, is_causal=True)
+        context = jax.nn.dot_product_attention(
+            q, k, v, scale=self.softmax_scale, is_causal=True, implementation=self.implementation(q.dtype)
+        )
         pad = [(0, 0), (0, max_len - seqlen), (0, 0), (0, 0)]
         cache["k"], cache["v"] = jnp.pad(k, pad), jnp.pad(v, pad)
         return self._output(context, x_mlp), cache
