@@ -15,6 +15,7 @@ import numpy as np
 from flax import nnx
 
 from jax_mamba.generate.sampling import SamplingConfig, sample_tokens
+from jax_mamba.modules.impl import compute_dtype_for
 
 
 @dataclass
@@ -58,6 +59,7 @@ def generate(
     for i, r in enumerate(rows):
         padded[i, : len(r)] = r
     graphdef, state = nnx.split(model)
+    state = _matrices_in_compute_dtype(state, compute_dtype_for(model.cfg))
     if model not in _COMPILED:  # one jitted loop per model object (its graph is not hashable: no static argument)
         _COMPILED[model] = jax.jit(functools.partial(_decode, graphdef), static_argnums=(4, 5, 6, 7, 8))
     tokens, counts = _COMPILED[model](
@@ -68,6 +70,18 @@ def generate(
 
 
 _COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+CAST_PARAMS = ("kernel", "embedding")  # the matrices every use casts to the compute dtype (Linear, Embedding)
+
+
+def _matrices_in_compute_dtype(state: nnx.State, dtype) -> nnx.State:
+    """The Linear kernels and the embedding in the compute dtype, as each use casts them anyway: the same
+    arithmetic, but a bf16 decoding step reads half the weight bytes (decoding at small batch is bound by them)."""
+
+    def cast(path, value):
+        name = path[-2].key if len(path) > 1 and hasattr(path[-2], "key") else None
+        return value.astype(dtype) if name in CAST_PARAMS and jnp.issubdtype(value.dtype, jnp.floating) else value
+
+    return jax.tree_util.tree_map_with_path(cast, state)
 
 
 def _decode(graphdef, state, prompts, lengths, key, min_len, max_new, sampling, vocab_size, eos_id):
