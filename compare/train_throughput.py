@@ -46,6 +46,7 @@ def run_one(config: str, steps: int, batch_size: int, seq_len: int, extra: list[
         f"--save_every={steps}",
         "--log_every=10",
         "--progress=false",
+        "--sample_tokens=0",
         *extra,
     ]
     began = time.time()

@@ -9,9 +9,17 @@ import sys
 from pallas_kernels.causal_conv1d.api import causal_conv1d_fn
 from pallas_kernels.rmsnorm_gated.api import rmsnorm_fn
 from pallas_kernels.selective_scan.api import selective_scan_fn
+from pallas_kernels.selective_state_update.api import selective_state_update
 from pallas_kernels.ssd.api import mamba_chunk_scan_combined
 
-__all__ = ["available_impls", "causal_conv1d_fn", "mamba_chunk_scan_combined", "rmsnorm_fn", "selective_scan_fn"]
+__all__ = [
+    "available_impls",
+    "causal_conv1d_fn",
+    "mamba_chunk_scan_combined",
+    "rmsnorm_fn",
+    "selective_scan_fn",
+    "selective_state_update",
+]
 
 
 def available_impls(op) -> tuple[str, ...]:

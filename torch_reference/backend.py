@@ -10,6 +10,9 @@ process-wide (mamba-ssm is imported once):
 - ``cpu``: ``selective_scan_cuda`` is a stub that raises; mamba-ssm's own reference functions stand in for the CUDA and
   Triton ops (``selective_scan_ref``, ``ssd_chunk_scan_combined_ref``, the torch RMSNorm references); models are built
   unfused (``fused_add_norm=False``, ``use_mem_eff_path=False``) and without causal-conv1d (``nn.Conv1d``).
+
+On both, hybrids' attention layers take their rotary embeddings from flash-attn where it is installed, else from
+``torch_reference.rotary`` (``fast_paths["flash_attn_rotary"]`` says which).
 """
 
 import importlib.machinery
@@ -20,6 +23,7 @@ import types
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from torch_reference import rotary
 from torch_reference.paths import MAMBA_SSM_VERSION, build_dir, source_dir
 
 _LOADED: "Reference | None" = None
@@ -222,5 +226,6 @@ def load(device: str = "auto") -> Reference:
         )
     if device == "cpu":
         _patch_cpu_fallbacks()
+    fast["flash_attn_rotary"] = rotary.install_if_missing()  # else torch_reference.rotary's, for hybrids' MHA
     _LOADED = Reference(device, fast, _collect(device))
     return _LOADED

@@ -14,11 +14,6 @@ from torch_reference.torch_model import TorchModel
 
 class TorchLM(TorchModel):
     def __init__(self, ref: Reference, cfg: ModelConfig, seed: int = 0):
-        if cfg.attn_layer_idx and cfg.attn_cfg.rotary_emb_dim:
-            raise ValueError(
-                "mamba-ssm's MHA needs flash_attn for rotary embeddings, which is not installed here; "
-                "compare with model.attn_cfg.rotary_emb_dim=0"
-            )
         options = ref.model_options(cfg.ssm_cfg.layer)
         config = to_mamba_config(cfg)
         config["fused_add_norm"] = options["fused_add_norm"]

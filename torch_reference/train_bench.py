@@ -51,6 +51,17 @@ class _Runner:
             groups, lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps, fused=self.device == "cuda"
         )
         self.forward = torch.compile(self.model) if compile_model else self.model
+        self.compiled = compile_model
+        dtype = cfg.model.compute_dtype  # bf16 autocast where our side computes in bf16 ("auto": on a GPU)
+        self.autocast = dtype == "bfloat16" or (dtype == "auto" and self.device == "cuda")
+
+    def settings(self) -> str:
+        """The reference's settings, for reports."""
+        return ", ".join(
+            ["bf16 autocast" if self.autocast else "float32", "fused AdamW" if self.device == "cuda" else "AdamW"]
+            + (["channels_last"] if self.cfg.family == "mamba_vision" else [])
+            + (["torch.compile"] if self.compiled else ["no torch.compile"])
+        )
 
     def build(self) -> None: ...
 
@@ -69,7 +80,7 @@ class _Runner:
     def train_step(self, inputs) -> torch.Tensor:
         """One optimizer step; its passes are profiler ranges (``PASS_RANGE`` + forward, backward, optimizer)."""
         with torch.profiler.record_function(PASS_RANGE + "forward"):
-            with torch.autocast(self.device, dtype=torch.bfloat16):
+            with torch.autocast(self.device, dtype=torch.bfloat16, enabled=self.autocast):
                 logits, labels = self.logits_and_labels(inputs)
             loss = self.loss(logits.float(), labels)
             self._end_pass()
@@ -89,7 +100,7 @@ class _Runner:
             torch.cuda.synchronize()
 
     def infer_step(self, inputs) -> torch.Tensor:
-        with torch.inference_mode(), torch.autocast(self.device, dtype=torch.bfloat16):
+        with torch.inference_mode(), torch.autocast(self.device, dtype=torch.bfloat16, enabled=self.autocast):
             logits, _ = self.logits_and_labels(inputs)
         return logits
 
@@ -225,11 +236,7 @@ def measure(
         "framework": "torch",
         "mode": "inference" if inference else "training",
         "reference": ref.describe(),
-        "settings": ", ".join(
-            ["bf16 autocast", "fused AdamW" if device == "cuda" else "AdamW"]
-            + (["channels_last"] if cfg.family == "mamba_vision" else [])
-            + (["torch.compile"] if compile_model else [])
-        ),
+        "settings": runner.settings(),
         "unit": runner.unit,
         "items_per_s": items * len(timed) / sum(timed),
         "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else None,

@@ -15,7 +15,7 @@ SSM_LAYERS = ("Mamba1", "Mamba2")
 COMPUTE_DTYPES = ("auto", "float32", "bfloat16")
 FAMILIES = ("lm", "mamba_vision", "graph_mamba")
 DATA_KINDS = {  # family: the data kinds its task reads
-    "lm": ("stdlib", "text", "selective_copying", "induction_heads"),
+    "lm": ("stdlib", "text", "tokens", "selective_copying", "induction_heads"),
     "mamba_vision": ("shapes", "image_folder"),
     "graph_mamba": ("cluster", "pattern", "graph_classes", "synthetic_peptides", "pyg"),
 }
@@ -30,6 +30,7 @@ GRAPH_FEATURE_KINDS = ("dense", "categorical")
 GRAPH_EDGE_KINDS = ("none", "dense", "categorical")
 BAD_IMAGE_POLICIES = ("stop", "skip")
 WORKER_TYPES = ("process", "thread")
+TOKEN_DTYPES = ("uint16", "uint32")
 
 
 @dataclass
@@ -216,9 +217,11 @@ class DataConfig:
     """Where batches come from.
 
     Language models: ``stdlib``: byte-level Python standard library sources (embedded default); ``text``: a user's
-    text file or folder (bytes); ``selective_copying``/``induction_heads``: the Mamba paper's synthetic tasks, scored
-    by accuracy. Images: ``shapes``: generated images of ten shape classes (embedded default); ``image_folder``: a
-    folder with one subfolder of images per class (ImageNet layout, optionally split into train/ and val/). Graphs:
+    text file or folder (bytes, or the ids of ``tokenizer`` when set); ``tokens``: pre-tokenized ids, memory-mapped
+    (a folder written by ``python -m jax_mamba.data.tokenize``, or one flat .bin file of ``token_dtype`` ids);
+    ``selective_copying``/``induction_heads``: the Mamba paper's synthetic tasks, scored by accuracy.
+    Images: ``shapes``: generated images of ten shape classes (embedded default); ``image_folder``: a folder
+    with one subfolder of images per class (ImageNet layout, optionally split into train/ and val/). Graphs:
     ``cluster``/``pattern``: generated CLUSTER-/PATTERN-like node classification (embedded default: cluster);
     ``graph_classes``: generated graph classification; ``synthetic_peptides``: generated peptide-like molecules (a
     stand-in for LRGB peptides-func); ``pyg``: a PyG dataset saved on disk (jax_mamba.data.graphs)."""
@@ -226,6 +229,10 @@ class DataConfig:
     kind: str = "stdlib"
     path: str | None = None
     val_fraction: float = 0.05
+    # Language models: a tokenizer.json (Hugging Face tokenizers) for stdlib/text instead of bytes; with "tokens",
+    # the one that wrote the files (meta.json names it otherwise): generation decodes with it
+    tokenizer: str | None = None
+    token_dtype: str = "uint16"  # "tokens" from a bare .bin file without meta.json: uint16 or uint32 ids
     num_symbols: int = 16  # synthetic tasks: distinct data tokens
     num_tokens_to_copy: int = 16  # selective copying: tokens to memorize
     # Images
@@ -471,6 +478,12 @@ def validate(cfg: RunConfig) -> RunConfig:
     path_kind = PATH_DATA_KIND[cfg.family]
     _require(d.kind != path_kind or bool(d.path), "data.path", f"a path when data.kind is {path_kind!r}", d.path)
     _require(0 < d.val_fraction < 1, "data.val_fraction", "in (0, 1)", d.val_fraction)
+    _require(d.kind != "tokens" or bool(d.path), "data.path", "a token folder or .bin file for kind 'tokens'", d.path)
+    text_kinds = ("stdlib", "text", "tokens")
+    _require(
+        d.tokenizer is None or d.kind in text_kinds, "data.tokenizer", f"unset unless kind in {text_kinds}", d.tokenizer
+    )
+    _require(d.token_dtype in TOKEN_DTYPES, "data.token_dtype", f"one of {TOKEN_DTYPES}", d.token_dtype)
     _positive("data.num_symbols", d.num_symbols)
     _positive("data.num_tokens_to_copy", d.num_tokens_to_copy)
     _positive("data.image_size", d.image_size)

@@ -24,11 +24,11 @@ class ByteCorpus:
     files: int
 
 
-def _is_val(relative: str, val_fraction: float) -> bool:
+def is_validation_file(relative: str, val_fraction: float) -> bool:
     return zlib.crc32(relative.encode()) % 10_000 < val_fraction * 10_000
 
 
-def _looks_binary(data: bytes) -> bool:
+def looks_binary(data: bytes) -> bool:
     return b"\x00" in data[:8192]
 
 
@@ -36,9 +36,9 @@ def _split_files(root: Path, files: list[Path], val_fraction: float, source: str
     train, val = [], []
     for path in files:
         data = path.read_bytes()
-        if not data or _looks_binary(data):
+        if not data or looks_binary(data):
             continue
-        (val if _is_val(path.relative_to(root).as_posix(), val_fraction) else train).append(data)
+        (val if is_validation_file(path.relative_to(root).as_posix(), val_fraction) else train).append(data)
     if not train and not val:
         raise DataError(f"data.path {source!r} holds no text: no non-empty, non-binary files")
     if not train or not val:  # too few files to split by file: split the concatenation by bytes instead
@@ -51,6 +51,15 @@ def _split_bytes(data: bytes, val_fraction: float, source: str, files: int) -> B
     array = np.frombuffer(data, np.uint8)
     cut = round(len(array) * (1 - val_fraction))
     return ByteCorpus(array[:cut], array[cut:], source, files)
+
+
+def text_files(root: Path) -> list[Path]:
+    """Every non-hidden file under a folder, sorted by path (binary ones are skipped when read)."""
+    return sorted(
+        p
+        for p in root.rglob("*")
+        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts)
+    )
 
 
 def stdlib_corpus(val_fraction: float) -> ByteCorpus:
@@ -72,11 +81,7 @@ def text_corpus(path: str, val_fraction: float) -> ByteCorpus:
         if not data:
             raise DataError(f"data.path {path!r} is empty")
         return _split_bytes(data, val_fraction, str(root), 1)
-    files = sorted(
-        p
-        for p in root.rglob("*")
-        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts)
-    )
+    files = text_files(root)
     if not files:
         raise DataError(f"data.path {path!r} is an empty folder (expected text files in it)")
     return _split_files(root, files, val_fraction, str(root))

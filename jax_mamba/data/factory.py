@@ -10,9 +10,10 @@ from jax_mamba.data.graphs.pyg_folder import load_pyg_folder
 from jax_mamba.data.graphs.sbm import cluster_graphs, graph_class_graphs, pattern_graphs
 from jax_mamba.data.image_classification import ArrayImageDataset, FolderImageDataset
 from jax_mamba.data.image_folder import scan_image_folder
-from jax_mamba.data.language_modeling import ByteLMDataset
+from jax_mamba.data.language_modeling import ByteLMDataset, TokenLMDataset
 from jax_mamba.data.shapes import CLASSES, render_shapes
 from jax_mamba.data.synthetic import InductionHeads, SelectiveCopying
+from jax_mamba.data.token_files import load_token_files, tokenize_corpus
 
 __all__ = ["DataError", "make_dataset"]
 
@@ -66,12 +67,17 @@ def _graphs(data: DataConfig, train: TrainConfig) -> GraphDataset:
 
 def make_dataset(data: DataConfig, train: TrainConfig) -> Dataset:
     common = dict(batch_size=train.batch_size, seq_len=train.seq_len, seed=train.seed, eval_batches=train.eval_batches)
-    if data.kind == "stdlib":
-        return ByteLMDataset(stdlib_corpus(data.val_fraction), **common)
-    if data.kind == "text":
-        if not data.path:
+    if data.kind in ("stdlib", "text"):
+        if data.kind == "text" and not data.path:
             raise DataError("data.kind 'text' needs data.path (a text file or folder); pass --data PATH")
-        return ByteLMDataset(text_corpus(data.path, data.val_fraction), **common)
+        corpus = (
+            stdlib_corpus(data.val_fraction) if data.kind == "stdlib" else text_corpus(data.path, data.val_fraction)
+        )
+        if data.tokenizer:
+            return TokenLMDataset(tokenize_corpus(corpus, data.tokenizer), **common)
+        return ByteLMDataset(corpus, **common)
+    if data.kind == "tokens":
+        return TokenLMDataset(load_token_files(data.path, data.val_fraction, data.token_dtype), **common)
     if data.kind == "selective_copying":
         return SelectiveCopying(num_symbols=data.num_symbols, num_tokens_to_copy=data.num_tokens_to_copy, **common)
     if data.kind == "induction_heads":

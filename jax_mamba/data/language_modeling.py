@@ -1,21 +1,24 @@
-"""Next-token prediction on a byte corpus: random windows of L + 1 bytes (inputs, targets shifted by one)."""
+"""Next-token prediction on a corpus of bytes or token ids: random windows of L + 1 tokens (inputs, targets
+shifted by one). Token corpora may be memory-mapped: a batch reads only its windows."""
 
 import numpy as np
 
 from jax_mamba.data.batches import EVAL_STREAM, Batch, step_rng
 from jax_mamba.data.corpus import ByteCorpus, DataError
+from jax_mamba.data.token_files import TokenCorpus
 
 
-class ByteLMDataset:
-    vocab_size = 256
-    metric = "bits_per_byte"
+class TokenLMDataset:
+    def __init__(self, corpus: TokenCorpus, *, batch_size: int, seq_len: int, seed: int, eval_batches: int):
+        self.vocab_size, self.metric, self.unit = corpus.vocab_size, "perplexity", "tokens"
+        self._init(corpus, batch_size, seq_len, seed, eval_batches)
 
-    def __init__(self, corpus: ByteCorpus, *, batch_size: int, seq_len: int, seed: int, eval_batches: int):
+    def _init(self, corpus, batch_size: int, seq_len: int, seed: int, eval_batches: int) -> None:
         for split, tokens in (("train", corpus.train), ("validation", corpus.val)):
             if len(tokens) < seq_len + 1:
                 raise DataError(
-                    f"the {split} split of {corpus.source} has {len(tokens)} bytes; train.seq_len={seq_len} needs at "
-                    f"least {seq_len + 1} (use a shorter seq_len or more data)"
+                    f"the {split} split of {corpus.source} has {len(tokens)} {self.unit}; train.seq_len={seq_len} "
+                    f"needs at least {seq_len + 1} (use a shorter seq_len or more data)"
                 )
         self.corpus = corpus
         self.batch_size, self.seq_len, self.seed = batch_size, seq_len, seed
@@ -38,6 +41,25 @@ class ByteLMDataset:
 
     def eval_batches(self) -> list[Batch]:
         return self._eval
+
+    def describe(self) -> dict:
+        c = self.corpus
+        return {
+            "kind": "tokens",
+            "source": c.source,
+            "vocab_size": c.vocab_size,
+            "tokenizer": c.tokenizer,
+            "train_tokens": len(c.train),
+            "val_tokens": len(c.val),
+        }
+
+
+class ByteLMDataset(TokenLMDataset):
+    """Bytes as tokens (vocabulary 256), scored in bits per byte."""
+
+    def __init__(self, corpus: ByteCorpus, *, batch_size: int, seq_len: int, seed: int, eval_batches: int):
+        self.vocab_size, self.metric, self.unit = 256, "bits_per_byte", "bytes"
+        self._init(corpus, batch_size, seq_len, seed, eval_batches)
 
     def describe(self) -> dict:
         c = self.corpus

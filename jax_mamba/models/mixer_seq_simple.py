@@ -88,8 +88,29 @@ class MixerModel(nnx.Module):
                 hidden, residual = nnx.remat(lambda b, h, r: b(h, r, **mixer_kwargs))(block, hidden, residual)
             else:
                 hidden, residual = block(hidden, residual, **mixer_kwargs)
+        return self._final_norm(hidden, residual)
+
+    def _final_norm(self, hidden: jax.Array, residual: jax.Array | None) -> jax.Array:
         residual = hidden if residual is None else hidden + residual
         return self.norm_f(residual.astype(jnp.float32)).astype(hidden.dtype)
+
+    def prefill(self, input_ids: jax.Array, max_len: int) -> tuple[jax.Array, list[dict]]:
+        """Inference over prompts input_ids (batch, L) -> (the last position's hidden state (batch, d_model), one
+        cache per layer). ``max_len``: the positions the attention layers' caches hold (prompt + generated)."""
+        hidden, residual, caches = self.embedding(input_ids), None, []
+        for block in self.layers:
+            hidden, residual, cache = block.prefill(hidden, residual, max_len)
+            caches.append(cache)
+        return self._final_norm(hidden[:, -1], residual[:, -1]), caches
+
+    def step(self, token_ids: jax.Array, caches: list[dict], pos: jax.Array) -> tuple[jax.Array, list[dict]]:
+        """One decoding position: token_ids (batch,) int at position ``pos`` (int scalar) and the caches after the
+        previous position -> (hidden state (batch, d_model), the caches after this position)."""
+        hidden, residual, new_caches = self.embedding(token_ids[:, None]), None, []
+        for block, cache in zip(self.layers, caches, strict=True):
+            hidden, residual, cache = block.step(hidden, residual, cache, pos)
+            new_caches.append(cache)
+        return self._final_norm(hidden[:, 0], residual[:, 0]), new_caches
 
 
 class MambaLMHeadModel(nnx.Module):
@@ -108,6 +129,26 @@ class MambaLMHeadModel(nnx.Module):
     def __call__(self, input_ids: jax.Array, seq_idx: jax.Array | None = None) -> jax.Array:
         weight = self.head_weight()
         return self.backbone(input_ids, seq_idx).astype(weight.dtype) @ weight
+
+    def prefill(self, input_ids: jax.Array, max_len: int) -> tuple[jax.Array, list[dict]]:
+        """Inference over prompts input_ids (batch, L) int -> (the next position's logits (batch, padded vocab),
+        one cache per layer); attention layers' caches hold ``max_len`` positions (prompt + generated)."""
+        hidden, caches = self.backbone.prefill(input_ids, max_len)
+        weight = self.head_weight()
+        return hidden.astype(weight.dtype) @ weight, caches
+
+    def step(self, token_ids: jax.Array, caches: list[dict], pos: jax.Array) -> tuple[jax.Array, list[dict]]:
+        """One decoding position: token_ids (batch,) int at position ``pos`` -> (the next position's logits
+        (batch, padded vocab), the updated caches)."""
+        hidden, caches = self.backbone.step(token_ids, caches, pos)
+        weight = self.head_weight()
+        return hidden.astype(weight.dtype) @ weight, caches
+
+    def attention_implementation(self) -> str | None:
+        """What the attention layers run over whole sequences ("cudnn" flash attention or "xla"), None without
+        attention layers: for run records and messages."""
+        attention = [b.mixer for b in self.backbone.layers if isinstance(b.mixer, MHA)]
+        return attention[0].implementation(compute_dtype_for(self.cfg)) if attention else None
 
     def head_weight(self) -> jax.Array:
         """The LM head as a (d_model, padded vocab) matrix in the compute dtype: logits = hidden @ it. For callers

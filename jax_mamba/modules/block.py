@@ -28,9 +28,21 @@ class Block(nnx.Module):
         return residual.astype(jnp.float32) if self.residual_in_fp32 else residual
 
     def __call__(self, hidden: jax.Array, residual: jax.Array | None = None, **mixer_kwargs):
+        return self._run(hidden, residual, lambda x: (self.mixer(x, **mixer_kwargs), None))[:2]
+
+    def prefill(self, hidden: jax.Array, residual: jax.Array | None, max_len: int):
+        """Inference over a prompt: (hidden, residual, the mixer's cache); see the mixers' ``prefill``."""
+        return self._run(hidden, residual, lambda x: self.mixer.prefill(x, max_len))
+
+    def step(self, hidden: jax.Array, residual: jax.Array, cache: dict, pos: jax.Array):
+        """One decoding position, hidden and residual (batch, 1, d_model): (hidden, residual, the mixer's cache)."""
+        return self._run(hidden, residual, lambda x: self.mixer.step(x, cache, pos))
+
+    def _run(self, hidden: jax.Array, residual: jax.Array | None, mix):
+        """The block around ``mix``: normed input -> (mixer output, mixer cache or None)."""
         residual = self._add(hidden, residual)
-        hidden = self.mixer(self.norm(residual.astype(jnp.float32)).astype(hidden.dtype), **mixer_kwargs)
+        hidden, cache = mix(self.norm(residual.astype(jnp.float32)).astype(hidden.dtype))
         if self.mlp is not None:
             residual = self._add(hidden, residual)
             hidden = self.mlp(self.norm2(residual.astype(jnp.float32)).astype(hidden.dtype))
-        return hidden, residual
+        return hidden, residual, cache

@@ -171,3 +171,14 @@ class CausalConv1d(nnx.Module):
             causal_conv1d_fn, seq_idx=seq_idx, activation=activation, impl=op_impl(self.impl, causal_conv1d_fn)
         )
         return jax.checkpoint(conv)(x, self.weight[...], bias)
+
+    def with_state(
+        self, x: jax.Array, state: jax.Array | None = None, *, activation: str | None = None
+    ) -> tuple[jax.Array, jax.Array]:
+        """Inference: the conv of x (batch, L, channels) continuing from ``state`` (batch, width - 1, channels), the
+        last inputs before x (zeros when None), and the state after x. Prefill passes the prompt, decoding one
+        position at a time. Always the reference conv: the Pallas kernel takes no states."""
+        bias = None if self.bias is None else self.bias[...]
+        return causal_conv1d_fn(
+            x, self.weight[...], bias, initial_states=state, return_final_states=True, activation=activation
+        )

@@ -9,7 +9,7 @@ from flax import nnx
 from jax_mamba.modules.impl import op_impl
 from jax_mamba.modules.init import dt_bias_init, uniform
 from jax_mamba.modules.layers import CausalConv1d, RMSNormGated, linear
-from pallas_kernels import mamba_chunk_scan_combined
+from pallas_kernels import mamba_chunk_scan_combined, selective_state_update
 
 
 class Mamba2(nnx.Module):
@@ -72,36 +72,85 @@ class Mamba2(nnx.Module):
 
     def __call__(self, hidden_states: jax.Array, seq_idx: jax.Array | None = None) -> jax.Array:
         """hidden_states (batch, L, d_model) -> (batch, L, d_model); seq_idx int (batch, L) for packed sequences."""
-        batch, seqlen, _ = hidden_states.shape
-        gn = self.ngroups * self.d_state
-        d_mlp = self.d_inner - self.d_ssm
-        zxbcdt = self.in_proj(hidden_states)
-        z0, x0, z, xBC, dt = jnp.split(
+        z0, x0, z, xBC, dt = self._split_in_proj(self.in_proj(hidden_states))
+        xBC = self.conv1d(xBC, activation="silu", seq_idx=seq_idx)
+        y = self._scan(xBC, dt, z, seq_idx=seq_idx)
+        return self._output(y, z0, x0, z)
+
+    def _split_in_proj(self, zxbcdt: jax.Array) -> list[jax.Array]:
+        """(..., d_in_proj) -> z0, x0 (..., d_mlp), z (..., d_ssm), xBC (..., d_ssm + 2 G N), dt (..., H)."""
+        gn, d_mlp = self.ngroups * self.d_state, self.d_inner - self.d_ssm
+        return jnp.split(
             zxbcdt, [d_mlp, 2 * d_mlp, 2 * d_mlp + self.d_ssm, 2 * d_mlp + 2 * self.d_ssm + 2 * gn], axis=-1
         )
-        xBC = self.conv1d(xBC, activation="silu", seq_idx=seq_idx)
+
+    def _split_xbc(self, xBC: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """The conv's output (..., d_ssm + 2 G N) -> x (..., H, P), B and C (..., G, N)."""
+        gn, lead = self.ngroups * self.d_state, xBC.shape[:-1]
         x, B, C = jnp.split(xBC, [self.d_ssm, self.d_ssm + gn], axis=-1)
-        A = -jnp.exp(self.A_log[...].astype(jnp.float32))
-        D = self.D[...].reshape(self.nheads, self.headdim) if self.D_has_hdim else self.D[...]
-        heads = (batch, seqlen, self.nheads, self.headdim)
-        y = mamba_chunk_scan_combined(
-            x.reshape(heads),
+        groups = (*lead, self.ngroups, self.d_state)
+        return x.reshape(*lead, self.nheads, self.headdim), B.reshape(groups), C.reshape(groups)
+
+    def _scan(self, xBC: jax.Array, dt: jax.Array, z: jax.Array, *, seq_idx=None, return_final_states: bool = False):
+        """The SSD over the conv's output (batch, L, conv channels) -> y (batch, L, d_ssm) [, final states]; without
+        rmsnorm the scan gates with silu(z)."""
+        batch, seqlen, _ = xBC.shape
+        x, B, C = self._split_xbc(xBC)
+        result = mamba_chunk_scan_combined(
+            x,
             dt,
-            A,
-            B.reshape(batch, seqlen, self.ngroups, self.d_state),
-            C.reshape(batch, seqlen, self.ngroups, self.d_state),
+            -jnp.exp(self.A_log[...].astype(jnp.float32)),
+            B,
+            C,
             self.chunk_size,
-            D=D,
-            z=None if self.rmsnorm else z.reshape(heads),
+            D=self._D_per_head_dim() if self.D_has_hdim else self.D[...],
+            z=None if self.rmsnorm else z.reshape(x.shape),
             dt_bias=self.dt_bias[...],
             seq_idx=seq_idx,
             dt_softplus=True,
             dt_limit=self.dt_limit,
+            return_final_states=return_final_states,
             impl=op_impl(self.impl, mamba_chunk_scan_combined),
         )
+        y, final = result if return_final_states else (result, None)
         y = y.reshape(batch, seqlen, self.d_ssm)
+        return (y, final) if return_final_states else y
+
+    def _D_per_head_dim(self) -> jax.Array:
+        """D as (H, P): per head dim, or each head's value repeated."""
+        D = self.D[...]
+        return D.reshape(self.nheads, self.headdim) if self.D_has_hdim else jnp.repeat(D[:, None], self.headdim, 1)
+
+    def _output(self, y: jax.Array, z0: jax.Array, x0: jax.Array, z: jax.Array) -> jax.Array:
+        """y (batch, L, d_ssm) -> the gated norm (the scan gated y when there is none), the MLP part in front,
+        out_proj."""
         if self.rmsnorm:
             y = self.norm(y, z)
-        if d_mlp > 0:
+        if self.d_inner > self.d_ssm:
             y = jnp.concatenate([jax.nn.silu(z0) * x0, y], axis=-1)
         return self.out_proj(y)
+
+    def prefill(self, hidden_states: jax.Array, max_len: int) -> tuple[jax.Array, dict]:
+        """Inference over a prompt: hidden_states (batch, L, d_model) -> (output like __call__'s, cache) with cache
+        {"conv": (batch, d_conv - 1, d_ssm + 2 G N) the last conv inputs, "ssm": (batch, H, P, N) float32}.
+        ``max_len`` (the attention layers' cache length) is unused."""
+        z0, x0, z, xBC, dt = self._split_in_proj(self.in_proj(hidden_states))
+        xBC, conv_state = self.conv1d.with_state(xBC, activation="silu")
+        y, ssm_state = self._scan(xBC, dt, z, return_final_states=True)
+        return self._output(y, z0, x0, z), {"conv": conv_state, "ssm": ssm_state}
+
+    def step(self, hidden_states: jax.Array, cache: dict, pos: jax.Array) -> tuple[jax.Array, dict]:
+        """One decoding position: hidden_states (batch, 1, d_model) and the cache after the previous position ->
+        (output (batch, 1, d_model), the cache after this one). ``pos`` is unused (the state carries position)."""
+        z0, x0, z, xBC, dt = self._split_in_proj(self.in_proj(hidden_states))
+        xBC, conv_state = self.conv1d.with_state(xBC, cache["conv"], activation="silu")
+        x, B, C = self._split_xbc(xBC[:, 0])
+        per_dim = lambda v: jnp.broadcast_to(v[..., None], (*v.shape, self.headdim))  # noqa: E731  (.., H) -> (.., H, P)
+        dt = jax.nn.softplus(dt[:, 0].astype(jnp.float32) + self.dt_bias[...])
+        if self.dt_limit != (0.0, math.inf):
+            dt = jnp.clip(dt, *self.dt_limit)  # as the chunked scan: after softplus (mamba-ssm's step skips it)
+        A = jnp.broadcast_to(-jnp.exp(self.A_log[...].astype(jnp.float32))[:, None, None], (*x.shape[1:], self.d_state))
+        gate = None if self.rmsnorm else z[:, 0].reshape(x.shape)
+        y, ssm_state = selective_state_update(cache["ssm"], x, per_dim(dt), A, B, C, self._D_per_head_dim(), gate)
+        y = y.reshape(x.shape[0], 1, self.d_ssm)
+        return self._output(y, z0, x0, z), {"conv": conv_state, "ssm": ssm_state}

@@ -9,7 +9,7 @@ from flax import nnx
 from jax_mamba.modules.impl import op_impl
 from jax_mamba.modules.init import dt_bias_init, uniform
 from jax_mamba.modules.layers import CausalConv1d, linear
-from pallas_kernels import selective_scan_fn
+from pallas_kernels import selective_scan_fn, selective_state_update
 from pallas_kernels.selective_scan.api import SAVED_STATES_NAME
 
 
@@ -76,11 +76,17 @@ class Mamba(nnx.Module):
 
     def ssm(self, x: jax.Array, z: jax.Array) -> jax.Array:
         """x, z (batch, L, d_inner) -> the gated scan output (batch, L, d_inner): conv, projections, scan."""
-        x = self.conv1d(x, activation="silu")
+        return self._scan(self.conv1d(x, activation="silu"), z)
+
+    def _projections(self, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+        """The conv's output x (..., d_inner) -> dt (..., d_inner) before its bias, B and C (..., N), A (d_inner, N)."""
         x_dbl = self.x_proj(x)
         dt, B, C = jnp.split(x_dbl, [self.dt_rank, self.dt_rank + self.d_state], axis=-1)
         dt = dt @ self.dt_proj.kernel[...].astype(dt.dtype)  # bias enters the scan as delta_bias
-        A = -jnp.exp(self.A_log[...].astype(jnp.float32))
+        return dt, B, C, -jnp.exp(self.A_log[...].astype(jnp.float32))
+
+    def _scan(self, x: jax.Array, z: jax.Array, *, return_last_state: bool = False):
+        dt, B, C, A = self._projections(x)
         return selective_scan_fn(
             x,
             dt,
@@ -91,6 +97,27 @@ class Mamba(nnx.Module):
             z,
             delta_bias=self.dt_proj.bias[...],
             delta_softplus=True,
+            return_last_state=return_last_state,
             impl=op_impl(self.impl, selective_scan_fn),
             checkpoint_every=self.scan_checkpoint_every,
         )
+
+    def prefill(self, hidden_states: jax.Array, max_len: int) -> tuple[jax.Array, dict]:
+        """Inference over a prompt: hidden_states (batch, L, d_model) -> (output like __call__'s, cache) with cache
+        {"conv": (batch, d_conv - 1, d_inner) the last conv inputs, "ssm": (batch, d_inner, N) float32}.
+        ``max_len`` (the attention layers' cache length) is unused."""
+        x, z = jnp.split(self.in_proj(hidden_states), 2, axis=-1)
+        x, conv_state = self.conv1d.with_state(x, activation="silu")
+        y, ssm_state = self._scan(x, z, return_last_state=True)
+        return self.out_proj(y), {"conv": conv_state, "ssm": ssm_state}
+
+    def step(self, hidden_states: jax.Array, cache: dict, pos: jax.Array) -> tuple[jax.Array, dict]:
+        """One decoding position: hidden_states (batch, 1, d_model) and the cache after the previous position ->
+        (output (batch, 1, d_model), the cache after this one). ``pos`` is unused (the state carries position)."""
+        x, z = jnp.split(self.in_proj(hidden_states), 2, axis=-1)
+        x, conv_state = self.conv1d.with_state(x, cache["conv"], activation="silu")
+        dt, B, C, A = self._projections(x[:, 0])
+        y, ssm_state = selective_state_update(
+            cache["ssm"], x[:, 0], dt, A, B, C, self.D[...], z[:, 0], self.dt_proj.bias[...], dt_softplus=True
+        )
+        return self.out_proj(y[:, None]), {"conv": conv_state, "ssm": ssm_state}

@@ -33,7 +33,9 @@ class LanguageModeling:
 
     def __init__(self, cfg: RunConfig):
         self.cfg = cfg
-        self.metric = "bits_per_byte" if cfg.data.kind in ("stdlib", "text") else "accuracy"
+        text = cfg.data.kind in ("stdlib", "text", "tokens")
+        bytes_ = text and cfg.data.kind != "tokens" and not cfg.data.tokenizer
+        self.metric = "bits_per_byte" if bytes_ else "perplexity" if text else "accuracy"
 
     def build_model(self, rngs: nnx.Rngs) -> nnx.Module:
         return MambaLMHeadModel(self.cfg.model, rngs=rngs)
@@ -94,7 +96,7 @@ class LanguageModeling:
         result = {"eval_loss": loss, "eval_perplexity": math.exp(min(loss, 700.0))}
         if self.metric == "bits_per_byte":
             result["eval_bits_per_byte"] = loss / math.log(2)
-        else:
+        elif self.metric == "accuracy":
             result["eval_accuracy"] = sums["correct"] / count
         return result
 

@@ -43,5 +43,17 @@ class CheckpointStore:
         state = restored.state
         return state["params"], state["opt_state"], state.get("model_state", {}), dict(restored.meta)
 
+    def restore_params(self, step: int, params_like: dict) -> dict:
+        """Only the params of ``step`` (inference: no optimizer state is read or built), shaped like the template."""
+        abstract = {"params": jax.tree.map(ocp.utils.to_shape_dtype_struct, params_like)}
+        with ocp.PyTreeCheckpointer() as reader:
+            restored = reader.restore(
+                self.directory / str(step) / "state",
+                args=ocp.args.PyTreeRestore(
+                    abstract, ocp.checkpoint_utils.construct_restore_args(abstract), partial_restore=True
+                ),
+            )
+        return restored["params"]
+
     def close(self) -> None:
         self._manager.close()

@@ -135,10 +135,14 @@ def _train(cfg: RunConfig, task: Task, dataset: Dataset, resume: bool, run_dir: 
             "data": dataset.describe(),
             "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
         }
+        attention = getattr(layout.merge(params, model_state), "attention_implementation", lambda: None)()
+        if attention:  # hybrids: cuDNN flash attention or XLA's
+            info["attention"] = attention
         (run_dir / "run.json").write_text(json.dumps(info, indent=2))
         echo(
             f"{cfg.name}: {n_params / 1e6:.2f}M parameters on {jax.default_backend()} "
-            f"({info['compute_dtype']} compute), data {dataset.describe()['kind']}, run folder {run_dir}"
+            f"({info['compute_dtype']} compute{f', {attention} attention' if attention else ''}), "
+            f"data {dataset.describe()['kind']}, run folder {run_dir}"
         )
 
     eval_step = make_eval_step(task, layout)

@@ -22,7 +22,11 @@ def _failures(rows):
 MODELS = {
     "mamba1": ("mamba1-tiny", []),
     "mamba2": ("mamba2-tiny", ["--model.ssm_cfg.ngroups=2"]),
-    "hybrid": ("hybrid-tiny", ["--model.attn_cfg.rotary_emb_dim=0"]),
+    "hybrid": ("hybrid-tiny", []),  # GQA (4 query heads, 2 kv heads), rotary on 16 of 16 head dims
+    "hybrid-interleaved-conv-mlp": (
+        "hybrid-tiny",
+        ["--rotary_emb_dim=8", "--rotary_emb_interleaved=true", "--model.attn_cfg.d_conv=4", "--mlp_dim=64"],
+    ),
 }
 
 

@@ -30,3 +30,26 @@ def test_cudnn_attention_matches_oracle(rng, tokens, heads, head_dim):
     floor = GRAD_FLOOR * 10 * float(np.linalg.norm(want[3]))
     for name, got, expected in zip(("out", "dq", "dk", "dv"), (out, *grads), want, strict=True):
         assert_close(name, got, expected, jnp.bfloat16, floor=floor if name in ("dq", "dk") else 0.0)
+
+
+@pytest.mark.parametrize("seqlen", [1, 300, 2048])
+def test_hybrid_attention_runs_cudnn_and_matches_xla(rng, seqlen):
+    """The hybrid's MHA (GQA 8/2 heads of 64, rotary on 32 dims, causal) in bf16 takes cuDNN's flash attention and
+    gives the XLA path's float32 output and gradients within bf16 rounding."""
+    from flax import nnx
+
+    from jax_mamba.modules.mha import MHA
+    from tests.jax_mamba.test_modules import perturb
+
+    def layer(impl, dtype):
+        m = MHA(512, num_heads=8, num_heads_kv=2, rotary_emb_dim=32, dtype=dtype, impl=impl, rngs=nnx.Rngs(0))
+        return perturb(m, np.random.default_rng(1), 0.02)
+
+    fast, exact = layer("auto", jnp.bfloat16), layer("reference", jnp.float32)
+    assert fast.implementation(jnp.bfloat16) == "cudnn" and exact.implementation(jnp.float32) == "xla"
+    x = jnp.asarray(rng.normal(size=(2, seqlen, 512)), jnp.float32)
+    loss = lambda m, x: jnp.sum(m(x).astype(jnp.float32) ** 2)  # noqa: E731
+    out_fast, grad_fast = nnx.value_and_grad(loss, argnums=1)(fast, x.astype(jnp.bfloat16))
+    out_exact, grad_exact = nnx.value_and_grad(loss, argnums=1)(exact, x)
+    assert_close("loss", out_fast, out_exact, jnp.bfloat16)
+    assert_close("dx", grad_fast, grad_exact, jnp.bfloat16)

@@ -147,9 +147,11 @@ def test_gradient_accumulation_equals_one_big_batch(rng):
 
 def test_command_line(tmp_path, capsys):
     run = tmp_path / "cli"
-    assert main(["--config", "mamba1-tiny", f"--run_dir={run}", "--max_steps=3", *QUIET]) == 0
-    assert "done: step 3" in capsys.readouterr().out
-    assert main(["--resume", f"--run_dir={run}", "--max_steps=5", *QUIET]) == 0
+    assert main(["--config", "mamba1-tiny", f"--run_dir={run}", "--max_steps=3", "--sample_tokens=6", *QUIET]) == 0
+    out = capsys.readouterr().out
+    assert "done: step 3" in out and "sample (" in out and "\ndef " in out  # the stdlib corpus's prompt
+    assert main(["--resume", f"--run_dir={run}", "--max_steps=5", "--sample_tokens=0", *QUIET]) == 0
+    assert "sample (" not in capsys.readouterr().out
     assert sorted(losses(run)) == [3, 5]
     assert main(["--config", "mamba1-tiny", "--data", str(tmp_path / "nope.txt"), *QUIET]) == 2
     assert "data.path" in capsys.readouterr().err

@@ -1,0 +1,120 @@
+"""selective_state_update (one decoding step) against a float64 NumPy step, against the chunked ops run over a
+sequence (Mamba-1's selective scan, Mamba-2's SSD with initial and final states), and its argument checks."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from compare.tolerances import assert_close
+from pallas_kernels import mamba_chunk_scan_combined, selective_scan_fn, selective_state_update
+
+
+def numpy_step(state, x, dt, A, B, C, D, z, dt_bias, softplus):
+    """The step in float64 with a heads axis: state (b, H, P, N), x/dt/z (b, H, P), B/C (b, G, N)."""
+    f = lambda v: None if v is None else np.asarray(v, np.float64)  # noqa: E731
+    state, x, dt, A, B, C, D, z, dt_bias = map(f, (state, x, dt, A, B, C, D, z, dt_bias))
+    if dt_bias is not None:
+        dt = dt + dt_bias
+    if softplus:
+        dt = np.logaddexp(dt, 0.0)
+    per_group = state.shape[1] // B.shape[1]
+    B, C = np.repeat(B, per_group, axis=1), np.repeat(C, per_group, axis=1)
+    new = state * np.exp(dt[..., None] * A) + (dt * x)[..., None] * B[:, :, None, :]
+    out = np.einsum("bhpn,bhn->bhp", new, C)
+    if D is not None:
+        out = out + x * D
+    if z is not None:
+        out = out * z / (1 + np.exp(-z))
+    return out, new
+
+
+@pytest.mark.parametrize("heads", [False, True])
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+@pytest.mark.parametrize("optional", [True, False])
+def test_step_matches_float64(rng, heads, dtype, optional):
+    batch, nheads, dim, dstate, groups = (3, 6, 5, 7, 3) if heads else (2, 1, 9, 4, 1)
+    cast = lambda v, d=dtype: None if v is None else jnp.asarray(v, d)  # noqa: E731
+    state = cast(rng.normal(size=(batch, nheads, dim, dstate)), jnp.float32)
+    x, dt, z = (cast(rng.normal(size=(batch, nheads, dim))) for _ in range(3))
+    A = cast(-np.exp(rng.uniform(-2, 1, (nheads, dim, dstate))), jnp.float32)
+    B, C = (cast(rng.normal(size=(batch, groups, dstate))) for _ in range(2))
+    D, dt_bias = (
+        cast(rng.normal(size=(nheads, dim)), jnp.float32),
+        cast(rng.normal(-1, 0.5, (nheads, dim)), jnp.float32),
+    )
+    if not optional:
+        D = z = dt_bias = None
+    want_out, want_state = numpy_step(state, x, dt, A, B, C, D, z, dt_bias, optional)  # the rounded inputs
+    if not heads:  # Mamba-1 layout: no heads axis; B and C (batch, N)
+        state, x, dt, z, B, C = (None if v is None else v[:, 0] for v in (state, x, dt, z, B, C))
+        A, D, dt_bias = (None if v is None else v[0] for v in (A, D, dt_bias))
+        want_out, want_state = want_out[:, 0], want_state[:, 0]
+    out, new_state = selective_state_update(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus=optional)
+    assert out.dtype == dtype and new_state.dtype == jnp.float32
+    assert out.shape == want_out.shape and new_state.shape == want_state.shape
+    assert_close("out", out, want_out, dtype)
+    assert_close("state", new_state, want_state, jnp.float32)
+
+
+def test_steps_reproduce_the_selective_scan(rng):
+    """Mamba-1: stepping from a zero state through L positions gives the scan's outputs and last state."""
+    batch, seqlen, dim, dstate = 2, 9, 6, 4
+    u, delta, z = (jnp.asarray(rng.normal(size=(batch, seqlen, dim)), jnp.float32) for _ in range(3))
+    A = jnp.asarray(-np.exp(rng.uniform(-2, 1, (dim, dstate))), jnp.float32)
+    B, C = (jnp.asarray(rng.normal(size=(batch, seqlen, 1, dstate)), jnp.float32) for _ in range(2))
+    D, bias = jnp.asarray(rng.normal(size=dim), jnp.float32), jnp.asarray(rng.normal(-1, 0.5, dim), jnp.float32)
+    want, want_last = selective_scan_fn(
+        u, delta, A, B, C, D, z, delta_bias=bias, delta_softplus=True, return_last_state=True
+    )
+    state, outs = jnp.zeros((batch, dim, dstate)), []
+    for t in range(seqlen):
+        out, state = selective_state_update(
+            state, u[:, t], delta[:, t], A, B[:, t, 0], C[:, t, 0], D, z[:, t], bias, dt_softplus=True
+        )
+        outs.append(out)
+    assert_close("out", jnp.stack(outs, 1), want, jnp.float32)
+    assert_close("last state", state, want_last, jnp.float32)
+
+
+def test_step_continues_the_chunked_ssd(rng):
+    """Mamba-2: the SSD over L positions, then one step from its final state, equals the SSD over L + 1 positions
+    (output at the new position and final state), with groups and per-head dims broadcast as the layer does."""
+    batch, seqlen, nheads, headdim, dstate, groups = 2, 13, 4, 8, 6, 2
+    x = jnp.asarray(rng.normal(size=(batch, seqlen + 1, nheads, headdim)), jnp.float32)
+    dt = jnp.asarray(rng.normal(-1, 1, (batch, seqlen + 1, nheads)), jnp.float32)
+    A = jnp.asarray(-np.exp(rng.uniform(-2, 1, nheads)), jnp.float32)
+    B, C = (jnp.asarray(rng.normal(size=(batch, seqlen + 1, groups, dstate)), jnp.float32) for _ in range(2))
+    D, dt_bias = jnp.asarray(rng.normal(size=nheads), jnp.float32), jnp.asarray(rng.normal(size=nheads), jnp.float32)
+    args = dict(D=D, dt_bias=dt_bias, dt_softplus=True, return_final_states=True)
+    want, want_final = mamba_chunk_scan_combined(x, dt, A, B, C, 4, **args)
+    _, state = mamba_chunk_scan_combined(x[:, :-1], dt[:, :-1], A, B[:, :-1], C[:, :-1], 4, **args)
+    per_dim = lambda v: jnp.broadcast_to(v[..., None], (*v.shape, headdim))  # noqa: E731
+    out, new_state = selective_state_update(
+        state, x[:, -1], per_dim(dt[:, -1]), jnp.broadcast_to(A[:, None, None], (nheads, headdim, dstate)),
+        B[:, -1], C[:, -1], per_dim(D), dt_bias=per_dim(dt_bias), dt_softplus=True,
+    )  # fmt: skip
+    assert_close("out", out, want[:, -1], jnp.float32)
+    assert_close("final state", new_state, want_final, jnp.float32)
+
+
+def test_argument_checks():
+    state, x, A, B = jnp.zeros((2, 8, 4)), jnp.zeros((2, 8)), jnp.zeros((8, 4)), jnp.zeros((2, 4))
+    with pytest.raises(ValueError, match=r"x must have shape \(batch, dim\) = \(2, 8\)"):
+        selective_state_update(state, x[:, :3], x, A, B, B)
+    with pytest.raises(ValueError, match=r"A must have shape \(dim, N\)"):
+        selective_state_update(state, x, x, A[:, :3], B, B)
+    with pytest.raises(ValueError, match=r"B must have shape \(batch, N\)"):
+        selective_state_update(state, x, x, A, B[:, :3], B)
+    with pytest.raises(ValueError, match=r"D must have shape \(dim,\)"):
+        selective_state_update(state, x, x, A, B, B, D=jnp.zeros(7))
+    heads = jnp.zeros((2, 4, 8, 4))
+    with pytest.raises(ValueError, match=r"ngroups \(B.shape\[1\]\)=3 must be positive and divide nheads"):
+        selective_state_update(
+            heads, heads[..., 0], heads[..., 0], heads[0], jnp.zeros((2, 3, 4)), jnp.zeros((2, 3, 4))
+        )
+    with pytest.raises(ValueError, match="state must have rank 3 or 4"):
+        selective_state_update(jnp.zeros((2, 8)), x, x, A, B, B)
+    with pytest.raises(NotImplementedError, match="impl='pallas' is not available"):
+        selective_state_update(state, x, x, A, B, B, impl="pallas")
+    assert jax.jit(selective_state_update)(state, x, x, A, B, B)[0].shape == (2, 8)
