@@ -81,15 +81,17 @@ class MHA(nnx.Module):
         mask = None if seq_idx is None else (seq_idx[:, :, None] == seq_idx[:, None, :])[:, None]
         context = jax.nn.dot_product_attention(
             q, k, v, mask=mask, scale=self.softmax_scale, is_causal=self.causal,
-            implementation=self.implementation(q.dtype, packed=seq_idx is not None),
+            implementation=self.implementation(q.dtype, seqlen=q.shape[1], packed=seq_idx is not None),
         )  # fmt: skip
         return self._output(context, x_mlp)
 
-    def implementation(self, dtype, packed: bool = False) -> str:
+    def implementation(self, dtype, seqlen: int = 2, packed: bool = False) -> str:
         """The attention that runs over a whole sequence: "cudnn" (cuDNN's flash attention, on a GPU where it takes
-        the dtype and head_dim; see ``modules.impl.attention_impl``) or "xla". Packed sequences (a seq_idx mask)
-        take the XLA path."""
-        return "xla" if packed else attention_impl(self.impl, dtype, self.head_dim)
+        the dtype and head_dim; see ``modules.impl.attention_impl``) or "xla". Packed sequences (a seq_idx mask) and
+        odd lengths (JAX refuses cuDNN's causal attention over them in training) take the XLA path."""
+        if packed or seqlen % 2:
+            return "xla"
+        return attention_impl(self.impl, dtype, self.head_dim)
 
     def _in_proj(self, x: jax.Array) -> tuple[jax.Array, jax.Array | None]:
         """x (batch, L, embed_dim) -> qkv (batch, L, qkv_dim), and up * silu(gate) (batch, L, mlp_dim / 2) or None."""
@@ -135,7 +137,7 @@ class MHA(nnx.Module):
             qkv, cache["conv"] = self.conv1d.with_state(qkv)
         q, k, v = self._heads(qkv, 0)
         context = jax.nn.dot_product_attention(
-            q, k, v, scale=self.softmax_scale, is_causal=True, implementation=self.implementation(q.dtype)
+            q, k, v, scale=self.softmax_scale, is_causal=True, implementation=self.implementation(q.dtype, seqlen)
         )
         pad = [(0, 0), (0, max_len - seqlen), (0, 0), (0, 0)]
         cache["k"], cache["v"] = jnp.pad(k, pad), jnp.pad(v, pad)

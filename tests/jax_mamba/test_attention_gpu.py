@@ -32,10 +32,10 @@ def test_cudnn_attention_matches_oracle(rng, tokens, heads, head_dim):
         assert_close(name, got, expected, jnp.bfloat16, floor=floor if name in ("dq", "dk") else 0.0)
 
 
-@pytest.mark.parametrize("seqlen", [1, 300, 2048])
+@pytest.mark.parametrize("seqlen", [1, 301, 2048])
 def test_hybrid_attention_runs_cudnn_and_matches_xla(rng, seqlen):
-    """The hybrid's MHA (GQA 8/2 heads of 64, rotary on 32 dims, causal) in bf16 takes cuDNN's flash attention and
-    gives the XLA path's float32 output and gradients within bf16 rounding."""
+    """The hybrid's MHA (GQA 8/2 heads of 64, rotary on 32 dims, causal) in bf16 takes cuDNN's flash attention (XLA's
+    at odd lengths) and gives the XLA path's float32 output and gradients within bf16 rounding."""
     from flax import nnx
 
     from jax_mamba.modules.mha import MHA
@@ -46,7 +46,8 @@ def test_hybrid_attention_runs_cudnn_and_matches_xla(rng, seqlen):
         return perturb(m, np.random.default_rng(1), 0.02)
 
     fast, exact = layer("auto", jnp.bfloat16), layer("reference", jnp.float32)
-    assert fast.implementation(jnp.bfloat16) == "cudnn" and exact.implementation(jnp.float32) == "xla"
+    assert fast.implementation(jnp.bfloat16, seqlen) == ("xla" if seqlen % 2 else "cudnn")
+    assert exact.implementation(jnp.float32, seqlen) == "xla"
     x = jnp.asarray(rng.normal(size=(2, seqlen, 512)), jnp.float32)
     loss = lambda m, x: jnp.sum(m(x).astype(jnp.float32) ** 2)  # noqa: E731
     out_fast, grad_fast = nnx.value_and_grad(loss, argnums=1)(fast, x.astype(jnp.bfloat16))
