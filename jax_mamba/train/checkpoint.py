@@ -5,6 +5,7 @@ checkpoints hold {params, opt_state} as before.
 Saves are synchronous (a checkpoint is complete on disk when ``save`` returns; orbax writes to a temporary folder and
 renames it, so an interrupted save never replaces a finished one)."""
 
+import time
 from pathlib import Path
 
 import jax
@@ -54,6 +55,14 @@ class CheckpointStore:
                 ),
             )
         return restored["params"]
+
+    def set_aside(self, step: int) -> Path:
+        """Move the folder of ``step`` (unreadable) out of the store's view, to ``damaged-<step>-<time>`` beside the
+        steps, so that a resumed run can save that step again; nothing is deleted. Returns the new path."""
+        target = self.directory / f"damaged-{step}-{time.strftime('%Y%m%d-%H%M%S')}"
+        (self.directory / str(step)).rename(target)
+        self._manager.reload()
+        return target
 
     def close(self) -> None:
         self._manager.close()

@@ -73,6 +73,34 @@ def _check_resumable(saved: RunConfig, cfg: RunConfig, echo) -> None:
             )
 
 
+def _one_line(err: Exception, limit: int = 200) -> str:
+    """An exception as one short line (orbax and TensorStore raise messages of thousands of lines)."""
+    text = next((line.strip() for line in str(err).splitlines() if line.strip()), "")
+    return f"{type(err).__name__}: {text[:limit]}{'...' if len(text) > limit else ''}"
+
+
+def _restore_newest_intact(store: CheckpointStore, params, opt_state, model_state, echo) -> tuple[int, tuple]:
+    """(step, (params, opt_state, model_state)) of the newest checkpoint that restores. Newer ones that do not
+    (damaged files) are named in a one-line warning each and set aside, never deleted."""
+    failures: list[tuple[int, str]] = []
+    for step in sorted(store.steps(), reverse=True):
+        try:
+            params_, opt_state_, model_state_, _ = store.restore(step, params, opt_state, model_state)
+        except Exception as err:  # TensorStore's errors arrive as bare Exceptions; each kind means "unreadable"
+            failures.append((step, _one_line(err)))
+            continue
+        for bad, why in failures:
+            moved = store.set_aside(bad)
+            echo(f"warning: checkpoint step {bad} is damaged ({why}); kept as {moved}; resuming from step {step}")
+        return step, (params_, opt_state_, model_state_)
+    newest, why = failures[0]
+    raise runs.RunDirError(
+        f"--resume: none of the {len(failures)} checkpoints in {store.directory} restores; the newest (step "
+        f"{newest}): {why}. If the config changed since it was saved (model size, or an optim setting such as "
+        "grad_clip), resume with the saved config.yaml; nothing was changed on disk"
+    )
+
+
 def _evaluate(task: Task, eval_step, params, state, dataset: Dataset) -> dict:
     """The task's evaluation metrics from sums over the evaluation batches (scalars, or arrays such as per-class
     counts, summed elementwise in float64)."""
@@ -112,14 +140,7 @@ def _train(cfg: RunConfig, task: Task, dataset: Dataset, resume: bool, run_dir: 
     metrics = MetricsLog(run_dir / "metrics.jsonl")
     start = 0
     if resume:
-        start = store.latest_step()
-        try:
-            params, opt_state, model_state, _ = store.restore(start, params, opt_state, model_state)
-        except ValueError as err:
-            raise runs.RunDirError(
-                f"--resume: checkpoint {start} in {store.directory} does not fit this run's model "
-                f"and optimizer (was an optim setting such as grad_clip switched?): {err}"
-            ) from err
+        start, (params, opt_state, model_state) = _restore_newest_intact(store, params, opt_state, model_state, echo)
         metrics.write({"event": "resume", "step": start, "time": time.time()})
         echo(f"resumed {run_dir} at step {start}")
     else:

@@ -15,7 +15,7 @@ from pallas_kernels._checks import (
     check_seq_idx,
     check_shape,
 )
-from pallas_kernels._triton import interpret_mode
+from pallas_kernels._triton import gpu_sm_count, interpret_mode
 from pallas_kernels.ssd import pallas, reference
 from pallas_kernels.ssd.block import ssd_dims
 from pallas_kernels.ssd.config import MAX_DSTATE, MAX_HEADDIM, SsdConfig, default_config
@@ -157,7 +157,7 @@ def _scan(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, dt
 
     if impl == "pallas":
         _check_pallas_supported(headdim, B.shape[3], config)
-        config = config or default_config(*x.shape, B.shape[3], jnp.dtype(x.dtype).itemsize)
+        config = config or default_config(*x.shape, B.shape[3], jnp.dtype(x.dtype).itemsize, gpu_sm_count())
         dims = ssd_dims(
             x,
             B,

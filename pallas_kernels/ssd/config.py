@@ -70,10 +70,22 @@ KEEP_ALL_MAX_BYTES = 256 * 2**20  # the block states of one call (in the dot dty
 KEEP_EVERY = 1024  # positions between the kept states beyond it: 1/8 of the bytes at block_l 64 (float32 vs bf16)
 
 
-def default_config(batch: int, seqlen: int, nheads: int, headdim: int, dstate: int, itemsize: int) -> SsdConfig:
-    """``SsdConfig()``, keeping the state only every KEEP_EVERY positions where every block's state for the backward
-    (batch, L / block_l, H, P, N) in the inputs' dtype (``itemsize`` bytes) would exceed KEEP_ALL_MAX_BYTES: the
-    mamba2-130m and 2.7b layers at L 2048 keep all (100 and 168 MB), a 65536-long sequence of 128 heads 1/8 of 2 GB."""
+def default_config(
+    batch: int, seqlen: int, nheads: int, headdim: int, dstate: int, itemsize: int, sm_count: int = 132
+) -> SsdConfig:
+    """``SsdConfig()`` with two rules for the shapes:
+
+    - the fused forward only where its programs (batch x heads x head-dim tiles) fill the GPU's ``sm_count``
+      SMs: on an H100 (forward ms, fused / split, ``benchmarks/kernels/h100-2026-11-24-ssd-fused-vs-split*``) it
+      won with 192, 256 and 320 programs (130m 0.20 / 0.28, b4 L4096 H64 0.42 / 0.79, 2.7b 0.38 / 0.50) and lost
+      with 64 and 128 (B2 L8192 H32 0.65 / 0.42 at N 128, 1.07 / 0.65 at N 256; B16 L512 H8 0.13 / 0.10);
+    - the state kept only every KEEP_EVERY positions where every block's state for the backward
+      (batch, L / block_l, H, P, N) in the inputs' dtype (``itemsize`` bytes) would exceed KEEP_ALL_MAX_BYTES: the
+      mamba2-130m and 2.7b layers at L 2048 keep all (100 and 168 MB), a 65536-long sequence of 128 heads 1/8 of
+      2 GB."""
     config = SsdConfig()
+    programs = batch * nheads * -(-headdim // min(config.block_p, headdim))
+    if programs < sm_count:
+        config = dataclasses.replace(config, fused_forward_max_l=0)
     saved = batch * -(-seqlen // config.block_l) * nheads * headdim * dstate * itemsize
     return dataclasses.replace(config, checkpoint_every=KEEP_EVERY) if saved > KEEP_ALL_MAX_BYTES else config

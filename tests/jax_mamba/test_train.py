@@ -115,6 +115,42 @@ def test_divergence_stops_and_keeps_the_last_good_checkpoint(tmp_path):
     assert any(r.get("event") == "diverged" for r in records(tmp_path))
 
 
+def damage(step_dir, rng) -> None:
+    """What a new user would try: random bytes over part of every data file of a checkpoint."""
+    for file in (step_dir / "state").rglob("d/*"):
+        data = bytearray(file.read_bytes())
+        size = min(len(data), 4096)
+        at = int(rng.integers(0, len(data) - size + 1))
+        data[at : at + size] = rng.bytes(size)
+        file.write_bytes(bytes(data))
+
+
+def test_resume_past_a_damaged_checkpoint(tmp_path, rng):
+    """The newest checkpoint's data files overwritten with random bytes: --resume names it in one line, keeps it
+    (moved aside) and continues from the newest intact one; with every checkpoint damaged it stops in one line."""
+    cfg = load_config("mamba1-tiny", [*QUIET, "--max_steps=4", "--save_every=2", "--eval_every=4"])
+    train(cfg, run_dir=tmp_path, echo=lambda *_: None)
+    damage(tmp_path / "checkpoints" / "4", rng)
+    damaged = tree_digest(tmp_path / "checkpoints" / "4")
+    said = []
+    more = load_config(str(tmp_path / "config.yaml"), [*QUIET, "--max_steps=6"])
+    result = train(more, resume=True, run_dir=tmp_path, echo=said.append)
+    warning = next(s for s in said if s.startswith("warning"))
+    assert "checkpoint step 4 is damaged" in warning and "resuming from step 2" in warning and "\n" not in warning
+    assert len(warning) < 600 and result.step == 6
+    moved = [p for p in (tmp_path / "checkpoints").iterdir() if p.name.startswith("damaged-4-")]
+    assert len(moved) == 1 and tree_digest(moved[0]) == damaged  # kept as it was
+    assert sorted(int(p.name) for p in (tmp_path / "checkpoints").iterdir() if p.name.isdigit()) == [2, 4, 6]
+    assert [r["step"] for r in records(tmp_path) if r.get("event") == "resume"] == [2]
+    for step in (2, 4, 6):
+        damage(tmp_path / "checkpoints" / str(step), rng)
+    before = tree_digest(tmp_path / "checkpoints")
+    with pytest.raises(RunDirError, match=r"none of the 3 checkpoints .* restores; the newest \(step 6\)") as err:
+        train(load_config(str(tmp_path / "config.yaml"), [*QUIET, "--max_steps=8"]), resume=True, run_dir=tmp_path)
+    assert len(str(err.value)) < 800 and "\n" not in str(err.value)
+    assert tree_digest(tmp_path / "checkpoints") == before  # nothing moved or deleted when nothing restores
+
+
 def test_a_new_run_never_overwrites_checkpoints(tmp_path):
     cfg = load_config("mamba2-tiny", [*QUIET, "--max_steps=2", "--save_every=1"])
     train(cfg, run_dir=tmp_path, echo=lambda *_: None)

@@ -165,6 +165,17 @@ def test_default_config_keeps_every_block_state_only_while_they_are_small():
     assert default_config(1, 65536, 24, 64, 128, 2).checkpoint_every == KEEP_EVERY  # 130m at L 65536: 400 MB
 
 
+def test_default_config_fuses_the_forward_only_where_its_programs_fill_the_gpu():
+    from pallas_kernels.ssd.config import default_config
+
+    assert default_config(8, 2048, 24, 64, 128, 2).fused_forward_max_l > 0  # 192 programs on 132 SMs
+    assert default_config(4, 2048, 80, 64, 128, 2).fused_forward_max_l > 0  # 320
+    assert default_config(2, 8192, 32, 64, 256, 2).fused_forward_max_l == 0  # 64
+    assert default_config(16, 512, 8, 64, 64, 2).fused_forward_max_l == 0  # 128
+    assert default_config(16, 512, 8, 64, 64, 2, sm_count=100).fused_forward_max_l > 0  # a smaller GPU
+    assert default_config(1, 2048, 4, 128, 64, 2, sm_count=8).fused_forward_max_l > 0  # 2 tiles of 64 head dims
+
+
 def test_gradient_through_final_states_alone(rng):
     """The state's gradient path on its own (out unused): dx, ddt, dB, d initial_states from dfinal only."""
     arrays, exact, _ = make_inputs(rng, 2, 45, 2, 16, 16, 1, jnp.float32, D=None, z=False)
