@@ -275,6 +275,16 @@ class TrainConfig:
 
 
 @dataclass
+class MeshConfig:
+    """How training spreads over the devices JAX sees (a ``jax.sharding.Mesh``): ``data`` replicas of the model,
+    each holding its parameters and optimizer state split ``fsdp`` ways (FSDP); batches split over data x fsdp.
+    data 0: every device not taken by fsdp. One device (the default on one GPU) is the unsharded path."""
+
+    data: int = 0
+    fsdp: int = 1
+
+
+@dataclass
 class RunConfig:
     name: str = "custom"
     family: str = "lm"  # model section and task: "lm", "mamba_vision" or "graph_mamba" (see MODEL_CONFIGS)
@@ -282,6 +292,7 @@ class RunConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    mesh: MeshConfig = field(default_factory=MeshConfig)
 
 
 def _require(ok: bool, path: str, expected: str, value) -> None:
@@ -471,6 +482,9 @@ def validate(cfg: RunConfig) -> RunConfig:
     _require(o.weight_decay >= 0, "optim.weight_decay", "a float >= 0", o.weight_decay)
     _require(0 <= o.beta1 < 1 and 0 <= o.beta2 < 1, "optim.beta1/beta2", "in [0, 1)", (o.beta1, o.beta2))
     _require(o.grad_clip >= 0, "optim.grad_clip", "a float >= 0 (0 disables)", o.grad_clip)
+    m = cfg.mesh
+    _require(isinstance(m.data, int) and m.data >= 0, "mesh.data", "an integer >= 0 (0: the devices left)", m.data)
+    _require(isinstance(m.fsdp, int) and m.fsdp >= 1, "mesh.fsdp", "an integer >= 1", m.fsdp)
 
     d = cfg.data
     kinds = DATA_KINDS[cfg.family]

@@ -9,6 +9,7 @@ from flax import nnx
 
 from jax_mamba.modules.impl import op_impl
 from jax_mamba.modules.init import torch_default_uniform, uniform
+from jax_mamba.modules.per_device import per_device
 from pallas_kernels import causal_conv1d_fn, rmsnorm_fn
 
 
@@ -89,7 +90,10 @@ class RMSNorm(nnx.Module):
 
     @jax.named_scope("rms_norm")
     def __call__(self, x: jax.Array) -> jax.Array:
-        norm = functools.partial(rmsnorm_fn, eps=self.eps, impl=op_impl(self.impl, rmsnorm_fn))
+        impl = op_impl(self.impl, rmsnorm_fn)
+        norm = functools.partial(
+            per_device, functools.partial(rmsnorm_fn, eps=self.eps, impl=impl), impl, (True, False), True
+        )
         return jax.checkpoint(norm)(x, self.weight[...])
 
 
@@ -130,16 +134,11 @@ class RMSNormGated(nnx.Module):
 
     @jax.named_scope("rms_norm_gated")
     def __call__(self, x: jax.Array, z: jax.Array | None = None) -> jax.Array:
-        return rmsnorm_fn(
-            x,
-            self.weight[...],
-            None,
-            z,
-            self.eps,
-            self.group_size,
-            self.norm_before_gate,
-            impl=op_impl(self.impl, rmsnorm_fn),
+        impl = op_impl(self.impl, rmsnorm_fn)
+        norm = functools.partial(
+            rmsnorm_fn, eps=self.eps, group_size=self.group_size, norm_before_gate=self.norm_before_gate, impl=impl
         )
+        return per_device(lambda x, w, z: norm(x, w, None, z), impl, (True, False, True), True, x, self.weight[...], z)
 
 
 class CausalConv1d(nnx.Module):
@@ -167,10 +166,12 @@ class CausalConv1d(nnx.Module):
     @jax.named_scope("causal_conv1d")
     def __call__(self, x: jax.Array, *, activation: str | None = None, seq_idx: jax.Array | None = None) -> jax.Array:
         bias = None if self.bias is None else self.bias[...]
-        conv = functools.partial(
-            causal_conv1d_fn, seq_idx=seq_idx, activation=activation, impl=op_impl(self.impl, causal_conv1d_fn)
+        impl = op_impl(self.impl, causal_conv1d_fn)
+        conv = functools.partial(causal_conv1d_fn, activation=activation, impl=impl)
+        run = lambda x, w, b, s: per_device(  # noqa: E731
+            lambda x, w, b, s: conv(x, w, b, seq_idx=s), impl, (True, False, False, True), True, x, w, b, s
         )
-        return jax.checkpoint(conv)(x, self.weight[...], bias)
+        return jax.checkpoint(run)(x, self.weight[...], bias, seq_idx)
 
     def with_state(
         self, x: jax.Array, state: jax.Array | None = None, *, activation: str | None = None

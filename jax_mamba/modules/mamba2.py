@@ -1,5 +1,6 @@
 """Mamba-2 mixer: mamba-ssm's ``modules/mamba2.Mamba2`` (names, shapes, initialization, non-fused forward math)."""
 
+import functools
 import math
 
 import jax
@@ -9,6 +10,7 @@ from flax import nnx
 from jax_mamba.modules.impl import op_impl
 from jax_mamba.modules.init import dt_bias_init, uniform
 from jax_mamba.modules.layers import CausalConv1d, RMSNormGated, linear
+from jax_mamba.modules.per_device import per_device
 from pallas_kernels import mamba_chunk_scan_combined, selective_state_update
 
 
@@ -96,22 +98,24 @@ class Mamba2(nnx.Module):
         rmsnorm the scan gates with silu(z)."""
         batch, seqlen, _ = xBC.shape
         x, B, C = self._split_xbc(xBC)
-        result = mamba_chunk_scan_combined(
-            x,
-            dt,
-            -jnp.exp(self.A_log[...].astype(jnp.float32)),
-            B,
-            C,
-            self.chunk_size,
-            D=self._D_per_head_dim() if self.D_has_hdim else self.D[...],
-            z=None if self.rmsnorm else z.reshape(x.shape),
-            dt_bias=self.dt_bias[...],
-            seq_idx=seq_idx,
+        impl = op_impl(self.impl, mamba_chunk_scan_combined)
+        scan = functools.partial(
+            mamba_chunk_scan_combined,
+            chunk_size=self.chunk_size,
             dt_softplus=True,
             dt_limit=self.dt_limit,
             return_final_states=return_final_states,
-            impl=op_impl(self.impl, mamba_chunk_scan_combined),
+            impl=impl,
         )
+        result = per_device(
+            lambda x, dt, A, B, C, D, z, bias, s: scan(x, dt, A, B, C, D=D, z=z, dt_bias=bias, seq_idx=s),
+            impl,
+            (True, True, False, True, True, False, True, False, True),
+            (True, True) if return_final_states else True,
+            x, dt, -jnp.exp(self.A_log[...].astype(jnp.float32)), B, C,
+            self._D_per_head_dim() if self.D_has_hdim else self.D[...],
+            None if self.rmsnorm else z.reshape(x.shape), self.dt_bias[...], seq_idx,
+        )  # fmt: skip
         y, final = result if return_final_states else (result, None)
         y = y.reshape(batch, seqlen, self.d_ssm)
         return (y, final) if return_final_states else y

@@ -1,5 +1,6 @@
 """Mamba-1 mixer: mamba-ssm's ``modules/mamba_simple.Mamba`` (names, shapes, initialization, slow-path math)."""
 
+import functools
 import math
 
 import jax
@@ -9,6 +10,7 @@ from flax import nnx
 from jax_mamba.modules.impl import op_impl
 from jax_mamba.modules.init import dt_bias_init, uniform
 from jax_mamba.modules.layers import CausalConv1d, linear
+from jax_mamba.modules.per_device import per_device
 from pallas_kernels import selective_scan_fn, selective_state_update
 from pallas_kernels.selective_scan.api import SAVED_STATES_NAME
 
@@ -87,20 +89,21 @@ class Mamba(nnx.Module):
 
     def _scan(self, x: jax.Array, z: jax.Array, *, return_last_state: bool = False):
         dt, B, C, A = self._projections(x)
-        return selective_scan_fn(
-            x,
-            dt,
-            A,
-            B[:, :, None, :],
-            C[:, :, None, :],
-            self.D[...],
-            z,
-            delta_bias=self.dt_proj.bias[...],
+        impl = op_impl(self.impl, selective_scan_fn)
+        scan = functools.partial(
+            selective_scan_fn,
             delta_softplus=True,
             return_last_state=return_last_state,
-            impl=op_impl(self.impl, selective_scan_fn),
+            impl=impl,
             checkpoint_every=self.scan_checkpoint_every,
         )
+        return per_device(
+            lambda u, dt, A, B, C, D, z, bias: scan(u, dt, A, B, C, D, z, delta_bias=bias),
+            impl,
+            (True, True, False, True, True, False, True, False),
+            (True, True) if return_last_state else True,
+            x, dt, A, B[:, :, None, :], C[:, :, None, :], self.D[...], z, self.dt_proj.bias[...],
+        )  # fmt: skip
 
     def prefill(self, hidden_states: jax.Array, max_len: int) -> tuple[jax.Array, dict]:
         """Inference over a prompt: hidden_states (batch, L, d_model) -> (output like __call__'s, cache) with cache

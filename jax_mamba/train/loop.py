@@ -23,6 +23,7 @@ from jax_mamba.train import run_dir as runs
 from jax_mamba.train.checkpoint import CheckpointStore
 from jax_mamba.train.metrics import MetricsLog, plot_loss_curve
 from jax_mamba.train.prefetch import DevicePrefetch
+from jax_mamba.train.sharding import batch_sharding, check_batch, make_mesh
 from jax_mamba.train.step import init_training, make_eval_step
 
 # May change on resume; the architecture may not:
@@ -119,21 +120,24 @@ def train(cfg: RunConfig, *, resume: bool = False, run_dir: Path | None = None, 
         runs.prepare_resume(run_dir)
         saved = config_from_dict(yaml.safe_load((run_dir / runs.CONFIG_FILE).read_text()))
         _check_resumable(saved, cfg, echo)
+    mesh = make_mesh(cfg.mesh)
+    check_batch(mesh, cfg.train.batch_size)
     task = task_for(cfg)
     dataset = task.make_dataset()
     try:
-        return _train(cfg, task, dataset, resume, run_dir, echo)
+        with jax.set_mesh(mesh):  # the modules run Pallas kernels per device under it
+            return _train(cfg, task, dataset, resume, run_dir, echo, mesh)
     finally:
         if hasattr(dataset, "close"):
             dataset.close()
 
 
-def _train(cfg: RunConfig, task: Task, dataset: Dataset, resume: bool, run_dir: Path, echo) -> TrainResult:
+def _train(cfg: RunConfig, task: Task, dataset: Dataset, resume: bool, run_dir: Path, echo, mesh) -> TrainResult:
     t = cfg.train
     if not resume:
         runs.prepare_new(run_dir, cfg)
 
-    setup = init_training(cfg, task)
+    setup = init_training(cfg, task, mesh)
     layout, params, model_state, opt_state = setup.layout, setup.params, setup.state, setup.opt_state
     train_step, traces = setup.train_step, setup.traces
     store = CheckpointStore(run_dir / runs.CHECKPOINT_DIR, t.keep_checkpoints)
@@ -150,6 +154,7 @@ def _train(cfg: RunConfig, task: Task, dataset: Dataset, resume: bool, run_dir: 
             "parameters": n_params,
             "backend": jax.default_backend(),
             "devices": [str(d) for d in jax.devices()],
+            "mesh": dict(mesh.shape),
             "compute_dtype": str(np.dtype(compute_dtype_for(cfg.model))),
             "jax": jax.__version__,
             "python": platform.python_version(),
@@ -163,7 +168,9 @@ def _train(cfg: RunConfig, task: Task, dataset: Dataset, resume: bool, run_dir: 
         echo(
             f"{cfg.name}: {n_params / 1e6:.2f}M parameters on {jax.default_backend()} "
             f"({info['compute_dtype']} compute{f', {attention} attention' if attention else ''}), "
-            f"data {dataset.describe()['kind']}, run folder {run_dir}"
+            f"data {dataset.describe()['kind']}, "
+            + (f"mesh {dict(mesh.shape)}, " if mesh.size > 1 else "")
+            + f"run folder {run_dir}"
         )
 
     eval_step = make_eval_step(task, layout)
@@ -223,7 +230,8 @@ def _train(cfg: RunConfig, task: Task, dataset: Dataset, resume: bool, run_dir: 
     def due(every: int) -> bool:
         return step % every == 0
 
-    prefetch = DevicePrefetch(dataset, start, end, t.grad_accum_steps)  # batches made while the device works
+    put = lambda batch: jax.device_put(batch, jax.tree.map(lambda x: batch_sharding(mesh, x.ndim), batch))  # noqa: E731
+    prefetch = DevicePrefetch(dataset, start, end, t.grad_accum_steps, put=put)  # batches made while the device works
     try:
         previous_end = time.perf_counter()
         # Steps are dispatched back to back and their metrics read only at read points (log, eval and save steps,

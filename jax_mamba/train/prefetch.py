@@ -12,15 +12,16 @@ _DONE = object()
 
 
 class DevicePrefetch:
-    """Yields ``jax.device_put(dataset.train_batch(step, accum))`` for steps start, start + 1, ... end - 1, made
-    ``depth`` steps ahead on a daemon thread. An exception in the thread (e.g. an unreadable image) is raised by
-    ``next`` in the caller's thread. Batches are pure functions of the step, so making them early changes nothing."""
+    """Yields ``put(dataset.train_batch(step, accum))`` for steps start, start + 1, ... end - 1 (``put``:
+    ``jax.device_put``, or onto a mesh's batch sharding), made ``depth`` steps ahead on a daemon thread. An exception
+    in the thread (e.g. an unreadable image) is raised by ``next`` in the caller's thread. Batches are pure functions
+    of the step, so making them early changes nothing."""
 
-    def __init__(self, dataset: Dataset, start: int, end: int, accum: int, depth: int = 2):
+    def __init__(self, dataset: Dataset, start: int, end: int, accum: int, depth: int = 2, put=jax.device_put):
         self._queue: queue.Queue = queue.Queue(maxsize=depth)
         self._stop = threading.Event()
         self._thread = threading.Thread(
-            target=self._run, args=(dataset, start, end, accum), name="batch-prefetch", daemon=True
+            target=self._run, args=(dataset, start, end, accum, put), name="batch-prefetch", daemon=True
         )
         self._thread.start()
 
@@ -33,10 +34,10 @@ class DevicePrefetch:
                 continue
         return False
 
-    def _run(self, dataset: Dataset, start: int, end: int, accum: int) -> None:
+    def _run(self, dataset: Dataset, start: int, end: int, accum: int, put) -> None:
         try:
             for step in range(start, end):
-                if not self._put((step, jax.device_put(dataset.train_batch(step, accum)))):
+                if not self._put((step, put(dataset.train_batch(step, accum)))):
                     return
         except BaseException as err:  # handed to the consumer, which raises it
             self._put((None, err))

@@ -11,11 +11,13 @@ import jax
 import jax.numpy as jnp
 import optax
 from flax import nnx
+from jax.sharding import Mesh
 
 from jax_mamba.configs.schema import RunConfig
 from jax_mamba.models.params import ParamLayout
 from jax_mamba.tasks import Task
 from jax_mamba.train.optim import learning_rate_schedule, make_optimizer
+from jax_mamba.train.sharding import tree_shardings
 
 
 def _training_key(seed: int, step: jax.Array, micro: jax.Array) -> jax.Array:
@@ -29,13 +31,15 @@ def make_train_step(
     accum: int,
     seed: int = 0,
     lr_schedule: optax.Schedule | None = None,
+    shardings: tuple | None = None,
 ) -> tuple[Callable, list[int]]:
     """Returns (step, traces): ``step(params, opt_state, state, batch, step_index) -> (params, opt_state, state,
     metrics)`` with batch arrays (accum, batch, ...), params, opt_state and state donated; ``traces`` counts how often
     it was traced (1 after the first call means no retracing). Gradients are averaged over all scored items of all
     micro-batches; the model state passes through the micro-batches in order. With ``lr_schedule`` the metrics
     include ``lr``, the rate this step's update used: computed on the device with the step, so that logging it
-    runs no eager JAX operation between steps (the first such call compiles, which stalled the loop for 0.6 s)."""
+    runs no eager JAX operation between steps (the first such call compiles, which stalled the loop for 0.6 s).
+    ``shardings``: (params, opt_state, state) shardings the step's results keep (a mesh's; see ``train.sharding``)."""
     traces = [0]
 
     def loss_fn(params, state, micro_batch, key):
@@ -74,7 +78,8 @@ def make_train_step(
             metrics["lr"] = lr_schedule(step_index)
         return params, opt_state, state, metrics
 
-    return jax.jit(step, donate_argnums=(0, 1, 2)), traces
+    out_shardings = None if shardings is None else (*shardings, None)
+    return jax.jit(step, donate_argnums=(0, 1, 2), out_shardings=out_shardings), traces
 
 
 def make_eval_step(task: Task, layout: ParamLayout) -> Callable:
@@ -103,12 +108,17 @@ class Training:
     traces: list[int]
 
 
-def init_training(cfg: RunConfig, task: Task) -> Training:
+def init_training(cfg: RunConfig, task: Task, mesh: Mesh | None = None) -> Training:
     """The model, optimizer and train step of ``cfg`` as the training loop builds them (initialization seeded by
-    ``train.seed``; weight decay where the task's mask says)."""
+    ``train.seed``; weight decay where the task's mask says). With a ``mesh``, parameters, optimizer state and
+    model state are placed FSDP-style on it (``train.sharding``) and the step keeps them so."""
     t = cfg.train
     layout, params, state = ParamLayout.split(task.build_model(nnx.Rngs(params=t.seed)))
     tx = make_optimizer(cfg.optim, t.max_steps, task.weight_decay_mask(params))
     schedule = learning_rate_schedule(cfg.optim, t.max_steps)
-    train_step, traces = make_train_step(task, layout, tx, t.grad_accum_steps, t.seed, schedule)
-    return Training(layout, params, state, tx, tx.init(params), train_step, traces)
+    opt_state, shardings = tx.init(params), None
+    if mesh is not None:
+        shardings = tuple(tree_shardings(mesh, tree) for tree in (params, opt_state, state))
+        params, opt_state, state = jax.device_put((params, opt_state, state), shardings)
+    train_step, traces = make_train_step(task, layout, tx, t.grad_accum_steps, t.seed, schedule, shardings)
+    return Training(layout, params, state, tx, opt_state, train_step, traces)

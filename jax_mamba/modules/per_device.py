@@ -1,0 +1,40 @@
+"""Running a Pallas kernel on each device's rows under a mesh: the kernels do not partition themselves, so under a
+mesh with the batch axes (``jax.set_mesh``) their call is wrapped in ``shard_map``: arrays with a leading batch axis
+are split over it, the rest (weights) replicated, and each device runs the kernel on its own rows. Without a mesh,
+or with one device, or for the pure-JAX reference ops (which XLA partitions itself), the call is unchanged."""
+
+from collections.abc import Callable
+
+import jax
+from jax.sharding import PartitionSpec as P
+
+BATCH_AXES = ("data", "fsdp")
+
+
+def batch_axes() -> tuple[str, ...]:
+    """The current mesh's batch axes of size > 1 (none without a mesh)."""
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty:
+        return ()
+    return tuple(a for a in BATCH_AXES if a in mesh.axis_names and mesh.shape[a] > 1)
+
+
+def per_device(fn: Callable, impl: str, batched: tuple[bool, ...], out_batched, *args):
+    """``fn(*args)``; for ``impl == "pallas"`` under a mesh, run per device over the batch axes. ``batched[i]``:
+    whether args[i] has a leading batch axis (None args are passed through); ``out_batched``: the same for the
+    outputs (a bool, or a tuple of them for a tuple of outputs)."""
+    axes = batch_axes()
+    if impl != "pallas" or not axes:
+        return fn(*args)
+    present = [i for i, a in enumerate(args) if a is not None]
+
+    def local(*values):
+        full = list(args)
+        for i, v in zip(present, values, strict=True):
+            full[i] = v
+        return fn(*full)
+
+    spec = lambda b: P(axes) if b else P()  # noqa: E731
+    in_specs = tuple(spec(batched[i]) for i in present)
+    out_specs = tuple(map(spec, out_batched)) if isinstance(out_batched, tuple) else spec(out_batched)
+    return jax.shard_map(local, in_specs=in_specs, out_specs=out_specs, check_vma=False)(*(args[i] for i in present))

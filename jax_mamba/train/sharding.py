@@ -1,0 +1,67 @@
+"""Training over several devices with JAX's SPMD machinery: the mesh from ``MeshConfig``, FSDP shardings of the
+parameters and optimizer state, and batches split over the data-parallel axes. The jit-compiled step is the same
+function; XLA inserts the collectives (parameter all-gathers, gradient reduce-scatters) from these shardings.
+
+Mesh axes: ``data`` (replicas) and ``fsdp`` (each replica's parameters and optimizer state split over it); a batch's
+rows are split over both. The Pallas kernels do not partition themselves: the modules run them under ``shard_map``
+over the same axes (``jax_mamba.modules.per_device``)."""
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from jax_mamba.configs.schema import MeshConfig
+
+BATCH_AXES = ("data", "fsdp")  # a batch's rows are split over both
+
+
+class MeshError(ValueError):
+    """A mesh that the devices present cannot form, with the sizes asked for and the device count."""
+
+
+def make_mesh(cfg: MeshConfig, devices: list | None = None) -> Mesh:
+    """(data, fsdp) over ``devices`` (default: all JAX sees). data 0 takes every device fsdp leaves; explicit sizes
+    may use fewer devices than present (the first data x fsdp of them)."""
+    devices = list(jax.devices() if devices is None else devices)
+    count = len(devices)
+    if cfg.data == 0 and count % cfg.fsdp:
+        raise MeshError(f"mesh.fsdp={cfg.fsdp} must divide the {count} devices present (or set mesh.data)")
+    data = cfg.data or count // cfg.fsdp
+    if data * cfg.fsdp > count:
+        raise MeshError(f"mesh.data={data} x mesh.fsdp={cfg.fsdp} needs more than the {count} devices present")
+    return Mesh(np.asarray(devices[: data * cfg.fsdp]).reshape(data, cfg.fsdp), ("data", "fsdp"))
+
+
+def param_sharding(mesh: Mesh, shape: tuple[int, ...]) -> NamedSharding:
+    """FSDP: the largest axis that the fsdp size divides is split over ``fsdp``; arrays with none (and scalars)
+    are replicated. Every data replica holds the same split."""
+    fsdp = mesh.shape["fsdp"]
+    spec = [None] * len(shape)
+    if fsdp > 1:
+        candidates = [(size, axis) for axis, size in enumerate(shape) if size % fsdp == 0]
+        if candidates:
+            spec[max(candidates)[1]] = "fsdp"
+    return NamedSharding(mesh, P(*spec))
+
+
+def tree_shardings(mesh: Mesh, tree):
+    """``param_sharding`` of every array leaf of a tree (parameters, optimizer state, model state): optimizer
+    moments have their parameter's shape and so get its split; step counters are replicated."""
+    return jax.tree.map(lambda leaf: param_sharding(mesh, np.shape(leaf)), tree)
+
+
+def batch_sharding(mesh: Mesh, leaf_ndim: int) -> NamedSharding:
+    """Training batches (accum, batch, ...): rows split over data x fsdp."""
+    return NamedSharding(mesh, P(None, BATCH_AXES, *[None] * (leaf_ndim - 2)))
+
+
+def eval_batch_sharding(mesh: Mesh, leaf_ndim: int) -> NamedSharding:
+    """Evaluation batches (batch, ...): rows split over data x fsdp."""
+    return NamedSharding(mesh, P(BATCH_AXES, *[None] * (leaf_ndim - 1)))
+
+
+def check_batch(mesh: Mesh, batch_size: int) -> None:
+    rows = mesh.shape["data"] * mesh.shape["fsdp"]
+    if batch_size % rows:
+        raise MeshError(f"train.batch_size={batch_size} must be a multiple of data x fsdp = {rows} devices")

@@ -1,0 +1,66 @@
+"""Trainings on several host CPU devices, run by test_multi_device.py in a process of its own (JAX's device count is
+fixed when it starts): ``python -m tests.jax_mamba.multi_device_runs OUT_JSON``. Each run trains a tiny config for a
+few steps on a mesh and records its per-step losses and final parameters' digest."""
+
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+
+import jax
+
+from jax_mamba.configs.loader import load_config
+from jax_mamba.train.loop import train
+from jax_mamba.train.run_dir import CHECKPOINT_DIR
+from tests.jax_mamba.training_runs import QUIET, losses
+
+STEPS = ["--max_steps=3", "--log_every=1", "--eval_every=3", "--save_every=3", "--eval_batches=1"]
+MODELS = {
+    "mamba1": ("mamba1-tiny", []),
+    "mamba2": ("mamba2-tiny", []),
+    "hybrid": ("hybrid-tiny", []),
+    "mamba2-pallas": ("mamba2-tiny", ["--model.impl=pallas", "--n_layer=1", "--seq_len=32"]),
+}
+MESHES = {  # name: (model, data, fsdp); Mamba-2 on 1, 2, 4 and 8 devices, the others on 1 and 8 (both axes)
+    **{f"{m}-1x1": (m, 1, 1) for m in ("mamba1", "mamba2", "hybrid")},
+    **{f"{m}-2x4": (m, 2, 4) for m in ("mamba1", "mamba2", "hybrid")},
+    "mamba2-2x1": ("mamba2", 2, 1),
+    "mamba2-4x1": ("mamba2", 4, 1),
+    "mamba2-8x1": ("mamba2", 8, 1),
+    "mamba2-1x2": ("mamba2", 1, 2),
+    "mamba2-1x8": ("mamba2", 1, 8),
+    "mamba2-pallas-1x1": ("mamba2-pallas", 1, 1),
+    "mamba2-pallas-2x2": ("mamba2-pallas", 2, 2),
+}
+
+
+def run(model: str, data: int, fsdp: int, folder: Path, extra=(), resume=False) -> dict:
+    config, overrides = MODELS[model]
+    mesh = [f"--mesh.data={data}", f"--mesh.fsdp={fsdp}"]
+    cfg = load_config(config, [*QUIET, *STEPS, *overrides, *mesh, *extra])
+    result = train(cfg, run_dir=folder, resume=resume, echo=lambda *_: None)
+    return {"losses": losses(folder), "eval": result.eval.get("eval_loss"), "traces": result.traces}
+
+
+def main(out: str) -> None:
+    assert jax.device_count() == 8, jax.devices()
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, (model, data, fsdp) in MESHES.items():
+            results[name] = run(model, data, fsdp, Path(tmp) / name)
+        # Resume on another device count: 2 steps on 4x1, then 2 more on 1x2 (the saved run's config, its mesh
+        # overridden), against 4 steps on one device.
+        folder = Path(tmp) / "resumed"
+        four = ["--max_steps=4", "--save_every=2", "--eval_every=4"]
+        results["whole-1x1"] = run("mamba2", 1, 1, Path(tmp) / "whole", four)
+        run("mamba2", 4, 1, folder, [*four, "--stop_after_steps=2"])
+        results["resumed-4x1-then-1x2"] = run("mamba2", 1, 2, folder, four, resume=True)
+        results["resumed-steps"] = sorted(int(p.name) for p in (folder / CHECKPOINT_DIR).iterdir() if p.name.isdigit())
+    Path(out).write_text(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
