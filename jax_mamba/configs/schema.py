@@ -277,11 +277,13 @@ class TrainConfig:
 @dataclass
 class MeshConfig:
     """How training spreads over the devices JAX sees (a ``jax.sharding.Mesh``): ``data`` replicas of the model,
-    each holding its parameters and optimizer state split ``fsdp`` ways (FSDP); batches split over data x fsdp.
-    data 0: every device not taken by fsdp. One device (the default on one GPU) is the unsharded path."""
+    each holding its parameters and optimizer state split ``fsdp`` ways (FSDP); batches split over data x fsdp;
+    with ``context`` > 1 (Mamba-2 language models) each sequence's positions split over that many devices too.
+    data 0: every device not taken by fsdp x context. One device (the default on one GPU) is the unsharded path."""
 
     data: int = 0
     fsdp: int = 1
+    context: int = 1  # Mamba-2 language models: each sequence's positions split over this many devices
 
 
 @dataclass
@@ -485,6 +487,18 @@ def validate(cfg: RunConfig) -> RunConfig:
     m = cfg.mesh
     _require(isinstance(m.data, int) and m.data >= 0, "mesh.data", "an integer >= 0 (0: the devices left)", m.data)
     _require(isinstance(m.fsdp, int) and m.fsdp >= 1, "mesh.fsdp", "an integer >= 1", m.fsdp)
+    _require(isinstance(m.context, int) and m.context >= 1, "mesh.context", "an integer >= 1", m.context)
+    if m.context > 1:
+        mixers_ok = cfg.family == "lm" and cfg.model.ssm_cfg.layer == "Mamba2" and not cfg.model.attn_layer_idx
+        _require(mixers_ok, "mesh.context", "1 unless the model is a Mamba-2 language model without attention "
+                 "layers (context parallelism splits only the SSD's recurrence)", m.context)  # fmt: skip
+        per_device = cfg.train.seq_len // m.context
+        _require(
+            cfg.train.seq_len % m.context == 0 and per_device >= cfg.model.ssm_cfg.d_conv - 1,
+            "train.seq_len",
+            f"a multiple of mesh.context={m.context} with at least d_conv - 1 positions per device",
+            cfg.train.seq_len,
+        )
 
     d = cfg.data
     kinds = DATA_KINDS[cfg.family]

@@ -7,9 +7,10 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from jax_mamba.modules.context_parallel import causal_conv_across_context
 from jax_mamba.modules.impl import op_impl
 from jax_mamba.modules.init import torch_default_uniform, uniform
-from jax_mamba.modules.per_device import per_device
+from jax_mamba.modules.per_device import context_size, per_device
 from pallas_kernels import causal_conv1d_fn, rmsnorm_fn
 
 
@@ -168,6 +169,10 @@ class CausalConv1d(nnx.Module):
         bias = None if self.bias is None else self.bias[...]
         impl = op_impl(self.impl, causal_conv1d_fn)
         conv = functools.partial(causal_conv1d_fn, activation=activation, impl=impl)
+        if context_size() > 1:  # positions split over devices: each receives its predecessor's last inputs
+            if seq_idx is not None:
+                raise ValueError("context parallelism does not take packed sequences (seq_idx)")
+            return jax.checkpoint(functools.partial(causal_conv_across_context, conv))(x, self.weight[...], bias)
         run = lambda x, w, b, s: per_device(  # noqa: E731
             lambda x, w, b, s: conv(x, w, b, seq_idx=s), impl, (True, False, False, True), True, x, w, b, s
         )

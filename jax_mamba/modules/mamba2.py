@@ -7,10 +7,11 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from jax_mamba.modules.context_parallel import ssd_across_context
 from jax_mamba.modules.impl import op_impl
 from jax_mamba.modules.init import dt_bias_init, uniform
 from jax_mamba.modules.layers import CausalConv1d, RMSNormGated, linear
-from jax_mamba.modules.per_device import per_device
+from jax_mamba.modules.per_device import context_size, per_device
 from pallas_kernels import mamba_chunk_scan_combined, selective_state_update
 
 
@@ -99,6 +100,21 @@ class Mamba2(nnx.Module):
         batch, seqlen, _ = xBC.shape
         x, B, C = self._split_xbc(xBC)
         impl = op_impl(self.impl, mamba_chunk_scan_combined)
+        A = -jnp.exp(self.A_log[...].astype(jnp.float32))
+        D = self._D_per_head_dim() if self.D_has_hdim else self.D[...]
+        gate = None if self.rmsnorm else z.reshape(x.shape)
+        if context_size() > 1:  # the sequence split over devices (training; checked by the config)
+            if seq_idx is not None or return_final_states:
+                raise ValueError("context parallelism takes neither packed sequences (seq_idx) nor final states")
+
+            def scan_from(x, dt, A, B, C, D, z, dt_bias, initial_states, final):  # on one device's stretch
+                return mamba_chunk_scan_combined(
+                    x, dt, A, B, C, self.chunk_size, D=D, z=z, dt_bias=dt_bias, initial_states=initial_states,
+                    dt_softplus=True, dt_limit=self.dt_limit, return_final_states=final, impl=impl,
+                )  # fmt: skip
+
+            y = ssd_across_context(scan_from, x, dt, A, B, C, D, gate, self.dt_bias[...], self.dt_limit)
+            return y.reshape(batch, seqlen, self.d_ssm)
         scan = functools.partial(
             mamba_chunk_scan_combined,
             chunk_size=self.chunk_size,
@@ -112,9 +128,7 @@ class Mamba2(nnx.Module):
             impl,
             (True, True, False, True, True, False, True, False, True),
             (True, True) if return_final_states else True,
-            x, dt, -jnp.exp(self.A_log[...].astype(jnp.float32)), B, C,
-            self._D_per_head_dim() if self.D_has_hdim else self.D[...],
-            None if self.rmsnorm else z.reshape(x.shape), self.dt_bias[...], seq_idx,
+            x, dt, A, B, C, D, gate, self.dt_bias[...], seq_idx,
         )  # fmt: skip
         y, final = result if return_final_states else (result, None)
         y = y.reshape(batch, seqlen, self.d_ssm)

@@ -1,7 +1,9 @@
 """Running a Pallas kernel on each device's rows under a mesh: the kernels do not partition themselves, so under a
 mesh with the batch axes (``jax.set_mesh``) their call is wrapped in ``shard_map``: arrays with a leading batch axis
 are split over it, the rest (weights) replicated, and each device runs the kernel on its own rows. Without a mesh,
-or with one device, or for the pure-JAX reference ops (which XLA partitions itself), the call is unchanged."""
+or with one device, or for the pure-JAX reference ops (which XLA partitions itself), the call is unchanged. With a
+``context`` axis (Mamba-2's context parallelism, ``modules.context_parallel``) the arrays' positions are split over
+it as well."""
 
 from collections.abc import Callable
 
@@ -19,12 +21,18 @@ def batch_axes() -> tuple[str, ...]:
     return tuple(a for a in BATCH_AXES if a in mesh.axis_names and mesh.shape[a] > 1)
 
 
+def context_size() -> int:
+    """The current mesh's ``context`` axis size (1 without one): sequences split over that many devices."""
+    mesh = jax.sharding.get_abstract_mesh()
+    return 1 if mesh.empty or "context" not in mesh.axis_names else mesh.shape["context"]
+
+
 def per_device(fn: Callable, impl: str, batched: tuple[bool, ...], out_batched, *args):
     """``fn(*args)``; for ``impl == "pallas"`` under a mesh, run per device over the batch axes. ``batched[i]``:
     whether args[i] has a leading batch axis (None args are passed through); ``out_batched``: the same for the
     outputs (a bool, or a tuple of them for a tuple of outputs)."""
-    axes = batch_axes()
-    if impl != "pallas" or not axes:
+    axes, context = batch_axes(), context_size()
+    if impl != "pallas" or (not axes and context == 1):
         return fn(*args)
     present = [i for i, a in enumerate(args) if a is not None]
 
@@ -34,7 +42,9 @@ def per_device(fn: Callable, impl: str, batched: tuple[bool, ...], out_batched, 
             full[i] = v
         return fn(*full)
 
-    spec = lambda b: P(axes) if b else P()  # noqa: E731
+    # with a context axis, batched arrays are (batch, L, ...) split over it too (per-position ops: the norms)
+    sharded = P(axes or None, "context") if context > 1 else P(axes)
+    spec = lambda b: sharded if b else P()  # noqa: E731
     in_specs = tuple(spec(batched[i]) for i in present)
     out_specs = tuple(map(spec, out_batched)) if isinstance(out_batched, tuple) else spec(out_batched)
     return jax.shard_map(local, in_specs=in_specs, out_specs=out_specs, check_vma=False)(*(args[i] for i in present))

@@ -1,10 +1,12 @@
 """Training over several devices with JAX's SPMD machinery: the mesh from ``MeshConfig``, FSDP shardings of the
-parameters and optimizer state, and batches split over the data-parallel axes. The jit-compiled step is the same
-function; XLA inserts the collectives (parameter all-gathers, gradient reduce-scatters) from these shardings.
+parameters and optimizer state, and batches split over the data-parallel axes (and positions over ``context``).
+The jit-compiled step is the same function; XLA inserts the collectives (parameter all-gathers, gradient
+reduce-scatters) from these shardings.
 
-Mesh axes: ``data`` (replicas) and ``fsdp`` (each replica's parameters and optimizer state split over it); a batch's
-rows are split over both. The Pallas kernels do not partition themselves: the modules run them under ``shard_map``
-over the same axes (``jax_mamba.modules.per_device``)."""
+Mesh axes: ``data`` (replicas), ``fsdp`` (each replica's parameters and optimizer state split over it) and
+``context`` (Mamba-2's sequences split over it, ``modules.context_parallel``); a batch's rows are split over data x
+fsdp. The Pallas kernels do not partition themselves: the modules run them under ``shard_map`` over the same axes
+(``jax_mamba.modules.per_device``)."""
 
 import jax
 import numpy as np
@@ -21,16 +23,23 @@ class MeshError(ValueError):
 
 
 def make_mesh(cfg: MeshConfig, devices: list | None = None) -> Mesh:
-    """(data, fsdp) over ``devices`` (default: all JAX sees). data 0 takes every device fsdp leaves; explicit sizes
-    may use fewer devices than present (the first data x fsdp of them)."""
+    """(data, fsdp, context) over ``devices`` (default: all JAX sees). data 0 takes every device fsdp x context
+    leaves; explicit sizes may use fewer devices than present (the first data x fsdp x context of them)."""
     devices = list(jax.devices() if devices is None else devices)
-    count = len(devices)
-    if cfg.data == 0 and count % cfg.fsdp:
-        raise MeshError(f"mesh.fsdp={cfg.fsdp} must divide the {count} devices present (or set mesh.data)")
-    data = cfg.data or count // cfg.fsdp
-    if data * cfg.fsdp > count:
-        raise MeshError(f"mesh.data={data} x mesh.fsdp={cfg.fsdp} needs more than the {count} devices present")
-    return Mesh(np.asarray(devices[: data * cfg.fsdp]).reshape(data, cfg.fsdp), ("data", "fsdp"))
+    count, inner = len(devices), cfg.fsdp * cfg.context
+    if cfg.data == 0 and count % inner:
+        raise MeshError(
+            f"mesh.fsdp={cfg.fsdp} x mesh.context={cfg.context} must divide the {count} devices present (or set "
+            "mesh.data)"
+        )
+    data = cfg.data or count // inner
+    if data * inner > count:
+        raise MeshError(
+            f"mesh.data={data} x mesh.fsdp={cfg.fsdp} x mesh.context={cfg.context} needs more than the {count} "
+            "devices present"
+        )
+    grid = np.asarray(devices[: data * inner]).reshape(data, cfg.fsdp, cfg.context)
+    return Mesh(grid, ("data", "fsdp", "context"))
 
 
 def param_sharding(mesh: Mesh, shape: tuple[int, ...]) -> NamedSharding:
@@ -52,13 +61,12 @@ def tree_shardings(mesh: Mesh, tree):
 
 
 def batch_sharding(mesh: Mesh, leaf_ndim: int) -> NamedSharding:
-    """Training batches (accum, batch, ...): rows split over data x fsdp."""
-    return NamedSharding(mesh, P(None, BATCH_AXES, *[None] * (leaf_ndim - 2)))
-
-
-def eval_batch_sharding(mesh: Mesh, leaf_ndim: int) -> NamedSharding:
-    """Evaluation batches (batch, ...): rows split over data x fsdp."""
-    return NamedSharding(mesh, P(BATCH_AXES, *[None] * (leaf_ndim - 1)))
+    """Training batches (accum, batch, ...): rows split over data x fsdp; with a context axis, language models'
+    (accum, batch, L) positions over it."""
+    rest = [None] * (leaf_ndim - 2)
+    if mesh.shape["context"] > 1 and rest:
+        rest[0] = "context"
+    return NamedSharding(mesh, P(None, BATCH_AXES, *rest))
 
 
 def check_batch(mesh: Mesh, batch_size: int) -> None:

@@ -24,22 +24,25 @@ MODELS = {
     "hybrid": ("hybrid-tiny", []),
     "mamba2-pallas": ("mamba2-tiny", ["--model.impl=pallas", "--n_layer=1", "--seq_len=32"]),
 }
-MESHES = {  # name: (model, data, fsdp); Mamba-2 on 1, 2, 4 and 8 devices, the others on 1 and 8 (both axes)
-    **{f"{m}-1x1": (m, 1, 1) for m in ("mamba1", "mamba2", "hybrid")},
-    **{f"{m}-2x4": (m, 2, 4) for m in ("mamba1", "mamba2", "hybrid")},
-    "mamba2-2x1": ("mamba2", 2, 1),
-    "mamba2-4x1": ("mamba2", 4, 1),
-    "mamba2-8x1": ("mamba2", 8, 1),
-    "mamba2-1x2": ("mamba2", 1, 2),
-    "mamba2-1x8": ("mamba2", 1, 8),
-    "mamba2-pallas-1x1": ("mamba2-pallas", 1, 1),
-    "mamba2-pallas-2x2": ("mamba2-pallas", 2, 2),
+MESHES = {  # name: (model, data, fsdp, context); Mamba-2 on 1, 2, 4 and 8 devices, the others on 1 and 8
+    **{f"{m}-1x1x1": (m, 1, 1, 1) for m in ("mamba1", "mamba2", "hybrid")},
+    **{f"{m}-2x4x1": (m, 2, 4, 1) for m in ("mamba1", "mamba2", "hybrid")},
+    "mamba2-2x1x1": ("mamba2", 2, 1, 1),
+    "mamba2-4x1x1": ("mamba2", 4, 1, 1),
+    "mamba2-8x1x1": ("mamba2", 8, 1, 1),
+    "mamba2-1x2x1": ("mamba2", 1, 2, 1),
+    "mamba2-1x8x1": ("mamba2", 1, 8, 1),
+    "mamba2-1x1x4": ("mamba2", 1, 1, 4),  # context parallel: each sequence over 4 devices
+    "mamba2-2x2x2": ("mamba2", 2, 2, 2),
+    "mamba2-pallas-1x1x1": ("mamba2-pallas", 1, 1, 1),
+    "mamba2-pallas-2x2x1": ("mamba2-pallas", 2, 2, 1),
+    "mamba2-pallas-1x1x2": ("mamba2-pallas", 1, 1, 2),
 }
 
 
-def run(model: str, data: int, fsdp: int, folder: Path, extra=(), resume=False) -> dict:
+def run(model: str, data: int, fsdp: int, context: int, folder: Path, extra=(), resume=False) -> dict:
     config, overrides = MODELS[model]
-    mesh = [f"--mesh.data={data}", f"--mesh.fsdp={fsdp}"]
+    mesh = [f"--mesh.data={data}", f"--mesh.fsdp={fsdp}", f"--mesh.context={context}"]
     cfg = load_config(config, [*QUIET, *STEPS, *overrides, *mesh, *extra])
     result = train(cfg, run_dir=folder, resume=resume, echo=lambda *_: None)
     return {"losses": losses(folder), "eval": result.eval.get("eval_loss"), "traces": result.traces}
@@ -49,15 +52,15 @@ def main(out: str) -> None:
     assert jax.device_count() == 8, jax.devices()
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for name, (model, data, fsdp) in MESHES.items():
-            results[name] = run(model, data, fsdp, Path(tmp) / name)
+        for name, (model, data, fsdp, context) in MESHES.items():
+            results[name] = run(model, data, fsdp, context, Path(tmp) / name)
         # Resume on another device count: 2 steps on 4x1, then 2 more on 1x2 (the saved run's config, its mesh
         # overridden), against 4 steps on one device.
         folder = Path(tmp) / "resumed"
         four = ["--max_steps=4", "--save_every=2", "--eval_every=4"]
-        results["whole-1x1"] = run("mamba2", 1, 1, Path(tmp) / "whole", four)
-        run("mamba2", 4, 1, folder, [*four, "--stop_after_steps=2"])
-        results["resumed-4x1-then-1x2"] = run("mamba2", 1, 2, folder, four, resume=True)
+        results["whole-1x1"] = run("mamba2", 1, 1, 1, Path(tmp) / "whole", four)
+        run("mamba2", 4, 1, 1, folder, [*four, "--stop_after_steps=2"])
+        results["resumed-4x1-then-1x2"] = run("mamba2", 1, 2, 1, folder, four, resume=True)
         results["resumed-steps"] = sorted(int(p.name) for p in (folder / CHECKPOINT_DIR).iterdir() if p.name.isdigit())
     Path(out).write_text(json.dumps(results))
 

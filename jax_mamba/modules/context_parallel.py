@@ -1,0 +1,73 @@
+"""Context parallelism for Mamba-2: a long sequence split over the mesh's ``context`` axis, each device running its
+own stretch of positions, with the recurrence carried across devices by the SSD's own state.
+
+Per device, inside ``shard_map`` over the batch axes and ``context``:
+- the causal conv first receives the previous device's last width - 1 inputs (``ppermute``; the first device gets
+  zeros, the sequence's own causal padding);
+- the SSD runs once from a zero state for its final state; the devices exchange those final states and the total
+  decay of their stretch (``all_gather``: (H, P, N) and (H,) per row, not activations); device k's incoming state is
+  sum over j < k of exp(sum of the log-decays of the devices between them) x final state j; the SSD then runs again
+  from that incoming state (``initial_states``), which gives exactly the unsplit sequence's outputs.
+The second SSD pass doubles the SSD's work (not the layer's); its result is exact. Gradients flow through both
+passes and the collectives (JAX transposes them)."""
+
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
+
+from jax_mamba.modules.per_device import batch_axes, context_size
+from pallas_kernels.ssd.reference import process_dt
+
+CONTEXT_AXIS = "context"
+
+
+def _sequence_spec() -> P:
+    return P(batch_axes() or None, CONTEXT_AXIS)
+
+
+def causal_conv_across_context(conv: Callable, x: jax.Array, weight: jax.Array, bias: jax.Array | None):
+    """``conv(x, weight, bias)`` (depthwise causal, x (batch, L, channels)) with L split over ``context``."""
+    n, width = context_size(), weight.shape[1]
+
+    def local(x, weight, bias):
+        halo = x[:, x.shape[1] - (width - 1) :]
+        previous = jax.lax.ppermute(halo, CONTEXT_AXIS, [(i, i + 1) for i in range(n - 1)])
+        return conv(jnp.concatenate([previous, x], axis=1), weight, bias)[:, width - 1 :]
+
+    if bias is None:
+        return jax.shard_map(
+            lambda x, w: local(x, w, None), in_specs=(_sequence_spec(), P()), out_specs=_sequence_spec(),
+            check_vma=False,
+        )(x, weight)  # fmt: skip
+    spec = _sequence_spec()
+    return jax.shard_map(local, in_specs=(spec, P(), P()), out_specs=spec, check_vma=False)(x, weight, bias)
+
+
+def ssd_across_context(scan: Callable, x, dt, A, B, C, D, z, dt_bias, dt_limit: tuple[float, float]) -> jax.Array:
+    """The SSD over x (batch, L, H, P) with L split over ``context``. ``scan(x, dt, A, B, C, D, z, dt_bias,
+    initial_states, return_final_states)`` is the layer's own call (dt_softplus on)."""
+    n = context_size()
+    seq, rep = _sequence_spec(), P()
+    args = (x, dt, A, B, C, D, z, dt_bias)
+    specs = (seq, seq, rep, seq, seq, rep, seq, rep)
+    present = [i for i, a in enumerate(args) if a is not None]
+
+    def local(*values):
+        full = list(args)
+        for i, v in zip(present, values, strict=True):
+            full[i] = v
+        x, dt, A, B, C, D, z, dt_bias = full
+        _, final = scan(x, dt, A, B, C, D, z, dt_bias, None, True)
+        log_decay = jnp.sum(process_dt(dt, dt_bias, True, dt_limit), axis=1) * A  # (batch, H)
+        finals = jax.lax.all_gather(final, CONTEXT_AXIS)  # (n, batch, H, P, N)
+        ends = jnp.cumsum(jax.lax.all_gather(log_decay, CONTEXT_AXIS), axis=0)  # ends[i]: decay through device i
+        k = jax.lax.axis_index(CONTEXT_AXIS)
+        before = (jnp.arange(n) < k)[:, None, None]
+        exponent = jnp.where(before, ends[jnp.maximum(k - 1, 0)][None] - ends, -jnp.inf)  # devices j < i < k
+        incoming = jnp.einsum("jbh,jbhpn->bhpn", jnp.exp(exponent), finals)
+        return scan(x, dt, A, B, C, D, z, dt_bias, incoming, False)
+
+    in_specs = tuple(specs[i] for i in present)
+    return jax.shard_map(local, in_specs=in_specs, out_specs=seq, check_vma=False)(*(args[i] for i in present))
