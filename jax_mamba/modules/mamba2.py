@@ -103,28 +103,24 @@ class Mamba2(nnx.Module):
         A = -jnp.exp(self.A_log[...].astype(jnp.float32))
         D = self._D_per_head_dim() if self.D_has_hdim else self.D[...]
         gate = None if self.rmsnorm else z.reshape(x.shape)
+        scan = functools.partial(
+            mamba_chunk_scan_combined, chunk_size=self.chunk_size, dt_softplus=True, dt_limit=self.dt_limit, impl=impl
+        )
         if context_size() > 1:  # the sequence split over devices (training; checked by the config)
             if seq_idx is not None or return_final_states:
                 raise ValueError("context parallelism takes neither packed sequences (seq_idx) nor final states")
 
             def scan_from(x, dt, A, B, C, D, z, dt_bias, initial_states, final):  # on one device's stretch
-                return mamba_chunk_scan_combined(
-                    x, dt, A, B, C, self.chunk_size, D=D, z=z, dt_bias=dt_bias, initial_states=initial_states,
-                    dt_softplus=True, dt_limit=self.dt_limit, return_final_states=final, impl=impl,
-                )  # fmt: skip
+                return scan(
+                    x, dt, A, B, C, D=D, z=z, dt_bias=dt_bias, initial_states=initial_states, return_final_states=final
+                )
 
             y = ssd_across_context(scan_from, x, dt, A, B, C, D, gate, self.dt_bias[...], self.dt_limit)
             return y.reshape(batch, seqlen, self.d_ssm)
-        scan = functools.partial(
-            mamba_chunk_scan_combined,
-            chunk_size=self.chunk_size,
-            dt_softplus=True,
-            dt_limit=self.dt_limit,
-            return_final_states=return_final_states,
-            impl=impl,
-        )
         result = per_device(
-            lambda x, dt, A, B, C, D, z, bias, s: scan(x, dt, A, B, C, D=D, z=z, dt_bias=bias, seq_idx=s),
+            lambda x, dt, A, B, C, D, z, bias, s: scan(
+                x, dt, A, B, C, D=D, z=z, dt_bias=bias, seq_idx=s, return_final_states=return_final_states
+            ),
             impl,
             (True, True, False, True, True, False, True, False, True),
             (True, True) if return_final_states else True,
