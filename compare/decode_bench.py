@@ -10,11 +10,11 @@ Each side runs in its own process. Writes ``<out>.json`` and ``<out>.md``."""
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
+from compare.train_throughput import json_line
 from jax_mamba.configs.loader import parse_args_with_overrides
 
 
@@ -44,13 +44,6 @@ def measure_jax(config: str, batches: list[int], prompt_len: int, new_tokens: in
         rows.append({"batch": batch, "seconds": seconds, "tokens_per_s": batch * new_tokens / seconds})
     device = jax.devices()[0]
     return {"config": config, "framework": "jax", "device": getattr(device, "device_kind", str(device)), "rows": rows}
-
-
-def _json_line(command: list[str]) -> dict:
-    proc = subprocess.run(command, capture_output=True, text=True)
-    if proc.returncode:
-        return {"returncode": proc.returncode, "error": proc.stderr[-3000:]}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def write_report(out: Path, header: dict, results: list[dict]) -> list[str]:
@@ -101,10 +94,10 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for config in args.configs:
         jax_side = [sys.executable, "-m", "compare.decode_bench", "--jax_only_in_process", "--out=-", "--configs"]
-        row = {"config": config, "jax": _json_line([*jax_side, config, *batches, *sizes, *extra])}
+        row = {"config": config, "jax": json_line([*jax_side, config, *batches, *sizes, *extra])}
         if args.torch:
             torch_side = [sys.executable, "-m", "torch_reference.decode_bench", f"--config={config}"]
-            row["torch"] = _json_line([*torch_side, *batches, *sizes, *extra])
+            row["torch"] = json_line([*torch_side, *batches, *sizes, *extra])
         results.append(row)
         print(json.dumps(row), flush=True)
     header = {

@@ -14,8 +14,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jax_mamba.configs.schema import MeshConfig
-
-BATCH_AXES = ("data", "fsdp")  # a batch's rows are split over both
+from jax_mamba.modules.per_device import BATCH_AXES  # a batch's rows are split over both
 
 
 class MeshError(ValueError):
