@@ -15,9 +15,11 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
 from jax.sharding import PartitionSpec as P
 
 from jax_mamba.modules.per_device import batch_axes, context_size
+from pallas_kernels.ssd.api import SAVED_STATES_NAME
 from pallas_kernels.ssd.reference import process_dt
 
 CONTEXT_AXIS = "context"
@@ -67,6 +69,7 @@ def ssd_across_context(scan: Callable, x, dt, A, B, C, D, z, dt_bias, dt_limit: 
         before = (jnp.arange(n) < k)[:, None, None]
         exponent = jnp.where(before, ends[jnp.maximum(k - 1, 0)][None] - ends, -jnp.inf)  # devices j < i < k
         incoming = jnp.einsum("jbh,jbhpn->bhpn", jnp.exp(exponent), finals)
+        incoming = checkpoint_name(incoming, SAVED_STATES_NAME)  # kept by the layer's remat: no first pass rerun
         return scan(x, dt, A, B, C, D, z, dt_bias, incoming, False)
 
     in_specs = tuple(specs[i] for i in present)

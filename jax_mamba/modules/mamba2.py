@@ -6,6 +6,7 @@ import math
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from jax.ad_checkpoint import checkpoint_name
 
 from jax_mamba.modules.context_parallel import ssd_across_context
 from jax_mamba.modules.impl import op_impl
@@ -13,6 +14,9 @@ from jax_mamba.modules.init import dt_bias_init, uniform
 from jax_mamba.modules.layers import CausalConv1d, RMSNormGated, linear
 from jax_mamba.modules.per_device import context_size, per_device
 from pallas_kernels import mamba_chunk_scan_combined, selective_state_update
+from pallas_kernels.ssd.api import SAVED_STATES_NAME
+
+SSD_OUTPUT_NAME = "mamba2_ssd_output"  # the SSD's output (batch, L, d_ssm), kept for the backward by the remat policy
 
 
 class Mamba2(nnx.Module):
@@ -75,9 +79,21 @@ class Mamba2(nnx.Module):
 
     def __call__(self, hidden_states: jax.Array, seq_idx: jax.Array | None = None) -> jax.Array:
         """hidden_states (batch, L, d_model) -> (batch, L, d_model); seq_idx int (batch, L) for packed sequences."""
-        z0, x0, z, xBC, dt = self._split_in_proj(self.in_proj(hidden_states))
+        zxbcdt = self.in_proj(hidden_states)
+        if op_impl(self.impl, mamba_chunk_scan_combined) == "pallas":
+            # As mamba-ssm's fused Mamba-2 layer: of the (batch, L, channels) activations the backward keeps only
+            # in_proj's output and the SSD's output (plus the Pallas SSD's own named states) and recomputes the conv,
+            # the gated norm and out_proj's input. The reference SSD names no states: it would be rerun whole, so it
+            # runs as is.
+            keep = jax.checkpoint_policies.save_only_these_names(SAVED_STATES_NAME, SSD_OUTPUT_NAME)
+            return jax.checkpoint(self._after_in_proj, policy=keep)(zxbcdt, seq_idx)
+        return self._after_in_proj(zxbcdt, seq_idx)
+
+    def _after_in_proj(self, zxbcdt: jax.Array, seq_idx: jax.Array | None) -> jax.Array:
+        """in_proj's output (batch, L, d_in_proj) -> the layer's output: conv, SSD, gated norm, out_proj."""
+        z0, x0, z, xBC, dt = self._split_in_proj(zxbcdt)
         xBC = self.conv1d(xBC, activation="silu", seq_idx=seq_idx)
-        y = self._scan(xBC, dt, z, seq_idx=seq_idx)
+        y = checkpoint_name(self._scan(xBC, dt, z, seq_idx=seq_idx), SSD_OUTPUT_NAME)
         return self._output(y, z0, x0, z)
 
     def _split_in_proj(self, zxbcdt: jax.Array) -> list[jax.Array]:

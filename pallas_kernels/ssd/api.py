@@ -21,6 +21,7 @@ from pallas_kernels.ssd.block import ssd_dims
 from pallas_kernels.ssd.config import MAX_DSTATE, MAX_HEADDIM, SsdConfig, default_config
 
 _AVAILABLE_IMPLS = ("reference", "pallas")
+SAVED_STATES_NAME = pallas.STATES_NAME  # what a jax.checkpoint policy names to keep the Pallas SSD's states
 MAMBA_SSM_TRITON = "mamba_ssm_triton"  # mamba-ssm's Triton kernels from JAX: registered by torch_reference
 _REGISTERED: dict[str, Callable] = {}
 

@@ -12,11 +12,17 @@ import functools
 
 import jax
 import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
 
 from pallas_kernels.ssd.block import SsdDims
 from pallas_kernels.ssd.config import SsdConfig
 from pallas_kernels.ssd.kernel_bwd import ssd_backward
 from pallas_kernels.ssd.kernel_fwd import rebuild_block_states, ssd_forward
+
+# The kept states' name for jax.checkpoint policies: a rematerialized region that saves them
+# (jax.checkpoint_policies.save_only_these_names(STATES_NAME, ...)) recomputes the SSD's inputs in the backward but
+# never reruns its forward kernels for them.
+STATES_NAME = "ssd_states"
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(10, 11))
@@ -27,7 +33,8 @@ def ssd(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, dims: SsdDims, c
 
 def _ssd_fwd(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, dims, config):
     out, final, states, ypre = ssd_forward(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, dims, config, True)
-    return (out, final), (x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, states, ypre)
+    kept = checkpoint_name(states, STATES_NAME)
+    return (out, final), (x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, kept, ypre)
 
 
 def _ssd_bwd(dims: SsdDims, config: SsdConfig, residuals, cotangents):

@@ -380,3 +380,18 @@ def test_mamba1_backward_recomputes_the_conv_and_delta_and_keeps_the_scan_states
     activations = [a for a in kept if a.shape == (2, 24, 32)]
     assert len(activations) <= 2 and all(a.dtype == jnp.bfloat16 for a in activations), kept
     assert any(a.dtype == jnp.float32 and a.ndim == 4 and a.shape[0] == 2 for a in kept), kept  # the states
+
+
+def test_mamba2_backward_keeps_in_proj_and_ssd_outputs_and_the_ssd_states_only():
+    """As mamba-ssm's fused Mamba-2 layer: of the (batch, L, channels) activations only in_proj's output and the SSD's
+    output are kept for the backward (not the conv's output, the gated norm's float32 intermediates or out_proj's
+    input, which it recomputes), and the Pallas SSD's states are kept (so its forward is not rerun)."""
+    mixer = Mamba2(16, d_state=4, headdim=8, chunk_size=8, rngs=nnx.Rngs(0), impl="pallas", dtype=jnp.bfloat16)
+    h = jnp.ones((2, 24, 16), jnp.bfloat16)
+    closed = jax.make_jaxpr(lambda x: jax.vjp(mixer, x)[1])(h)
+    inputs = set(map(id, closed.jaxpr.invars))
+    kept = [v.aval for v in closed.jaxpr.outvars if id(v) not in inputs and hasattr(v, "aval")]
+    activations = sorted(a.shape[-1] for a in kept if a.shape[:2] == (2, 24))
+    assert activations == [32, 76], kept  # d_ssm (the SSD's output) and d_in_proj = 2 d_inner + 2 G N + H
+    assert all(a.dtype == jnp.bfloat16 for a in kept if a.shape[:2] == (2, 24)), kept
+    assert any(a.ndim == 5 and a.shape[0] == 2 and a.shape[2:] == (4, 8, 4) for a in kept), kept  # the states
