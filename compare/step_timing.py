@@ -85,7 +85,8 @@ def measure(config: str, overrides: list[str], steps: int, warmup: int, count_op
         synced_s.append(time.perf_counter() - call)
 
     first = warmup + 2 * steps
-    prefetch = DevicePrefetch(dataset, first, first + steps, cfg.train.grad_accum_steps)
+    accum = cfg.train.grad_accum_steps
+    prefetch = DevicePrefetch(lambda step: jax.device_put(dataset.train_batch(step, accum)), first, first + steps)
     try:
         prefetch.next(first)  # the thread has started and made its first batches
         began = time.perf_counter()

@@ -21,15 +21,19 @@ import jax
 from jax_mamba.configs.loader import parse_args_with_overrides
 
 
-def json_line(command: list[str]) -> dict:
-    """Run a command that prints one JSON line last: that object (plus the command), or its exit code and stderr."""
-    proc = subprocess.run(command, capture_output=True, text=True)
+def json_line(command: list[str], env: dict | None = None) -> dict:
+    """Run a command that prints one JSON line last: that object (plus the command), or its exit code and stderr.
+    ``env``: the command's whole environment (default: this process's)."""
+    proc = subprocess.run(command, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         return {"returncode": proc.returncode, "error": proc.stderr[-2000:], "command": " ".join(command[1:])}
     return {"returncode": 0, **json.loads(proc.stdout.strip().splitlines()[-1]), "command": " ".join(command[1:])}
 
 
-def run_one(config: str, steps: int, batch_size: int, seq_len: int, extra: list[str], workdir: Path) -> dict:
+def run_one(
+    config: str, steps: int, batch_size: int, seq_len: int, extra: list[str], workdir: Path, env: dict | None = None
+) -> dict:
+    """Train ``config`` in its own process (environment ``env``, default this one's); the loop's own figures."""
     run_dir = workdir / config
     command = [
         sys.executable,
@@ -50,7 +54,7 @@ def run_one(config: str, steps: int, batch_size: int, seq_len: int, extra: list[
         *extra,
     ]
     began = time.time()
-    proc = subprocess.run(command, capture_output=True, text=True)
+    proc = subprocess.run(command, capture_output=True, text=True, env=env)
     result = {
         "config": config,
         "command": " ".join(command[1:]),

@@ -23,7 +23,9 @@ import torch.nn.functional as F
 from jax_mamba.configs.loader import load_config, parse_args_with_overrides
 from jax_mamba.configs.schema import RunConfig
 from jax_mamba.tasks import task_for
+from torch_reference import distributed
 from torch_reference.backend import Reference, load
+from torch_reference.distributed import PARALLEL_MODES, SINGLE, Process
 from torch_reference.trace_passes import PASS_RANGE
 
 
@@ -34,17 +36,22 @@ class _Runner:
     model: torch.nn.Module
     sync_passes = False  # synchronize the GPU at the end of each pass (while profiled: see trace_passes)
 
-    def __init__(self, ref: Reference, cfg: RunConfig, compile_model: bool):
+    def __init__(
+        self, ref: Reference, cfg: RunConfig, compile_model: bool, parallel: str = "none", process: Process = SINGLE
+    ):
         self.ref, self.cfg, self.device = ref, cfg, ref.device
+        self.parallel, self.process = parallel, process
         self.build()
         ours = {name: np.zeros(p.shape, np.float32) for name, p in self.model.named_parameters()}
         decayed = self.decayed(ours)
+        self.module = self.model  # the model itself (FSDP2 shards it in place, keeping its parameter names)
+        self.model = distributed.wrap(self.model, parallel, process)
         groups = [
             {
-                "params": [p for n, p in self.model.named_parameters() if decayed[n]],
+                "params": [p for n, p in self.module.named_parameters() if decayed[n]],
                 "weight_decay": cfg.optim.weight_decay,
             },
-            {"params": [p for n, p in self.model.named_parameters() if not decayed[n]], "weight_decay": 0.0},
+            {"params": [p for n, p in self.module.named_parameters() if not decayed[n]], "weight_decay": 0.0},
         ]
         o = cfg.optim
         self.optimizer = torch.optim.AdamW(
@@ -61,6 +68,7 @@ class _Runner:
             ["bf16 autocast" if self.autocast else "float32", "fused AdamW" if self.device == "cuda" else "AdamW"]
             + (["channels_last"] if self.cfg.family == "mamba_vision" else [])
             + (["torch.compile"] if self.compiled else ["no torch.compile"])
+            + ([_PARALLEL_NAMES[self.parallel]] if self.parallel != "none" else [])
         )
 
     def build(self) -> None: ...
@@ -193,11 +201,20 @@ class _GraphMamba(_Runner):
 _RUNNERS = {"lm": _LanguageModel, "mamba_vision": _MambaVision, "graph_mamba": _GraphMamba}
 
 
-def make_runner(ref: Reference, cfg: RunConfig, compile_model: bool = False) -> _Runner:
-    """The family's model, fused AdamW and batch handling, at the reference's best settings."""
+_PARALLEL_NAMES = {
+    "ddp": "DDP, one process per device",
+    "fsdp": "FSDP2 (fully_shard per block), one process per device",
+}
+
+
+def make_runner(
+    ref: Reference, cfg: RunConfig, compile_model: bool = False, parallel: str = "none", process: Process = SINGLE
+) -> _Runner:
+    """The family's model, fused AdamW and batch handling, at the reference's best settings; with ``parallel``, the
+    model under DDP or FSDP2 in a process group (``torch_reference.distributed``)."""
     if ref.device == "cuda":
         torch.backends.cudnn.benchmark = True
-    return _RUNNERS[cfg.family](ref, cfg, compile_model)
+    return _RUNNERS[cfg.family](ref, cfg, compile_model, parallel, process)
 
 
 def measure(
@@ -210,16 +227,21 @@ def measure(
     inference: bool = False,
     compile_model: bool = False,
     warmup: int = 3,
+    parallel: str = "none",
 ) -> dict:
+    """Throughput of ``steps`` steps (``warmup`` left out). ``batch_size`` is the global batch: with ``parallel``
+    each process of the group trains on its share of every batch's rows, and the step time is the slowest's."""
     cfg = load_config(config, [f"--batch_size={batch_size}", f"--seq_len={seq_len}", "--eval_batches=1", *overrides])
+    process = distributed.start(device, parallel)
     ref = load(device)
-    runner = make_runner(ref, cfg, compile_model)
+    runner = make_runner(ref, cfg, compile_model, parallel, process)
     runner.model.train(not inference)
     dataset = task_for(cfg).make_dataset()
     timed, losses = [], []
     warmup = min(warmup, steps - 1)  # at least one timed step
     for step in range(steps):
-        inputs = runner.inputs(dataset.train_batch(step, 1))
+        batch = {k: distributed.my_rows(v, process, axis=1) for k, v in dataset.train_batch(step, 1).items()}
+        inputs = runner.inputs(batch)
         if device == "cuda":
             torch.cuda.synchronize()
         began = time.perf_counter()
@@ -231,6 +253,13 @@ def measure(
         if step >= warmup:
             timed.append(time.perf_counter() - began)
     items = batch_size * (seq_len if cfg.family == "lm" else 1)
+    seconds = distributed.all_max(sum(timed), process)
+    peak = torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else None
+    peak = None if peak is None else distributed.all_max(peak, process)
+    final = distributed.all_mean(losses[-1], process) if losses else None
+    distributed.finish(process)
+    if not process.leader:
+        return {}
     return {
         "config": config,
         "framework": "torch",
@@ -238,10 +267,11 @@ def measure(
         "reference": ref.describe(),
         "settings": runner.settings(),
         "unit": runner.unit,
-        "items_per_s": items * len(timed) / sum(timed),
-        "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else None,
-        "final_loss": losses[-1] if losses else None,
-        "parameters": sum(p.numel() for p in runner.model.parameters()),
+        "items_per_s": items * len(timed) / seconds,
+        "peak_memory_gib": peak,  # the largest over the processes
+        "final_loss": final,
+        "parameters": sum(p.numel() for p in runner.module.parameters()),
+        "processes": process.world,
     }
 
 
@@ -259,6 +289,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--inference", action="store_true", help="time eval-mode forwards instead of training steps")
     parser.add_argument("--compile", action="store_true", help="run the model through torch.compile")
     parser.add_argument("--warmup", type=int, default=3, help="first steps left out of the mean (at most steps - 1)")
+    parser.add_argument(
+        "--parallel", default="none", choices=PARALLEL_MODES, help="under torchrun: DDP or FSDP2 over its processes"
+    )
     args, overrides = parse_args_with_overrides(parser, argv)
     result = measure(
         args.config,
@@ -270,8 +303,10 @@ def main(argv: list[str] | None = None) -> int:
         args.inference,
         args.compile,
         args.warmup,
+        args.parallel,
     )
-    print(json.dumps(result))
+    if result:  # the first process reports
+        print(json.dumps(result))
     return 0
 
 

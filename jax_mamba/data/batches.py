@@ -22,7 +22,9 @@ class Dataset(Protocol):
     metric: str  # "bits_per_byte" (byte-level text), "accuracy" (synthetic tasks) or "top1" (images)
 
     def train_batch(self, step: int, accum: int) -> Batch:
-        """Arrays with leading axes (accum, batch) for optimizer step ``step``."""
+        """Arrays with leading axes (accum, batch) for optimizer step ``step``. A dataset may also offer
+        ``train_batch_rows(step, accum, start, stop)``: rows [start, stop) of the same batch, built without the
+        others (a process of a multi-process run then reads only its share; ``train.distributed.GlobalBatches``)."""
         ...
 
     def eval_batches(self) -> Iterable[Batch]:

@@ -26,17 +26,24 @@ class TokenLMDataset:
             self._windows(corpus.val, np.random.default_rng([seed, EVAL_STREAM, i])) for i in range(eval_batches)
         ]
 
-    def _windows(self, tokens: np.ndarray, rng: np.random.Generator) -> Batch:
-        starts = rng.integers(0, len(tokens) - self.seq_len, size=self.batch_size)
+    def _windows(self, tokens: np.ndarray, rng: np.random.Generator, rows: slice = slice(None)) -> Batch:
+        """A batch's ``rows`` of random windows: every row's start is drawn, only these rows' tokens are read."""
+        starts = rng.integers(0, len(tokens) - self.seq_len, size=self.batch_size)[rows]
         windows = tokens[starts[:, None] + np.arange(self.seq_len + 1)].astype(np.int32)
         return {
             "inputs": windows[:, :-1],
             "targets": windows[:, 1:],
-            "mask": np.ones((self.batch_size, self.seq_len), np.float32),
+            "mask": np.ones((len(starts), self.seq_len), np.float32),
         }
 
     def train_batch(self, step: int, accum: int) -> Batch:
-        micro = [self._windows(self.corpus.train, step_rng(self.seed, step, m)) for m in range(accum)]
+        return self.train_batch_rows(step, accum, 0, self.batch_size)
+
+    def train_batch_rows(self, step: int, accum: int, start: int, stop: int) -> Batch:
+        """Rows [start, stop) of ``train_batch(step, accum)`` (one process's share of a multi-process run), reading
+        only their windows."""
+        rows = slice(start, stop)
+        micro = [self._windows(self.corpus.train, step_rng(self.seed, step, m), rows) for m in range(accum)]
         return {k: np.stack([b[k] for b in micro]) for k in micro[0]}
 
     def eval_batches(self) -> list[Batch]:

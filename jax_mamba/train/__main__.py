@@ -11,6 +11,7 @@ from jax_mamba.data.token_files import META_FILE
 from jax_mamba.generate import SamplingConfig, generate
 from jax_mamba.generate.load import TEXT_DATA_KINDS, load_run
 from jax_mamba.train import run_dir as runs
+from jax_mamba.train.distributed import DistributedError, broadcast_text, initialize_from_env, is_leader
 from jax_mamba.train.loop import TrainingDiverged, train
 
 EPILOG = """\
@@ -18,6 +19,8 @@ overrides: any config field as --section.field=value, or --field=value when the 
   --train.batch_size=8 --seq_len=2048 --model.ssm_cfg.d_state=64 --lr=3e-3 --compute_dtype=bfloat16
 --data PATH: a text file or folder (language models, bytes) or an image folder with one subfolder per class
   (MambaVision; ImageNet layout, optionally split into train/ and val/).
+several GPUs: --mesh.fsdp=N (and --mesh.data, --mesh.context); several hosts: the same command on each, with
+  JAX_COORDINATOR_ADDRESS=host0:port JAX_NUM_PROCESSES=P JAX_PROCESS_ID=i (or under SLURM / Open MPI).
 outputs (in the run folder, default runs/<config>/<timestamp>/): config.yaml, run.json, metrics.jsonl,
   loss_curve.png, checkpoints/<step>/.
 bundled configs: """
@@ -62,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     overrides: list = list(rest)
     try:
+        initialize_from_env()  # several processes (hosts): join the others first
         if args.resume:
             explicit = _run_dir_override(rest)
             run_dir = Path(explicit) if explicit else runs.latest_run(load_config(args.config or "default").name)
@@ -76,14 +80,16 @@ def main(argv: list[str] | None = None) -> int:
             ]
         cfg = load_config(source, overrides)
         if not args.resume:
-            run_dir = runs.new_run_dir(cfg)
+            run_dir = Path(broadcast_text(str(runs.new_run_dir(cfg))))  # one folder (named by process 0's clock)
         result = train(cfg, resume=args.resume, run_dir=run_dir)
-    except (ConfigError, DataError, runs.RunDirError) as err:
+    except (ConfigError, DataError, runs.RunDirError, DistributedError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except TrainingDiverged as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
+    if not is_leader():
+        return 0
     rate = f"{result.items_per_s:,.0f}" if result.items_per_s else "n/a"
     peak = f", peak device memory {result.peak_memory_bytes / 2**30:.2f} GiB" if result.peak_memory_bytes else ""
     print(f"done: step {result.step}, train loss {result.loss:.4f}, {rate} {result.unit}/s{peak}")

@@ -11,6 +11,8 @@ from pathlib import Path
 import jax
 import orbax.checkpoint as ocp
 
+from jax_mamba.train.distributed import is_leader, wait_for_all
+
 
 class CheckpointStore:
     def __init__(self, directory: Path, keep: int):
@@ -58,9 +60,12 @@ class CheckpointStore:
 
     def set_aside(self, step: int) -> Path:
         """Move the folder of ``step`` (unreadable) out of the store's view, to ``damaged-<step>-<time>`` beside the
-        steps, so that a resumed run can save that step again; nothing is deleted. Returns the new path."""
+        steps, so that a resumed run can save that step again; nothing is deleted. Returns the new path. In a
+        multi-process run the first process moves it and the others wait for that."""
         target = self.directory / f"damaged-{step}-{time.strftime('%Y%m%d-%H%M%S')}"
-        (self.directory / str(step)).rename(target)
+        if is_leader():
+            (self.directory / str(step)).rename(target)
+        wait_for_all(f"checkpoint {step} set aside")
         self._manager.reload()
         return target
 

@@ -21,13 +21,14 @@ from jax_mamba.models import compute_dtype_for
 from jax_mamba.tasks import Task, task_for
 from jax_mamba.train import run_dir as runs
 from jax_mamba.train.checkpoint import CheckpointStore
+from jax_mamba.train.distributed import GlobalBatches, broadcast_text, is_leader, replicated, wait_for_all
 from jax_mamba.train.metrics import MetricsLog, plot_loss_curve
 from jax_mamba.train.prefetch import DevicePrefetch
-from jax_mamba.train.sharding import batch_sharding, check_batch, make_mesh
+from jax_mamba.train.sharding import check_batch, make_mesh
 from jax_mamba.train.step import init_training, make_eval_step
 
 # May change on resume; the architecture may not:
-_RUNTIME_FIELDS = ("impl", "compute_dtype", "remat", "scan_checkpoint_every")
+_RUNTIME_FIELDS = ("impl", "compute_dtype", "remat", "scan_checkpoint_every", "mixer_remat")
 # Steps of an invocation left out of its mean throughput (compilation, autotuning, first kernel loads), at most all
 # but one: the same warm-up as the PyTorch side's benchmark (torch_reference.train_bench --warmup).
 TIMING_WARMUP_STEPS = 3
@@ -102,20 +103,24 @@ def _restore_newest_intact(store: CheckpointStore, params, opt_state, model_stat
     )
 
 
-def _evaluate(task: Task, eval_step, params, state, dataset: Dataset) -> dict:
+def _evaluate(task: Task, eval_step, params, state, dataset: Dataset, mesh) -> dict:
     """The task's evaluation metrics from sums over the evaluation batches (scalars, or arrays such as per-class
-    counts, summed elementwise in float64)."""
+    counts, summed elementwise in float64). Every device gets the whole batch (the same in every process)."""
     loss_sum, sums = 0.0, {}
     for batch in dataset.eval_batches():
-        batch_loss, batch_sums = jax.device_get(eval_step(params, state, batch))
+        batch_loss, batch_sums = jax.device_get(eval_step(params, state, replicated(batch, mesh)))
         loss_sum += float(batch_loss)
         sums = {k: sums.get(k, 0.0) + np.asarray(v, np.float64) for k, v in batch_sums.items()}
     return task.eval_metrics(loss_sum, {k: float(v) if v.ndim == 0 else v for k, v in sums.items()})
 
 
 def train(cfg: RunConfig, *, resume: bool = False, run_dir: Path | None = None, echo=print) -> TrainResult:
-    """Train ``cfg`` in ``run_dir`` (default: a new folder under runs/<name>/), or continue it with ``resume``."""
-    run_dir = Path(run_dir) if run_dir is not None else runs.new_run_dir(cfg)
+    """Train ``cfg`` in ``run_dir`` (default: a new folder under runs/<name>/), or continue it with ``resume``. In a
+    multi-process run (``train.distributed``) every process calls this with the same run folder; process 0 alone
+    writes the run's files and prints."""
+    run_dir = Path(run_dir) if run_dir is not None else Path(broadcast_text(str(runs.new_run_dir(cfg))))
+    if not is_leader():
+        echo = lambda *_: None  # noqa: E731
     if resume:
         runs.prepare_resume(run_dir)
         saved = config_from_dict(yaml.safe_load((run_dir / runs.CONFIG_FILE).read_text()))
@@ -134,14 +139,15 @@ def train(cfg: RunConfig, *, resume: bool = False, run_dir: Path | None = None, 
 
 def _train(cfg: RunConfig, task: Task, dataset: Dataset, resume: bool, run_dir: Path, echo, mesh) -> TrainResult:
     t = cfg.train
-    if not resume:
+    if not resume and is_leader():
         runs.prepare_new(run_dir, cfg)
+    wait_for_all("run folder ready")
 
     setup = init_training(cfg, task, mesh)
     layout, params, model_state, opt_state = setup.layout, setup.params, setup.state, setup.opt_state
     train_step, traces = setup.train_step, setup.traces
     store = CheckpointStore(run_dir / runs.CHECKPOINT_DIR, t.keep_checkpoints)
-    metrics = MetricsLog(run_dir / "metrics.jsonl")
+    metrics = MetricsLog(run_dir / "metrics.jsonl", enabled=is_leader())
     start = 0
     if resume:
         start, (params, opt_state, model_state) = _restore_newest_intact(store, params, opt_state, model_state, echo)
@@ -154,6 +160,7 @@ def _train(cfg: RunConfig, task: Task, dataset: Dataset, resume: bool, run_dir: 
             "parameters": n_params,
             "backend": jax.default_backend(),
             "devices": [str(d) for d in jax.devices()],
+            "processes": jax.process_count(),
             "mesh": dict(mesh.shape),
             "compute_dtype": str(np.dtype(compute_dtype_for(cfg.model))),
             "jax": jax.__version__,
@@ -164,7 +171,8 @@ def _train(cfg: RunConfig, task: Task, dataset: Dataset, resume: bool, run_dir: 
         attention = getattr(layout.merge(params, model_state), "attention_implementation", lambda: None)()
         if attention:  # hybrids: cuDNN flash attention or XLA's
             info["attention"] = attention
-        (run_dir / "run.json").write_text(json.dumps(info, indent=2))
+        if is_leader():
+            (run_dir / "run.json").write_text(json.dumps(info, indent=2))
         echo(
             f"{cfg.name}: {n_params / 1e6:.2f}M parameters on {jax.default_backend()} "
             f"({info['compute_dtype']} compute{f', {attention} attention' if attention else ''}), "
@@ -189,7 +197,9 @@ def _train(cfg: RunConfig, task: Task, dataset: Dataset, resume: bool, run_dir: 
     timed_after = start + min(TIMING_WARMUP_STEPS, max(end - start - 1, 1))  # steps after this one are timed
     window_start, window_steps = time.perf_counter(), 0
     step = start
-    bar = tqdm(total=t.max_steps, initial=start, disable=not t.progress, dynamic_ncols=True, mininterval=1.0)
+    bar = tqdm(
+        total=t.max_steps, initial=start, disable=not (t.progress and is_leader()), dynamic_ncols=True, mininterval=1.0
+    )
 
     def save(at: int) -> None:
         nonlocal saved_step
@@ -230,8 +240,8 @@ def _train(cfg: RunConfig, task: Task, dataset: Dataset, resume: bool, run_dir: 
     def due(every: int) -> bool:
         return step % every == 0
 
-    put = lambda batch: jax.device_put(batch, jax.tree.map(lambda x: batch_sharding(mesh, x.ndim), batch))  # noqa: E731
-    prefetch = DevicePrefetch(dataset, start, end, t.grad_accum_steps, put=put)  # batches made while the device works
+    batches = GlobalBatches(dataset, mesh, t.batch_size, t.grad_accum_steps)  # this process's rows, global arrays
+    prefetch = DevicePrefetch(batches, start, end)  # batches made while the device works
     try:
         previous_end = time.perf_counter()
         # Steps are dispatched back to back and their metrics read only at read points (log, eval and save steps,
@@ -263,7 +273,7 @@ def _train(cfg: RunConfig, task: Task, dataset: Dataset, resume: bool, run_dir: 
             read(unread)  # never evaluate or save past an unread (possibly diverged) step
             unread = []
             if due(t.eval_every) or step == end:
-                eval_result = _evaluate(task, eval_step, params, model_state, dataset)
+                eval_result = _evaluate(task, eval_step, params, model_state, dataset, mesh)
                 metrics.write({"step": step, **eval_result})
                 echo(f"step {step}: " + ", ".join(f"{k} {v:.4f}" for k, v in eval_result.items()))
             if due(t.save_every) or step == end:
@@ -274,7 +284,7 @@ def _train(cfg: RunConfig, task: Task, dataset: Dataset, resume: bool, run_dir: 
         prefetch.close()
         bar.close()
         store.close()
-        records = metrics.read()
+        records = metrics.read() if is_leader() else []
         if records:
             plot_loss_curve(records, run_dir / "loss_curve.png", f"{cfg.name} ({run_dir.name})")
 

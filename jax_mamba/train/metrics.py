@@ -9,10 +9,15 @@ ACCURACY_KEYS = ("eval_accuracy", "eval_top1", "eval_top5")
 
 
 class MetricsLog:
-    def __init__(self, path: Path):
-        self.path = Path(path)
+    """metrics.jsonl: one JSON record per line, appended; ``enabled=False`` (processes other than a multi-process
+    run's first) writes nothing."""
+
+    def __init__(self, path: Path, enabled: bool = True):
+        self.path, self.enabled = Path(path), enabled
 
     def write(self, record: dict) -> None:
+        if not self.enabled:
+            return
         clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
         with self.path.open("a") as f:
             f.write(json.dumps(clean) + "\n")

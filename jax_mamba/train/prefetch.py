@@ -3,25 +3,22 @@ host's work (sampling, decoding, copying) overlaps the device's instead of addin
 
 import queue
 import threading
-
-import jax
-
-from jax_mamba.data import Dataset
+from collections.abc import Callable
 
 _DONE = object()
 
 
 class DevicePrefetch:
-    """Yields ``put(dataset.train_batch(step, accum))`` for steps start, start + 1, ... end - 1 (``put``:
-    ``jax.device_put``, or onto a mesh's batch sharding), made ``depth`` steps ahead on a daemon thread. An exception
-    in the thread (e.g. an unreadable image) is raised by ``next`` in the caller's thread. Batches are pure functions
-    of the step, so making them early changes nothing."""
+    """Yields ``make_batch(step)`` (a batch on the devices, e.g. ``distributed.GlobalBatches``) for steps start,
+    start + 1, ... end - 1, made ``depth`` steps ahead on a daemon thread. An exception in the thread (e.g. an
+    unreadable image) is raised by ``next`` in the caller's thread. Batches are pure functions of the step, so making
+    them early changes nothing."""
 
-    def __init__(self, dataset: Dataset, start: int, end: int, accum: int, depth: int = 2, put=jax.device_put):
+    def __init__(self, make_batch: Callable[[int], dict], start: int, end: int, depth: int = 2):
         self._queue: queue.Queue = queue.Queue(maxsize=depth)
         self._stop = threading.Event()
         self._thread = threading.Thread(
-            target=self._run, args=(dataset, start, end, accum, put), name="batch-prefetch", daemon=True
+            target=self._run, args=(make_batch, start, end), name="batch-prefetch", daemon=True
         )
         self._thread.start()
 
@@ -34,10 +31,10 @@ class DevicePrefetch:
                 continue
         return False
 
-    def _run(self, dataset: Dataset, start: int, end: int, accum: int, put) -> None:
+    def _run(self, make_batch: Callable[[int], dict], start: int, end: int) -> None:
         try:
             for step in range(start, end):
-                if not self._put((step, put(dataset.train_batch(step, accum)))):
+                if not self._put((step, make_batch(step))):
                     return
         except BaseException as err:  # handed to the consumer, which raises it
             self._put((None, err))

@@ -63,3 +63,35 @@ def test_train_bench_runs_graph_mamba(cpu_reference, capsys):
     runner = _GraphMamba(cpu_reference, load_config("graph-mamba-tiny"), compile_model=False)
     decayed, plain = (g["params"] for g in runner.optimizer.param_groups)
     assert len(decayed) == len(list(runner.model.parameters())) and not plain
+
+
+@pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
+def test_train_bench_under_torchrun_trains_as_one_process(cpu_reference, capsys, parallel):
+    """Two processes (gloo) under DDP or FSDP2, each on its half of every batch: the same final loss as one process
+    on the whole batches, and one JSON line (from the first process)."""
+    import subprocess
+    import sys
+
+    from torch_reference.train_bench import main
+
+    args = ["--config", "mamba2-tiny", "--steps", "3", "--batch_size", "4", "--seq_len", "32", "--device", "cpu"]
+    assert main(args) == 0
+    single = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    command = [*launcher, "-m", "torch_reference.train_bench", *args, f"--parallel={parallel}"]
+    proc = subprocess.run(command, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert len(lines) == 1
+    result = json.loads(lines[0])
+    assert result["processes"] == 2 and result["parameters"] == single["parameters"]
+    assert parallel.upper()[:3] in result["settings"].upper()
+    np.testing.assert_allclose(result["final_loss"], single["final_loss"], rtol=1e-5)
+
+
+def test_train_bench_parallel_needs_torchrun(cpu_reference, monkeypatch):
+    from torch_reference.train_bench import main
+
+    monkeypatch.delenv("RANK", raising=False)
+    with pytest.raises(ValueError, match="needs torchrun"):
+        main(["--config", "mamba2-tiny", "--steps", "2", "--device", "cpu", "--parallel", "ddp"])
