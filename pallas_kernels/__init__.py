@@ -7,6 +7,7 @@ pure-JAX ground truth). This package knows nothing of Flax or torch.
 import sys
 
 from pallas_kernels.causal_conv1d.api import causal_conv1d_fn
+from pallas_kernels.matmul_few_rows.api import matmul_few_rows
 from pallas_kernels.rmsnorm_gated.api import rmsnorm_fn
 from pallas_kernels.selective_scan.api import selective_scan_fn
 from pallas_kernels.selective_state_update.api import selective_state_update
@@ -16,6 +17,7 @@ __all__ = [
     "available_impls",
     "causal_conv1d_fn",
     "mamba_chunk_scan_combined",
+    "matmul_few_rows",
     "rmsnorm_fn",
     "selective_scan_fn",
     "selective_state_update",

@@ -91,7 +91,7 @@ class AttnConfig:
 @dataclass
 class ModelConfig:
     """Architecture (mamba-ssm's MambaConfig fields) plus how to run it (impl, compute_dtype, remat,
-    scan_checkpoint_every)."""
+    scan_checkpoint_every, mixer_remat)."""
 
     d_model: int = 768
     d_intermediate: int = 0
@@ -116,6 +116,10 @@ class ModelConfig:
     # state-rebuild kernel in the backward, 8.5 of 111 ms per 130m step on an H100, for (batch, L / 8, 16,
     # d_inner) float32 more per layer)
     scan_checkpoint_every: int = 256
+    # With the Pallas kernels: the backward recomputes each Mamba mixer's conv, projections and gated norm from
+    # in_proj's output, keeping only the scan's or SSD's named states (and Mamba-2's SSD output), as mamba-ssm's fused
+    # layers do. False keeps those activations instead: more memory, less recomputation.
+    mixer_remat: bool = True
 
     def padded_vocab_size(self) -> int:
         multiple = self.pad_vocab_size_multiple

@@ -31,10 +31,11 @@ def ssm_layer_kwargs(ssm_cfg: SSMConfig) -> dict:
 def _mixer(cfg: ModelConfig, layer_idx: int, dtype, rngs: nnx.Rngs) -> nnx.Module:
     if layer_idx in cfg.attn_layer_idx:
         return MHA(cfg.d_model, **dataclasses.asdict(cfg.attn_cfg), dtype=dtype, impl=cfg.impl, rngs=rngs)
+    run = dict(mixer_remat=cfg.mixer_remat, dtype=dtype, impl=cfg.impl, rngs=rngs)
     if cfg.ssm_cfg.layer == "Mamba1":
-        kwargs = dict(scan_checkpoint_every=cfg.scan_checkpoint_every)
-        return Mamba(cfg.d_model, **ssm_layer_kwargs(cfg.ssm_cfg), **kwargs, dtype=dtype, impl=cfg.impl, rngs=rngs)
-    return Mamba2(cfg.d_model, **ssm_layer_kwargs(cfg.ssm_cfg), dtype=dtype, impl=cfg.impl, rngs=rngs)
+        kept = cfg.scan_checkpoint_every
+        return Mamba(cfg.d_model, **ssm_layer_kwargs(cfg.ssm_cfg), scan_checkpoint_every=kept, **run)
+    return Mamba2(cfg.d_model, **ssm_layer_kwargs(cfg.ssm_cfg), **run)
 
 
 class MixerModel(nnx.Module):

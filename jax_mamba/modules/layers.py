@@ -2,6 +2,7 @@
 depthwise causal conv. Parameters are float32; ``dtype`` is the compute dtype."""
 
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
@@ -11,7 +12,9 @@ from jax_mamba.modules.context_parallel import causal_conv_across_context
 from jax_mamba.modules.impl import op_impl
 from jax_mamba.modules.init import torch_default_uniform, uniform
 from jax_mamba.modules.per_device import context_size, per_device
-from pallas_kernels import causal_conv1d_fn, rmsnorm_fn
+from pallas_kernels import causal_conv1d_fn, matmul_few_rows, rmsnorm_fn
+
+FEW_ROWS = 64  # Linear layers with at most this many rows (decoding batches) use the few-rows matmul kernel
 
 
 @jax.custom_vjp
@@ -37,22 +40,34 @@ add_bias.defvjp(_add_bias_fwd, _add_bias_bwd)
 
 class Linear(nnx.Module):
     """torch.nn.Linear: kernel (in, out) = weight.T and bias (out,), float32 parameters; the matmul in ``dtype``
-    (the compute dtype), the bias added through :func:`add_bias`."""
+    (the compute dtype), the bias added through :func:`add_bias`. With at most ``FEW_ROWS`` rows (decoding) and the
+    Pallas kernels (``impl``), the matmul is ``matmul_few_rows``, which reads the kernel at memory bandwidth where
+    XLA's dot, turned into a reduction at such shapes, does not."""
 
-    def __init__(self, in_features: int, out_features: int, *, bias: bool, dtype, kernel_init, rngs: nnx.Rngs):
+    def __init__(
+        self, in_features: int, out_features: int, *, bias: bool, dtype, kernel_init, rngs: nnx.Rngs, impl="auto"
+    ):
         self.kernel = nnx.Param(kernel_init(rngs.params(), (in_features, out_features), jnp.float32))
         self.bias = nnx.Param(jnp.zeros((out_features,), jnp.float32)) if bias else None
-        self.dtype = dtype
+        self.dtype, self.impl = dtype, impl
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        y = jnp.dot(x.astype(self.dtype), self.kernel[...].astype(self.dtype))
+        x, w = x.astype(self.dtype), self.kernel[...].astype(self.dtype)
+        impl = op_impl(self.impl, matmul_few_rows)
+        if impl == "pallas" and math.prod(x.shape[:-1]) <= FEW_ROWS:
+            rows = lambda x, w: matmul_few_rows(x.reshape(-1, w.shape[0]), w, impl=impl).reshape(*x.shape[:-1], -1)  # noqa: E731
+            y = per_device(rows, impl, (True, False), True, x, w)
+        else:
+            y = jnp.dot(x, w)
         return y if self.bias is None else add_bias(y, self.bias[...])
 
 
-def linear(in_features: int, out_features: int, *, bias: bool, dtype, rngs: nnx.Rngs, kernel_init=None) -> Linear:
+def linear(
+    in_features: int, out_features: int, *, bias: bool, dtype, rngs: nnx.Rngs, kernel_init=None, impl: str = "auto"
+) -> Linear:
     """torch.nn.Linear under mamba-ssm's init: kernel U(+-1/sqrt(in)) unless ``kernel_init`` is given, bias zeros."""
     init = kernel_init or torch_default_uniform(in_features)
-    return Linear(in_features, out_features, bias=bias, dtype=dtype, kernel_init=init, rngs=rngs)
+    return Linear(in_features, out_features, bias=bias, dtype=dtype, kernel_init=init, rngs=rngs, impl=impl)
 
 
 class Embedding(nnx.Embed):
@@ -116,7 +131,9 @@ class LayerNorm(nnx.Module):
 
 
 class RMSNormGated(nnx.Module):
-    """mamba-ssm's gated RMSNorm (``ops.triton.layernorm_gated.RMSNorm``): weight ones, no bias."""
+    """mamba-ssm's gated RMSNorm (``ops.triton.layernorm_gated.RMSNorm``): weight ones, no bias. Rematerialized as
+    RMSNorm: the backward keeps x and z, not the float32 intermediates (five (batch, L, dim) float32 arrays per
+    Mamba-2 layer otherwise)."""
 
     def __init__(
         self,
@@ -139,7 +156,8 @@ class RMSNormGated(nnx.Module):
         norm = functools.partial(
             rmsnorm_fn, eps=self.eps, group_size=self.group_size, norm_before_gate=self.norm_before_gate, impl=impl
         )
-        return per_device(lambda x, w, z: norm(x, w, None, z), impl, (True, False, True), True, x, self.weight[...], z)
+        run = functools.partial(per_device, lambda x, w, z: norm(x, w, None, z), impl, (True, False, True), True)
+        return jax.checkpoint(run)(x, self.weight[...], z)
 
 
 class CausalConv1d(nnx.Module):

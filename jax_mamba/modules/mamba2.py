@@ -53,6 +53,7 @@ class Mamba2(nnx.Module):
         *,
         dtype=jnp.float32,
         impl: str = "auto",
+        mixer_remat: bool = True,
         rngs: nnx.Rngs,
     ):
         self.d_model, self.d_state, self.d_conv, self.expand = d_model, d_state, d_conv, expand
@@ -63,9 +64,9 @@ class Mamba2(nnx.Module):
         self.D_has_hdim, self.rmsnorm = D_has_hdim, rmsnorm
         self.dt_limit = tuple(dt_limit)
         self.chunk_size = chunk_size
-        self.impl = impl
+        self.impl, self.mixer_remat = impl, mixer_remat
         d_in_proj = 2 * self.d_inner + 2 * ngroups * d_state + self.nheads
-        self.in_proj = linear(d_model, d_in_proj, bias=bias, dtype=dtype, rngs=rngs)
+        self.in_proj = linear(d_model, d_in_proj, bias=bias, dtype=dtype, rngs=rngs, impl=impl)
         conv_dim = self.d_ssm + 2 * ngroups * d_state
         self.conv1d = CausalConv1d(conv_dim, d_conv, bias=conv_bias, rngs=rngs, impl=impl, weight_bound=conv_init)
         self.dt_bias = nnx.Param(dt_bias_init(dt_min, dt_max, dt_init_floor)(rngs.params(), (self.nheads,)))
@@ -75,12 +76,12 @@ class Mamba2(nnx.Module):
             self.norm = RMSNormGated(
                 self.d_ssm, eps=1e-5, group_size=self.d_ssm // ngroups, norm_before_gate=norm_before_gate, impl=impl
             )
-        self.out_proj = linear(self.d_inner, d_model, bias=bias, dtype=dtype, rngs=rngs)
+        self.out_proj = linear(self.d_inner, d_model, bias=bias, dtype=dtype, rngs=rngs, impl=impl)
 
     def __call__(self, hidden_states: jax.Array, seq_idx: jax.Array | None = None) -> jax.Array:
         """hidden_states (batch, L, d_model) -> (batch, L, d_model); seq_idx int (batch, L) for packed sequences."""
         zxbcdt = self.in_proj(hidden_states)
-        if op_impl(self.impl, mamba_chunk_scan_combined) == "pallas":
+        if self.mixer_remat and op_impl(self.impl, mamba_chunk_scan_combined) == "pallas":
             # As mamba-ssm's fused Mamba-2 layer: of the (batch, L, channels) activations the backward keeps only
             # in_proj's output and the SSD's output (plus the Pallas SSD's own named states) and recomputes the conv,
             # the gated norm and out_proj's input. The reference SSD names no states: it would be rerun whole, so it

@@ -41,18 +41,19 @@ class Mamba(nnx.Module):
         *,
         dtype=jnp.float32,
         impl: str = "auto",
+        mixer_remat: bool = True,
         scan_checkpoint_every: int | None = None,
         rngs: nnx.Rngs,
     ):
         self.d_model, self.d_state, self.d_conv, self.expand = d_model, d_state, d_conv, expand
         self.d_inner = expand * d_model
         self.dt_rank = math.ceil(d_model / 16) if dt_rank == "auto" else dt_rank
-        self.impl = impl
+        self.impl, self.mixer_remat = impl, mixer_remat
         self.scan_checkpoint_every = scan_checkpoint_every  # the Pallas scan's kept states (None: its default)
-        self.in_proj = linear(d_model, 2 * self.d_inner, bias=bias, dtype=dtype, rngs=rngs)
+        self.in_proj = linear(d_model, 2 * self.d_inner, bias=bias, dtype=dtype, rngs=rngs, impl=impl)
         self.conv1d = CausalConv1d(self.d_inner, d_conv, bias=conv_bias, rngs=rngs, impl=impl)
-        self.x_proj = linear(self.d_inner, self.dt_rank + 2 * d_state, bias=False, dtype=dtype, rngs=rngs)
-        self.dt_proj = linear(self.dt_rank, self.d_inner, bias=True, dtype=dtype, rngs=rngs)
+        self.x_proj = linear(self.d_inner, self.dt_rank + 2 * d_state, bias=False, dtype=dtype, rngs=rngs, impl=impl)
+        self.dt_proj = linear(self.dt_rank, self.d_inner, bias=True, dtype=dtype, rngs=rngs, impl=impl)
         std = self.dt_rank**-0.5 * dt_scale
         if dt_init == "constant":
             self.dt_proj.kernel[...] = jnp.full((self.dt_rank, self.d_inner), std, jnp.float32)
@@ -62,13 +63,13 @@ class Mamba(nnx.Module):
         A = jnp.broadcast_to(jnp.arange(1, d_state + 1, dtype=jnp.float32), (self.d_inner, d_state))
         self.A_log = nnx.Param(jnp.log(A))
         self.D = nnx.Param(jnp.ones((self.d_inner,), jnp.float32))
-        self.out_proj = linear(self.d_inner, d_model, bias=bias, dtype=dtype, rngs=rngs)
+        self.out_proj = linear(self.d_inner, d_model, bias=bias, dtype=dtype, rngs=rngs, impl=impl)
 
     def __call__(self, hidden_states: jax.Array) -> jax.Array:
         """hidden_states (batch, L, d_model) -> (batch, L, d_model) in the compute dtype."""
         xz = self.in_proj(hidden_states)
         x, z = jnp.split(xz, 2, axis=-1)
-        if op_impl(self.impl, selective_scan_fn) == "pallas":
+        if self.mixer_remat and op_impl(self.impl, selective_scan_fn) == "pallas":
             # As mamba-ssm's mamba_inner_fn (checkpoint_lvl 1): the backward recomputes the conv, x_proj and dt_proj
             # from x and keeps only the scan kernel's own (named) states, not the conv's output or delta (batch, L,
             # d_inner) each. The reference scan names no states: it would be recomputed whole, so it runs as is.

@@ -395,3 +395,17 @@ def test_mamba2_backward_keeps_in_proj_and_ssd_outputs_and_the_ssd_states_only()
     assert activations == [32, 76], kept  # d_ssm (the SSD's output) and d_in_proj = 2 d_inner + 2 G N + H
     assert all(a.dtype == jnp.bfloat16 for a in kept if a.shape[:2] == (2, 24)), kept
     assert any(a.ndim == 5 and a.shape[0] == 2 and a.shape[2:] == (4, 8, 4) for a in kept), kept  # the states
+
+
+@pytest.mark.parametrize("impl", ["pallas", "reference"])
+def test_mamba2_without_mixer_remat_keeps_no_float32_activations(impl):
+    """``mixer_remat=False`` (or the reference SSD) keeps the conv's output and the norm's inputs, but in the compute
+    dtype: the gated norm is rematerialized, so none of its float32 intermediates are kept."""
+    kw = dict(d_state=4, headdim=8, chunk_size=8, rngs=nnx.Rngs(0), impl=impl, dtype=jnp.bfloat16, mixer_remat=False)
+    mixer = Mamba2(16, **kw)
+    h = jnp.ones((2, 24, 16), jnp.bfloat16)
+    closed = jax.make_jaxpr(lambda x: jax.vjp(mixer, x)[1])(h)
+    kept = [v.aval for v in closed.jaxpr.outvars if hasattr(v, "aval") and v.aval.shape[:2] == (2, 24)]
+    assert any(a.shape == (2, 24, 40) for a in kept), kept  # the conv's input: the remat region is off
+    wide = [a for a in kept if a.shape[-1] >= 32 and a.dtype == jnp.float32]
+    assert not wide, kept
