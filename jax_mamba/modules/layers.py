@@ -14,7 +14,10 @@ from jax_mamba.modules.init import torch_default_uniform, uniform
 from jax_mamba.modules.per_device import context_size, per_device
 from pallas_kernels import causal_conv1d_fn, matmul_few_rows, rmsnorm_fn
 
-FEW_ROWS = 64  # Linear layers with at most this many rows (decoding batches) use the few-rows matmul kernel
+# Linear layers with at most this many rows use the few-rows matmul kernel. Measured on an H100 (Mamba-2 780m
+# decoding, benchmarks/decode/h100-2026-11-25-*): 1 row 600 against 318 tokens/s with XLA's dot (which it turns into
+# a reduction at one row); 8, 16, 32 and 64 rows 1-8% slower than XLA's dot, which is a GEMM there.
+FEW_ROWS = 7
 
 
 @jax.custom_vjp
