@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from compare.kernel_profile import DEVICE_PLANE_PREFIX, HLO_OP_STAT, name_every_launch
+from compare.kernel_profile import name_every_launch, timed_device_events
 
 
 def busy_ns(intervals: list[tuple[int, int]]) -> int:
@@ -31,19 +31,6 @@ def busy_ns(intervals: list[tuple[int, int]]) -> int:
             total += end - reach
             reach = end
     return total
-
-
-def device_launches(profile) -> list[tuple[str, str, int, int]]:
-    """(kernel, launching HLO instruction or "", start ns, duration ns) of every device event in the trace."""
-    rows = []
-    for plane in profile.planes:
-        if not plane.name.startswith(DEVICE_PLANE_PREFIX):
-            continue
-        for line in plane.lines:
-            for event in line.events:
-                op = next((str(v) for k, v in event.stats if k == HLO_OP_STAT), "")
-                rows.append((event.name, op, int(event.start_ns), int(event.duration_ns)))
-    return rows
 
 
 def summarize(launches: list[tuple[str, str, int, int]], steps: int, wall_s: float) -> dict:
@@ -94,7 +81,7 @@ def profile_decode(config: str, batch: int, prompt_len: int, new_tokens: int, re
         with jax.profiler.trace(trace_dir):
             run()
         (path,) = sorted(Path(trace_dir).rglob("*.xplane.pb"))[-1:]
-        launches = device_launches(jax.profiler.ProfileData.from_file(str(path)))
+        launches = list(timed_device_events(jax.profiler.ProfileData.from_file(str(path))))
     device = jax.devices()[0]
     result = summarize(launches, new_tokens, statistics.median(times))
     return {"config": config, "batch": batch, "device": getattr(device, "device_kind", str(device)), **result}

@@ -35,16 +35,22 @@ def per_call_us(profile, calls: int, plane_prefix: str = DEVICE_PLANE_PREFIX) ->
     return kernel_totals(per_call_us_by_op(profile, calls, plane_prefix))
 
 
-def device_events(profile, plane_prefix: str = DEVICE_PLANE_PREFIX):
-    """(kernel name, launching HLO instruction with '.' as '_' or "", duration in ns) of every event on the device
-    planes of a ``jax.profiler.ProfileData``."""
+def timed_device_events(profile, plane_prefix: str = DEVICE_PLANE_PREFIX):
+    """(kernel name, launching HLO instruction with '.' as '_' or "", start in ns, duration in ns) of every event on
+    the device planes of a ``jax.profiler.ProfileData``."""
     for plane in profile.planes:
         if not plane.name.startswith(plane_prefix):
             continue
         for line in plane.lines:
             for event in line.events:
                 op = next((str(v) for k, v in event.stats if k == HLO_OP_STAT), "")
-                yield event.name, op.replace(".", "_"), event.duration_ns
+                yield event.name, op.replace(".", "_"), int(event.start_ns), int(event.duration_ns)
+
+
+def device_events(profile, plane_prefix: str = DEVICE_PLANE_PREFIX):
+    """(kernel name, launching HLO instruction with '.' as '_' or "", duration in ns) of every device event."""
+    for name, op, _, duration_ns in timed_device_events(profile, plane_prefix):
+        yield name, op, duration_ns
 
 
 def per_call_us_by_op(profile, calls: int, plane_prefix: str = DEVICE_PLANE_PREFIX) -> dict[tuple[str, str], float]:

@@ -71,23 +71,22 @@ def my_rows(array, process: Process, axis: int = 0):
     return array[tuple(index)]
 
 
-def all_max(value: float, process: Process) -> float:
-    """The largest ``value`` over the processes (e.g. peak memory, step time)."""
+def _all_reduce(value: float, process: Process, op) -> float:
     if process.world == 1:
         return value
     device = "cuda" if dist.get_backend() == "nccl" else "cpu"
     tensor = torch.tensor([value], dtype=torch.float64, device=device)
-    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    dist.all_reduce(tensor, op=op)
     return float(tensor.item())
 
 
+def all_max(value: float, process: Process) -> float:
+    """The largest ``value`` over the processes (e.g. peak memory, step time)."""
+    return _all_reduce(value, process, dist.ReduceOp.MAX)
+
+
 def all_mean(value: float, process: Process) -> float:
-    if process.world == 1:
-        return value
-    device = "cuda" if dist.get_backend() == "nccl" else "cpu"
-    tensor = torch.tensor([value], dtype=torch.float64, device=device)
-    dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
-    return float(tensor.item()) / process.world
+    return _all_reduce(value, process, dist.ReduceOp.SUM) / process.world
 
 
 def finish(process: Process) -> None:

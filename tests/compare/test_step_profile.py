@@ -28,7 +28,7 @@ def test_common_shape_batches_take_the_majority_shape_of_every_key():
 def test_per_call_us_by_op_splits_a_kernel_name_by_its_launching_instruction():
     """A trace-shaped stand-in (planes, lines, events with stats): one cuBLAS kernel name launched by a forward and a
     backward GEMM instruction stays two entries; events without the statistic key on ""; host planes are skipped."""
-    event = lambda name, ns, **stats: SimpleNamespace(name=name, duration_ns=ns, stats=list(stats.items()))  # noqa: E731
+    event = lambda name, ns, **stats: SimpleNamespace(name=name, start_ns=0, duration_ns=ns, stats=list(stats.items()))  # noqa: E731
     gpu = SimpleNamespace(
         name="/device:GPU:0",
         lines=[
