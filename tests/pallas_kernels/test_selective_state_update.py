@@ -8,6 +8,7 @@ import pytest
 
 from compare.tolerances import assert_close
 from pallas_kernels import mamba_chunk_scan_combined, selective_scan_fn, selective_state_update
+from pallas_kernels.selective_state_update.pallas import StateUpdateConfig
 
 
 def numpy_step(state, x, dt, A, B, C, D, z, dt_bias, softplus):
@@ -29,10 +30,11 @@ def numpy_step(state, x, dt, A, B, C, D, z, dt_bias, softplus):
     return out, new
 
 
+@pytest.mark.parametrize("impl", ["reference", "pallas"])
 @pytest.mark.parametrize("heads", [False, True])
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 @pytest.mark.parametrize("optional", [True, False])
-def test_step_matches_float64(rng, heads, dtype, optional):
+def test_step_matches_float64(rng, impl, heads, dtype, optional):
     batch, nheads, dim, dstate, groups = (3, 6, 5, 7, 3) if heads else (2, 1, 9, 4, 1)
     cast = lambda v, d=dtype: None if v is None else jnp.asarray(v, d)  # noqa: E731
     state = cast(rng.normal(size=(batch, nheads, dim, dstate)), jnp.float32)
@@ -50,8 +52,9 @@ def test_step_matches_float64(rng, heads, dtype, optional):
         state, x, dt, z, B, C = (None if v is None else v[:, 0] for v in (state, x, dt, z, B, C))
         A, D, dt_bias = (None if v is None else v[0] for v in (A, D, dt_bias))
         want_out, want_state = want_out[:, 0], want_state[:, 0]
-    out, new_state = selective_state_update(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus=optional)
+    out, new_state = selective_state_update(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus=optional, impl=impl)
     assert out.dtype == dtype and new_state.dtype == jnp.float32
+    assert not np.isnan(np.asarray(out, np.float32)).any()
     assert out.shape == want_out.shape and new_state.shape == want_state.shape
     assert_close("out", out, want_out, dtype)
     assert_close("state", new_state, want_state, jnp.float32)
@@ -115,6 +118,42 @@ def test_argument_checks():
         )
     with pytest.raises(ValueError, match="state must have rank 3 or 4"):
         selective_state_update(jnp.zeros((2, 8)), x, x, A, B, B)
-    with pytest.raises(NotImplementedError, match="impl='pallas' is not available"):
-        selective_state_update(state, x, x, A, B, B, impl="pallas")
+    with pytest.raises(ValueError, match="impl must be one of"):
+        selective_state_update(state, x, x, A, B, B, impl="triton")
+    with pytest.raises(ValueError, match="block_p must be a positive power of two"):
+        selective_state_update(state, x, x, A, B, B, impl="pallas", config=StateUpdateConfig(block_p=6))
     assert jax.jit(selective_state_update)(state, x, x, A, B, B)[0].shape == (2, 8)
+
+
+@pytest.mark.parametrize("impl", ["reference", "pallas"])
+@pytest.mark.parametrize("shape", [(1, 1, 1, 1, 1), (2, 4, 20, 16, 2), (3, 6, 33, 7, 1)])
+def test_values_per_head_equal_their_broadcast(rng, impl, shape):
+    """Mamba-2's per-head dt, A, D and dt_bias as size-1 axes give what their broadcast over the head dims gives;
+    several head-dim blocks (block_p 16) with a partial last one, N not a power of two."""
+    batch, nheads, dim, dstate, groups = shape
+    f = lambda *s: jnp.asarray(rng.normal(size=s), jnp.float32)  # noqa: E731
+    state, x, z = f(batch, nheads, dim, dstate), f(batch, nheads, dim), f(batch, nheads, dim)
+    dt, A, D, bias = f(batch, nheads, 1), -jnp.exp(f(nheads, 1, 1)), f(nheads, 1), f(nheads, 1)
+    B, C = f(batch, groups, dstate), f(batch, groups, dstate)
+    wide = lambda v, s: jnp.broadcast_to(v, s)  # noqa: E731
+    got = selective_state_update(state, x, dt, A, B, C, D, z, bias, True, impl=impl)
+    want = selective_state_update(
+        state, x, wide(dt, x.shape), wide(A, state.shape[1:]), B, C, wide(D, x.shape[1:]), z,
+        wide(bias, x.shape[1:]), True,
+    )  # fmt: skip
+    for name, a, b in zip(("out", "state"), got, want, strict=True):
+        assert_close(name, a, b, jnp.float32)
+
+
+def test_pallas_gradients_equal_the_reference(rng):
+    f = lambda *s: jnp.asarray(rng.normal(size=s), jnp.float32)  # noqa: E731
+    args = (f(2, 4, 5, 3), f(2, 4, 5), f(2, 4, 5), -jnp.exp(f(4, 5, 3)), f(2, 2, 3), f(2, 2, 3), f(4, 5), f(2, 4, 5))
+    cot = (f(2, 4, 5), f(2, 4, 5, 3))
+
+    def grads(impl):
+        _, vjp = jax.vjp(lambda *a: selective_state_update(*a, dt_softplus=True, impl=impl), *args)
+        return vjp(cot)
+
+    names = ("state", "x", "dt", "A", "B", "C", "D", "z")
+    for name, a, b in zip(names, grads("pallas"), grads("reference"), strict=True):
+        assert_close(f"d{name}", a, b, jnp.float32)
