@@ -82,19 +82,25 @@ class ArrayImageDataset:
         ]
 
     def train_batch(self, step: int, accum: int) -> Batch:
-        """One gather per micro-batch, straight into the batch array (the host's only copy of the images)."""
-        images = np.empty((accum, self.batch_size, *self.train_images.shape[1:]), np.uint8)
-        labels = np.empty((accum, self.batch_size), np.int32)
+        return self.train_batch_rows(step, accum, 0, self.batch_size)
+
+    def train_batch_rows(self, step: int, accum: int, first: int, stop: int) -> Batch:
+        """Rows [first, stop) of ``train_batch(step, accum)`` (one process's share of a multi-process run): one gather
+        per micro-batch, straight into the batch array (the host's only copy of the images)."""
+        rows = stop - first
+        images = np.empty((accum, rows, *self.train_images.shape[1:]), np.uint8)
+        labels = np.empty((accum, rows), np.int32)
         for m in range(accum):
             start = (step * accum + m) * self.batch_size
-            index = training_indices(self.seed, len(self.train_labels), start, self.batch_size)
+            index = training_indices(self.seed, len(self.train_labels), start + first, rows)
             if self._pool is None:
                 np.take(self.train_images, index, axis=0, out=images[m])
             else:
-                flip = np.random.default_rng([self.seed, AUGMENT_STREAM, start]).uniform(size=len(index)) < self.hflip
+                draws = np.random.default_rng([self.seed, AUGMENT_STREAM, start]).uniform(size=self.batch_size)
+                flip = draws[first:stop] < self.hflip
                 np.take(self._pool, index + flip * len(self.train_labels), axis=0, out=images[m])
             labels[m] = self.train_labels[index]
-        return {"images": images, "labels": labels, "mask": np.ones((accum, self.batch_size), np.float32)}
+        return {"images": images, "labels": labels, "mask": np.ones((accum, rows), np.float32)}
 
     def eval_batches(self) -> list[Batch]:
         return self._eval

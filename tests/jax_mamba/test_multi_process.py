@@ -122,10 +122,12 @@ def test_global_batches_read_only_this_process_rows():
     np.testing.assert_array_equal(np.asarray(batch["inputs"])[1, :, 0], [700, 701, 702, 703])
 
 
-def test_token_dataset_rows_equal_the_whole_batch_rows(tmp_path):
+@pytest.mark.parametrize("config", ["mamba2-tiny", "mambavision-tiny"])
+def test_dataset_rows_equal_the_whole_batch_rows(config):
+    """Token corpora and in-memory images (with flips) build a process's rows alone, equal to the whole batch's."""
     from jax_mamba.tasks import task_for
 
-    dataset = task_for(load_config("mamba2-tiny", QUIET)).make_dataset()
+    dataset = task_for(load_config(config, [*QUIET, "--batch_size=4"])).make_dataset()
     whole = dataset.train_batch(3, 2)
     part = dataset.train_batch_rows(3, 2, 1, 3)
     for key in whole:
