@@ -131,7 +131,7 @@ def test_per_kernel_times_sum_device_events_per_call():
     from compare.kernel_profile import per_call_us
 
     def plane(name, events):
-        return NS(name=name, lines=[NS(events=[NS(name=n, duration_ns=d, stats=[]) for n, d in events])])
+        return NS(name=name, lines=[NS(events=[NS(name=n, start_ns=0, duration_ns=d, stats=[]) for n, d in events])])
 
     profile = NS(
         planes=[
