@@ -1,5 +1,6 @@
-"""compare.scaling on host CPU devices: both sides run at 1 and 2 devices (JAX on a 1 x n mesh, PyTorch under
-torchrun with FSDP2), the report has a row per point with efficiencies and ratios; the efficiency arithmetic."""
+"""compare.scaling on host CPU devices: both sides run on 2 devices (JAX on a 1 x 2 mesh, PyTorch under torchrun
+with FSDP2), the report has a row per point with efficiencies and ratios; the mesh per mode and the efficiency
+arithmetic."""
 
 import json
 
@@ -31,10 +32,10 @@ def test_scaling_runs_both_sides_on_cpu_devices(tmp_path, capsys):
     from compare.scaling import main
 
     out = tmp_path / "scaling"
-    argv = ["--configs", "mamba2-tiny", "--gpus", "1", "2", "--mode", "fsdp", "--torch", "--steps", "4"]
+    argv = ["--configs", "mamba2-tiny", "--gpus", "2", "--mode", "fsdp", "--torch", "--steps", "4"]
     assert main([*argv, "--per_device_batch", "2", "--seq_len", "32", f"--out={out}"]) == 0
     result = json.loads(out.with_suffix(".json").read_text())
-    assert [p["devices"] for p in result["points"]] == [1, 2] and [p["batch_size"] for p in result["points"]] == [2, 4]
+    assert [p["devices"] for p in result["points"]] == [2] and [p["batch_size"] for p in result["points"]] == [4]
     for point in result["points"]:
         assert point["jax"]["items_per_s"] > 0 and point["torch"]["items_per_s"] > 0
         assert "--mesh.fsdp=" + str(point["devices"]) in point["jax"]["command"]

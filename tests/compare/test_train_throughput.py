@@ -19,14 +19,3 @@ def test_train_throughput_writes_json_and_markdown(tmp_path):
         assert run["inference"]["unit"] == run["unit"]
     report = out.with_suffix(".md").read_text()
     assert "| mamba2-tiny |" in report and "| mambavision-tiny |" in report and "Inference" in report
-
-
-def test_train_throughput_on_a_mesh(tmp_path, monkeypatch):
-    """The multi-GPU measurement's command on 4 host CPU devices: the mesh is a config override."""
-    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
-    out = tmp_path / "mesh"
-    argv = ["--configs", "mamba2-tiny", "--steps", "3", "--batch_size", "4", "--seq_len", "32"]
-    assert main([*argv, "--mesh.data=2", "--mesh.fsdp=2", "--out", str(out)]) == 0
-    run = json.loads(out.with_suffix(".json").read_text())["runs"][0]
-    assert run["returncode"] == 0 and run["items_per_s"] > 0 and run["traces"] == 1
-    assert "--mesh.fsdp=2" in run["command"]
