@@ -9,7 +9,9 @@ ours (which parameters decay: ``Task.weight_decay_mask``), on the same batches a
 unpadded to PyG tensors on the device before the clock starts). ``--inference``: eval-mode forwards under
 ``torch.inference_mode`` instead. Prints one JSON line: mean items/s (tokens, images or graphs) over the steps after
 ``--warmup`` (3, at most steps - 1: the first ones autotune and allocate), each from a batch already on the device to
-the loss read back, and peak allocated CUDA memory."""
+the loss read back, and peak allocated CUDA memory. ``--parallel ddp|fsdp`` under ``torchrun``: DDP or FSDP2 over
+its processes (``torch_reference.distributed``), each on its rows of the same global batch (``--batch_size``); the
+first process reports the global tokens/s (the slowest process's time) and the largest peak."""
 
 import argparse
 import json
