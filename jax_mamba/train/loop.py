@@ -139,8 +139,8 @@ def train(cfg: RunConfig, *, resume: bool = False, run_dir: Path | None = None, 
 
 def _train(cfg: RunConfig, task: Task, dataset: Dataset, resume: bool, run_dir: Path, echo, mesh) -> TrainResult:
     t = cfg.train
-    if not resume and is_leader():
-        runs.prepare_new(run_dir, cfg)
+    if not resume:  # every process checks the folder (so that all stop alike); process 0 writes
+        runs.prepare_new(run_dir, cfg, write=is_leader())
     wait_for_all("run folder ready")
 
     setup = init_training(cfg, task, mesh)

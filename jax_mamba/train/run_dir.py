@@ -39,13 +39,16 @@ def new_run_dir(cfg: RunConfig, root: Path = RUNS_ROOT) -> Path:
     return root / cfg.name / time.strftime("%Y%m%d-%H%M%S")
 
 
-def prepare_new(run_dir: Path, cfg: RunConfig) -> None:
-    """Create the folder for a fresh run and record its config; refuse a folder that already holds checkpoints."""
+def prepare_new(run_dir: Path, cfg: RunConfig, write: bool = True) -> None:
+    """Create the folder for a fresh run and record its config; refuse a folder that already holds checkpoints.
+    ``write=False`` only checks (the processes of a multi-process run other than the one that writes)."""
     if has_checkpoints(run_dir):
         raise RunDirError(
             f"{run_dir} already holds checkpoints; pass --resume to continue that run, or choose "
             "another --run_dir (nothing was overwritten)"
         )
+    if not write:
+        return
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / CONFIG_FILE).write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
 
