@@ -176,12 +176,20 @@ class Mamba2(nnx.Module):
         z0, x0, z, xBC, dt = self._split_in_proj(self.in_proj(hidden_states))
         xBC, conv_state = self.conv1d.with_state(xBC, cache["conv"], activation="silu")
         x, B, C = self._split_xbc(xBC[:, 0])
-        per_dim = lambda v: jnp.broadcast_to(v[..., None], (*v.shape, self.headdim))  # noqa: E731  (.., H) -> (.., H, P)
         dt = jax.nn.softplus(dt[:, 0].astype(jnp.float32) + self.dt_bias[...])
         if self.dt_limit != (0.0, math.inf):
             dt = jnp.clip(dt, *self.dt_limit)  # as the chunked scan: after softplus (mamba-ssm's step skips it)
-        A = jnp.broadcast_to(-jnp.exp(self.A_log[...].astype(jnp.float32))[:, None, None], (*x.shape[1:], self.d_state))
+        # per-head values as size-1 axes (batch, H, 1), (H, 1, 1), (H, 1): the kernel reads each once per head
+        A = -jnp.exp(self.A_log[...].astype(jnp.float32))[:, None, None]
+        D = self.D[...].reshape(self.nheads, -1)
         gate = None if self.rmsnorm else z[:, 0].reshape(x.shape)
-        y, ssm_state = selective_state_update(cache["ssm"], x, per_dim(dt), A, B, C, self._D_per_head_dim(), gate)
+        impl = op_impl(self.impl, selective_state_update)
+        y, ssm_state = per_device(
+            functools.partial(selective_state_update, impl=impl),
+            impl,
+            (True, True, True, False, True, True, False, True),
+            (True, True),
+            cache["ssm"], x, dt[..., None], A, B, C, D, gate,
+        )  # fmt: skip
         y = y.reshape(x.shape[0], 1, self.d_ssm)
         return self._output(y, z0, x0, z), {"conv": conv_state, "ssm": ssm_state}

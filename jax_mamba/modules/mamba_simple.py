@@ -121,7 +121,12 @@ class Mamba(nnx.Module):
         x, z = jnp.split(self.in_proj(hidden_states), 2, axis=-1)
         x, conv_state = self.conv1d.with_state(x, cache["conv"], activation="silu")
         dt, B, C, A = self._projections(x[:, 0])
-        y, ssm_state = selective_state_update(
-            cache["ssm"], x[:, 0], dt, A, B, C, self.D[...], z[:, 0], self.dt_proj.bias[...], dt_softplus=True
-        )
+        impl = op_impl(self.impl, selective_state_update)
+        y, ssm_state = per_device(
+            functools.partial(selective_state_update, dt_softplus=True, impl=impl),
+            impl,
+            (True, True, True, False, True, True, False, True, False),
+            (True, True),
+            cache["ssm"], x[:, 0], dt, A, B, C, self.D[...], z[:, 0], self.dt_proj.bias[...],
+        )  # fmt: skip
         return self.out_proj(y[:, None]), {"conv": conv_state, "ssm": ssm_state}
