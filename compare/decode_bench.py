@@ -2,12 +2,15 @@
 
 For each config and batch size, random prompts of ``--prompt_len`` tokens are continued greedily by
 ``--new_tokens`` tokens: ours with ``jax_mamba.generate`` (prefill by the chunked kernels, then the compiled decoding
-loop; Linear and embedding matrices in bf16, as every use casts them), mamba-ssm's with its ``generate``
-(``torch_reference.decode_bench``: bf16 weights, CUDA graphs). A time is one whole generate call (prefill included),
+loop; Linear and embedding matrices in bf16, as every use casts them; the SSM state between steps in each of
+``--state_dtypes``), mamba-ssm's with its ``generate`` (``torch_reference.decode_bench``: bf16 weights, CUDA graphs;
+its cache, SSM state included, takes the weights' dtype: bf16). A time is one whole generate call (prefill included),
 median of ``--reps`` after a warm-up call (compilation, graph capture). Tokens/s counts generated tokens only.
 Each side runs in its own process. Writes ``<out>.json`` and ``<out>.md``."""
 
 import argparse
+import functools
+import itertools
 import json
 import statistics
 import sys
@@ -16,9 +19,18 @@ from pathlib import Path
 
 from compare.train_throughput import json_line
 from jax_mamba.configs.loader import parse_args_with_overrides
+from jax_mamba.generate.decode import STATE_DTYPES
 
 
-def measure_jax(config: str, batches: list[int], prompt_len: int, new_tokens: int, reps: int, extra: list[str]):
+def measure_jax(
+    config: str,
+    batches: list[int],
+    state_dtypes: list[str],
+    prompt_len: int,
+    new_tokens: int,
+    reps: int,
+    extra: list[str],
+) -> dict:
     import jax
     import numpy as np
     from flax import nnx
@@ -31,9 +43,9 @@ def measure_jax(config: str, batches: list[int], prompt_len: int, new_tokens: in
     model = MambaLMHeadModel(cfg, rngs=nnx.Rngs(0))
     greedy = SamplingConfig(temperature=0.0)
     rows = []
-    for batch in batches:
+    for batch, state_dtype in itertools.product(batches, state_dtypes):
         prompts = np.random.default_rng(batch).integers(0, cfg.vocab_size, (batch, prompt_len))
-        run = lambda prompts=prompts: generate(model, prompts, new_tokens, sampling=greedy)  # noqa: E731
+        run = functools.partial(generate, model, prompts, new_tokens, sampling=greedy, state_dtype=state_dtype)
         assert run().tokens.shape == (batch, new_tokens)  # compiles
         times = []
         for _ in range(reps):
@@ -41,7 +53,8 @@ def measure_jax(config: str, batches: list[int], prompt_len: int, new_tokens: in
             run()  # returns host arrays: the work is done
             times.append(time.perf_counter() - began)
         seconds = statistics.median(times)
-        rows.append({"batch": batch, "seconds": seconds, "tokens_per_s": batch * new_tokens / seconds})
+        row = {"batch": batch, "state_dtype": state_dtype, "seconds": seconds}
+        rows.append({**row, "tokens_per_s": batch * new_tokens / seconds})
     device = jax.devices()[0]
     return {"config": config, "framework": "jax", "device": getattr(device, "device_kind", str(device)), "rows": rows}
 
@@ -55,13 +68,13 @@ def write_report(out: Path, header: dict, results: list[dict]) -> list[str]:
         f"mamba-ssm: {header.get('torch_settings') or 'not run'}.",
         f"Command: `{header['command']}`",
         "",
-        "| config | batch | JAX tokens/s | mamba-ssm tokens/s | JAX / mamba-ssm |",
-        "|---|---|---|---|---|",
+        "| config | batch | JAX SSM state | JAX tokens/s | mamba-ssm tokens/s (bf16 state) | JAX / mamba-ssm |",
+        "|---|---|---|---|---|---|",
     ]
     for r in results:
         theirs = {row["batch"]: row for row in r.get("torch", {}).get("rows", [])}
         if "rows" not in r["jax"]:
-            lines.append(f"| {r['config']} | | failed: {r['jax'].get('error', '')[-200:]!r} | | |")
+            lines.append(f"| {r['config']} | | | failed: {r['jax'].get('error', '')[-200:]!r} | | |")
             continue
         for row in r["jax"]["rows"]:
             other = theirs.get(row["batch"])
@@ -69,7 +82,8 @@ def write_report(out: Path, header: dict, results: list[dict]) -> list[str]:
                 cells = ["not run" if "torch" not in r else "failed", ""]
             else:
                 cells = [f"{other['tokens_per_s']:,.0f}", f"{row['tokens_per_s'] / other['tokens_per_s']:.2f}x"]
-            lines.append(f"| {r['config']} | {row['batch']} | {row['tokens_per_s']:,.0f} | {' | '.join(cells)} |")
+            ours = f"{row['state_dtype']} | {row['tokens_per_s']:,.0f}"
+            lines.append(f"| {r['config']} | {row['batch']} | {ours} | {' | '.join(cells)} |")
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     return lines
 
@@ -81,6 +95,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prompt_len", type=int, default=128)
     parser.add_argument("--new_tokens", type=int, default=256)
     parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument(
+        "--state_dtypes", nargs="+", choices=STATE_DTYPES, default=list(STATE_DTYPES), help="JAX's SSM state"
+    )
     parser.add_argument("--torch", action="store_true", help="also time mamba-ssm's generate (needs a GPU)")
     parser.add_argument("--jax_only_in_process", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--out", required=True, help="output path without suffix (.json, .md)")
@@ -88,13 +105,16 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [f"--prompt_len={args.prompt_len}", f"--new_tokens={args.new_tokens}", f"--reps={args.reps}"]
     batches = ["--batches", *map(str, args.batches)]
     if args.jax_only_in_process:  # the JAX side's own process (one config)
-        result = measure_jax(args.configs[0], args.batches, args.prompt_len, args.new_tokens, args.reps, extra)
+        result = measure_jax(
+            args.configs[0], args.batches, args.state_dtypes, args.prompt_len, args.new_tokens, args.reps, extra
+        )
         print(json.dumps(result))
         return 0
     results = []
     for config in args.configs:
         jax_side = [sys.executable, "-m", "compare.decode_bench", "--jax_only_in_process", "--out=-", "--configs"]
-        row = {"config": config, "jax": json_line([*jax_side, config, *batches, *sizes, *extra])}
+        dtypes = ["--state_dtypes", *args.state_dtypes]
+        row = {"config": config, "jax": json_line([*jax_side, config, *batches, *dtypes, *sizes, *extra])}
         if args.torch:
             torch_side = [sys.executable, "-m", "torch_reference.decode_bench", f"--config={config}"]
             row["torch"] = json_line([*torch_side, *batches, *sizes, *extra])

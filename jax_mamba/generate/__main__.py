@@ -6,7 +6,7 @@ import time
 
 from jax_mamba.configs.loader import ConfigError
 from jax_mamba.data import DataError
-from jax_mamba.generate.decode import generate
+from jax_mamba.generate.decode import STATE_DTYPES, generate
 from jax_mamba.generate.load import LoadError, load_mamba_ssm_folder, load_run
 from jax_mamba.generate.sampling import SamplingConfig
 
@@ -27,6 +27,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--top_k", type=int, default=0, help="0: no top-k filter")
     parser.add_argument("--top_p", type=float, default=1.0, help="1.0: no nucleus filter")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--state_dtype", choices=STATE_DTYPES, default="float32", help="the SSM state kept between decoding steps"
+    )
     parser.add_argument("--no_eos", action="store_true", help="do not stop at the tokenizer's end-of-text token")
     return parser
 
@@ -45,7 +48,10 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError("--prompt must not be empty")
         eos = None if args.no_eos else tokenizer.eos_id
         began = time.perf_counter()
-        result = generate(loaded.model, prompts, args.max_new_tokens, sampling=sampling, seed=args.seed, eos_id=eos)
+        result = generate(
+            loaded.model, prompts, args.max_new_tokens, sampling=sampling, seed=args.seed, eos_id=eos,
+            state_dtype=args.state_dtype,
+        )  # fmt: skip
         seconds = time.perf_counter() - began
     except (LoadError, ConfigError, DataError, ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)

@@ -35,13 +35,17 @@ def generate(
     sampling: SamplingConfig | None = None,
     seed: int = 0,
     eos_id: int | None = None,
+    state_dtype: str = "float32",
 ) -> Generation:
     """Continue each prompt by up to ``max_new_tokens`` tokens with a language model (``MambaLMHeadModel``: Mamba-1,
     Mamba-2 or hybrid layers).
 
     prompts: a list of token-id lists (lengths may differ, each >= 1) or an int array (batch, L). Stops early once
     every row has produced ``eos_id`` (when given). Compiles once per (batch, longest prompt, shortest prompt,
-    max_new_tokens, sampling) and never per token. ``sampling`` defaults to ``SamplingConfig()`` (temperature 1)."""
+    max_new_tokens, sampling, state_dtype) and never per token. ``sampling`` defaults to ``SamplingConfig()``
+    (temperature 1). ``state_dtype``: the SSM layers' recurrent state between steps, one of ``STATE_DTYPES``;
+    "float32" (default) keeps the prefill's state exactly, "bfloat16" halves the bytes each step reads and writes
+    (what mamba-ssm's generate keeps for a bf16 model; the step's arithmetic stays float32)."""
     rows = [list(map(int, p)) for p in prompts]
     if not rows or any(len(r) == 0 for r in rows):
         raise ValueError("prompts must hold at least one prompt, each of at least one token")
@@ -53,6 +57,8 @@ def generate(
         raise ValueError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
     if eos_id is not None and not 0 <= eos_id < vocab_size:
         raise ValueError(f"eos_id must be in [0, vocab_size={vocab_size}), got {eos_id}")
+    if state_dtype not in STATE_DTYPES:
+        raise ValueError(f"state_dtype must be one of {STATE_DTYPES}, got {state_dtype!r}")
     sampling = (sampling or SamplingConfig()).validate()
     lengths = np.array([len(r) for r in rows], np.int32)
     padded = np.zeros((len(rows), lengths.max()), np.int32)
@@ -61,14 +67,15 @@ def generate(
     graphdef, state = nnx.split(model)
     state = _matrices_in_compute_dtype(state, compute_dtype_for(model.cfg))
     if model not in _COMPILED:  # one jitted loop per model object (its graph is not hashable: no static argument)
-        _COMPILED[model] = jax.jit(functools.partial(_decode, graphdef), static_argnums=(4, 5, 6, 7, 8))
+        _COMPILED[model] = jax.jit(functools.partial(_decode, graphdef), static_argnums=(4, 5, 6, 7, 8, 9))
     tokens, counts = _COMPILED[model](
         state, jnp.asarray(padded), jnp.asarray(lengths), jax.random.key(seed),
-        int(lengths.min()), max_new_tokens, sampling, vocab_size, eos_id,
+        int(lengths.min()), max_new_tokens, sampling, vocab_size, eos_id, state_dtype,
     )  # fmt: skip
     return Generation(np.asarray(tokens), np.asarray(counts))
 
 
+STATE_DTYPES = ("float32", "bfloat16")
 _COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 CAST_PARAMS = ("kernel", "embedding")  # the matrices every use casts to the compute dtype (Linear, Embedding)
 
@@ -84,13 +91,14 @@ def _matrices_in_compute_dtype(state: nnx.State, dtype) -> nnx.State:
     return jax.tree_util.tree_map_with_path(cast, state)
 
 
-def _decode(graphdef, state, prompts, lengths, key, min_len, max_new, sampling, vocab_size, eos_id):
+def _decode(graphdef, state, prompts, lengths, key, min_len, max_new, sampling, vocab_size, eos_id, state_dtype):
     """Positions min_len .. L + max_new - 1 are chosen in one while loop: a row's prompt token while it has one,
     else a sample; each choice is then fed to the model's step. Returns (tokens, lengths) as ``Generation``."""
     model = nnx.merge(graphdef, state)
     batch, longest = prompts.shape
     steps = longest + max_new - min_len
     logits, caches = model.prefill(prompts[:, :min_len], max_len=longest + max_new)
+    caches = [{**c, "ssm": c["ssm"].astype(state_dtype)} if "ssm" in c else c for c in caches]
     stop = -1 if eos_id is None else eos_id
 
     def running(carry):

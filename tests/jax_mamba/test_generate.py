@@ -52,6 +52,25 @@ def test_step_logits_equal_the_full_forward(name, rng):
     assert_close(f"{name} logits", jnp.stack(stepped, 1), full[:, k - 1 :], jnp.float32)
 
 
+@pytest.mark.parametrize("name", ["mamba1-pallas", "mamba2", "mamba2-pallas", "hybrid"])
+def test_bfloat16_state_steps_follow_the_float32_ones(name, rng):
+    """The decoding loop's ``state_dtype="bfloat16"``: the SSM caches stay bfloat16 through the steps, and the
+    logits stay within bfloat16's tolerance of the float32 state's."""
+    model = build(name, rng)
+    seqlen, k = 12, int(rng.integers(1, 5))
+    ids = jnp.asarray(rng.integers(0, model.cfg.vocab_size, (2, seqlen)), jnp.int32)
+    step = nnx.jit(lambda m, t, c, p: m.step(t, c, p))
+    logits, caches = model.prefill(ids[:, :k], max_len=seqlen)
+    half = [{**c, "ssm": c["ssm"].astype(jnp.bfloat16)} if "ssm" in c else c for c in caches]
+    for pos in range(k, seqlen):
+        logits, caches = step(model, ids[:, pos], caches, jnp.int32(pos))
+        half_logits, half = step(model, ids[:, pos], half, jnp.int32(pos))
+        assert_close(f"{name} logits at {pos}", half_logits, logits, jnp.bfloat16)
+    assert all(c["ssm"].dtype == jnp.bfloat16 for c in half if "ssm" in c)
+    greedy = SamplingConfig(temperature=0.0)
+    assert generate(model, [[1, 2]], 3, sampling=greedy, state_dtype="bfloat16").tokens.shape == (1, 3)
+
+
 def greedy_by_full_forward(model, prompt: list[int], count: int, width: int = 16) -> list[int]:
     """Greedy continuation by whole forwards over the sequence so far, zero-padded to ``width`` (causal: padding
     after a position never changes its logits), so that one compiled forward serves every step."""
@@ -127,6 +146,8 @@ def test_argument_checks(rng):
         generate(model, [[1]], 2, sampling=SamplingConfig(temperature=-1.0))
     with pytest.raises(ValueError, match="eos_id must be in"):
         generate(model, [[1]], 2, eos_id=300)
+    with pytest.raises(ValueError, match=r"state_dtype must be one of \('float32', 'bfloat16'\), got 'float16'"):
+        generate(model, [[1]], 2, state_dtype="float16")
     hybrid = build("hybrid", rng)
     with pytest.raises(ValueError, match="max_len=2 must be >= the prompt's length 3"):
         hybrid.prefill(jnp.zeros((1, 3), jnp.int32), max_len=2)
