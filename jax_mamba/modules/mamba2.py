@@ -163,12 +163,14 @@ class Mamba2(nnx.Module):
 
     def prefill(self, hidden_states: jax.Array, max_len: int) -> tuple[jax.Array, dict]:
         """Inference over a prompt: hidden_states (batch, L, d_model) -> (output like __call__'s, cache) with cache
-        {"conv": (batch, d_conv - 1, d_ssm + 2 G N) the last conv inputs, "ssm": (batch, H, P, N) float32}.
-        ``max_len`` (the attention layers' cache length) is unused."""
+        {"conv": (batch, d_conv - 1, d_ssm + 2 G N) the last conv inputs, "ssm": (batch, H, P, N) float32,
+        "A": (H, 1, 1) float32, -exp(A_log) computed once here, so that a decoding loop carries it instead of
+        recomputing it every token}. ``max_len`` (the attention layers' cache length) is unused."""
         z0, x0, z, xBC, dt = self._split_in_proj(self.in_proj(hidden_states))
         xBC, conv_state = self.conv1d.with_state(xBC, activation="silu")
         y, ssm_state = self._scan(xBC, dt, z, return_final_states=True)
-        return self._output(y, z0, x0, z), {"conv": conv_state, "ssm": ssm_state}
+        A = -jnp.exp(self.A_log[...].astype(jnp.float32))[:, None, None]
+        return self._output(y, z0, x0, z), {"conv": conv_state, "ssm": ssm_state, "A": A}
 
     def step(self, hidden_states: jax.Array, cache: dict, pos: jax.Array) -> tuple[jax.Array, dict]:
         """One decoding position: hidden_states (batch, 1, d_model) and the cache after the previous position ->
@@ -180,7 +182,6 @@ class Mamba2(nnx.Module):
         if self.dt_limit != (0.0, math.inf):
             dt = jnp.clip(dt, *self.dt_limit)  # as the chunked scan: after softplus (mamba-ssm's step skips it)
         # per-head values as size-1 axes (batch, H, 1), (H, 1, 1), (H, 1): the kernel reads each once per head
-        A = -jnp.exp(self.A_log[...].astype(jnp.float32))[:, None, None]
         D = self.D[...].reshape(self.nheads, -1)
         gate = None if self.rmsnorm else z[:, 0].reshape(x.shape)
         impl = op_impl(self.impl, selective_state_update)
@@ -189,7 +190,7 @@ class Mamba2(nnx.Module):
             impl,
             (True, True, True, False, True, True, False, True),
             (True, True),
-            cache["ssm"], x, dt[..., None], A, B, C, D, gate,
+            cache["ssm"], x, dt[..., None], cache["A"], B, C, D, gate,
         )  # fmt: skip
         y = y.reshape(x.shape[0], 1, self.d_ssm)
-        return self._output(y, z0, x0, z), {"conv": conv_state, "ssm": ssm_state}
+        return self._output(y, z0, x0, z), {**cache, "conv": conv_state, "ssm": ssm_state}

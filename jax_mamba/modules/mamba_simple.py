@@ -108,25 +108,27 @@ class Mamba(nnx.Module):
 
     def prefill(self, hidden_states: jax.Array, max_len: int) -> tuple[jax.Array, dict]:
         """Inference over a prompt: hidden_states (batch, L, d_model) -> (output like __call__'s, cache) with cache
-        {"conv": (batch, d_conv - 1, d_inner) the last conv inputs, "ssm": (batch, d_inner, N) float32}.
-        ``max_len`` (the attention layers' cache length) is unused."""
+        {"conv": (batch, d_conv - 1, d_inner) the last conv inputs, "ssm": (batch, d_inner, N) float32,
+        "A": (d_inner, N) float32, -exp(A_log) computed once here, so that a decoding loop carries it instead of
+        recomputing it every token}. ``max_len`` (the attention layers' cache length) is unused."""
         x, z = jnp.split(self.in_proj(hidden_states), 2, axis=-1)
         x, conv_state = self.conv1d.with_state(x, activation="silu")
         y, ssm_state = self._scan(x, z, return_last_state=True)
-        return self.out_proj(y), {"conv": conv_state, "ssm": ssm_state}
+        A = -jnp.exp(self.A_log[...].astype(jnp.float32))
+        return self.out_proj(y), {"conv": conv_state, "ssm": ssm_state, "A": A}
 
     def step(self, hidden_states: jax.Array, cache: dict, pos: jax.Array) -> tuple[jax.Array, dict]:
         """One decoding position: hidden_states (batch, 1, d_model) and the cache after the previous position ->
         (output (batch, 1, d_model), the cache after this one). ``pos`` is unused (the state carries position)."""
         x, z = jnp.split(self.in_proj(hidden_states), 2, axis=-1)
         x, conv_state = self.conv1d.with_state(x, cache["conv"], activation="silu")
-        dt, B, C, A = self._projections(x[:, 0])
+        dt, B, C, _ = self._projections(x[:, 0])
         impl = op_impl(self.impl, selective_state_update)
         y, ssm_state = per_device(
             functools.partial(selective_state_update, dt_softplus=True, impl=impl),
             impl,
             (True, True, True, False, True, True, False, True, False),
             (True, True),
-            cache["ssm"], x[:, 0], dt, A, B, C, self.D[...], z[:, 0], self.dt_proj.bias[...],
+            cache["ssm"], x[:, 0], dt, cache["A"], B, C, self.D[...], z[:, 0], self.dt_proj.bias[...],
         )  # fmt: skip
-        return self.out_proj(y[:, None]), {"conv": conv_state, "ssm": ssm_state}
+        return self.out_proj(y[:, None]), {**cache, "conv": conv_state, "ssm": ssm_state}
