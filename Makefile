@@ -35,7 +35,7 @@ train: setup
 	$(PY) -m jax_mamba.train --config $(CONFIG) $(ARGS)
 
 test: setup-torch
-	$(PY) -m pytest -q tests $(ARGS)
+	$(PY) -m pytest -q --durations=30 tests $(ARGS)
 
 lint: setup
 	$(PY) -m ruff check .
