@@ -91,6 +91,12 @@ def _matrices_in_compute_dtype(state: nnx.State, dtype) -> nnx.State:
     return jax.tree_util.tree_map_with_path(cast, state)
 
 
+def ssm_states_as(caches: list[dict], dtype) -> list[dict]:
+    """The layers' caches (``prefill``'s) with each SSM layer's state ("ssm") cast to ``dtype``; the steps then
+    keep that dtype. Attention layers' caches pass unchanged."""
+    return [{**c, "ssm": c["ssm"].astype(dtype)} if "ssm" in c else c for c in caches]
+
+
 def _decode(graphdef, state, prompts, lengths, key, min_len, max_new, sampling, vocab_size, eos_id, state_dtype):
     """Positions min_len .. L + max_new - 1 are chosen in one while loop: a row's prompt token while it has one,
     else a sample; each choice is then fed to the model's step. Returns (tokens, lengths) as ``Generation``."""
@@ -98,7 +104,7 @@ def _decode(graphdef, state, prompts, lengths, key, min_len, max_new, sampling, 
     batch, longest = prompts.shape
     steps = longest + max_new - min_len
     logits, caches = model.prefill(prompts[:, :min_len], max_len=longest + max_new)
-    caches = [{**c, "ssm": c["ssm"].astype(state_dtype)} if "ssm" in c else c for c in caches]
+    caches = ssm_states_as(caches, state_dtype)
     stop = -1 if eos_id is None else eos_id
 
     def running(carry):

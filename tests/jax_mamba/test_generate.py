@@ -61,7 +61,7 @@ def test_bfloat16_state_steps_follow_the_float32_ones(name, rng):
     ids = jnp.asarray(rng.integers(0, model.cfg.vocab_size, (2, seqlen)), jnp.int32)
     step = nnx.jit(lambda m, t, c, p: m.step(t, c, p))
     logits, caches = model.prefill(ids[:, :k], max_len=seqlen)
-    half = [{**c, "ssm": c["ssm"].astype(jnp.bfloat16)} if "ssm" in c else c for c in caches]
+    half = decode_module.ssm_states_as(caches, jnp.bfloat16)
     for pos in range(k, seqlen):
         logits, caches = step(model, ids[:, pos], caches, jnp.int32(pos))
         half_logits, half = step(model, ids[:, pos], half, jnp.int32(pos))
