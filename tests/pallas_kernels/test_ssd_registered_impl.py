@@ -68,7 +68,10 @@ def test_gradients_flow_through_a_differentiable_registered_impl(monkeypatch, rn
     loss = lambda x, dt: mamba_chunk_scan_combined(x, dt, A, B, C, 4, impl=MAMBA_SSM_TRITON).sum()  # noqa: E731
     dx, ddt = jax.grad(loss, argnums=(0, 1))(x, dt)
     np.testing.assert_allclose(dx, jnp.broadcast_to(3.0 * dt[..., None], x.shape), rtol=1e-6)
-    np.testing.assert_allclose(ddt, 3.0 * x.sum(-1), rtol=1e-5)
+    # float32 sums over P in another order: each element within 1e-5 of the sum of its terms' magnitudes (a plain
+    # relative tolerance fails where the terms cancel to near zero)
+    err, scale = np.abs(np.asarray(ddt) - 3.0 * np.asarray(x).sum(-1)), 3.0 * np.abs(np.asarray(x)).sum(-1)
+    assert (err <= 1e-5 * scale).all(), float((err / scale).max())
 
 
 def test_built_in_impls_cannot_be_replaced():
