@@ -118,7 +118,7 @@ class Mamba2(nnx.Module):
         x, B, C = self._split_xbc(xBC)
         impl = op_impl(self.impl, mamba_chunk_scan_combined)
         A = -jnp.exp(self.A_log[...].astype(jnp.float32))
-        D = self._D_per_head_dim() if self.D_has_hdim else self.D[...]
+        D = self._D_by_head() if self.D_has_hdim else self.D[...]
         gate = None if self.rmsnorm else z.reshape(x.shape)
         scan = functools.partial(
             mamba_chunk_scan_combined, chunk_size=self.chunk_size, dt_softplus=True, dt_limit=self.dt_limit, impl=impl
@@ -147,10 +147,10 @@ class Mamba2(nnx.Module):
         y = y.reshape(batch, seqlen, self.d_ssm)
         return (y, final) if return_final_states else y
 
-    def _D_per_head_dim(self) -> jax.Array:
-        """D as (H, P): per head dim, or each head's value repeated."""
-        D = self.D[...]
-        return D.reshape(self.nheads, self.headdim) if self.D_has_hdim else jnp.repeat(D[:, None], self.headdim, 1)
+    def _D_by_head(self) -> jax.Array:
+        """D as (H, P) when it has one value per head dim, else (H, 1): one per head (a size-1 axis the kernels
+        broadcast)."""
+        return self.D[...].reshape(self.nheads, -1)
 
     def _output(self, y: jax.Array, z0: jax.Array, x0: jax.Array, z: jax.Array) -> jax.Array:
         """y (batch, L, d_ssm) -> the gated norm (the scan gated y when there is none), the MLP part in front,
@@ -182,7 +182,7 @@ class Mamba2(nnx.Module):
         if self.dt_limit != (0.0, math.inf):
             dt = jnp.clip(dt, *self.dt_limit)  # as the chunked scan: after softplus (mamba-ssm's step skips it)
         # per-head values as size-1 axes (batch, H, 1), (H, 1, 1), (H, 1): the kernel reads each once per head
-        D = self.D[...].reshape(self.nheads, -1)
+        D = self._D_by_head()
         gate = None if self.rmsnorm else z[:, 0].reshape(x.shape)
         impl = op_impl(self.impl, selective_state_update)
         y, ssm_state = per_device(
