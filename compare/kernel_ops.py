@@ -15,9 +15,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from pallas_kernels import causal_conv1d_fn, mamba_chunk_scan_combined, selective_scan_fn
+from pallas_kernels._triton import gpu_sm_count
 from pallas_kernels.causal_conv1d.config import ConvConfig
 from pallas_kernels.selective_scan.config import ScanConfig
 from pallas_kernels.ssd.config import SsdConfig
+from pallas_kernels.ssd.config import default_config as ssd_default_config
 
 
 @dataclasses.dataclass
@@ -25,6 +27,7 @@ class Variant:
     label: str
     impl: str
     config: object | None = None
+    overrides: dict | None = None  # fields laid over each shape's default config (``KernelOp.shape_config``)
 
 
 def _rounded(arrays: dict, dtypes: dict) -> dict:
@@ -186,6 +189,12 @@ def ssd_jax(variant: Variant, arrays, dtypes, cotangent, shape):
     return _jax_calls(fn, arrays, dtypes, cotangent, dtypes["x"])
 
 
+def ssd_shape_config(shape, dtype: str) -> SsdConfig:
+    """The config ``impl="pallas"`` picks for the shape on this GPU."""
+    batch, seqlen, nheads, headdim, dstate, _, _ = shape
+    return ssd_default_config(batch, seqlen, nheads, headdim, dstate, jnp.dtype(dtype).itemsize, gpu_sm_count())
+
+
 def ssd_torch(ref, arrays, dtypes, cotangent, shape):
     from torch_reference.kernel_calls import ssd_calls
 
@@ -245,6 +254,7 @@ class KernelOp:
     costs: Callable
     jax_calls: Callable
     torch_calls: Callable
+    shape_config: Callable | None = None  # (shape, dtype) -> the Pallas config the op's API picks, where shape-aware
 
 
 OPS = {
@@ -271,6 +281,7 @@ OPS = {
         ssd_costs,
         ssd_jax,
         ssd_torch,
+        ssd_shape_config,
     ),
     "causal_conv1d": KernelOp(
         "causal_conv1d",

@@ -106,7 +106,17 @@ def parse_config(text: str, op: KernelOp = OPS["selective_scan"]) -> Variant:
         fields[key] = value if types[key] in (str, "str") else int(value)
     config = op.config_cls(**fields)
     config.validate()
-    return Variant(f"pallas[{text}]", "pallas", config)
+    return Variant(f"pallas[{text}]", "pallas", config, fields)
+
+
+def for_shape(variant: Variant, op: KernelOp, shape: tuple, dtype: str) -> Variant:
+    """A ``--pallas-config`` variant at one shape: its fields laid over the config the op's API would pick there
+    (so that naming one field changes only that field), where the op has a shape-aware default."""
+    if not variant.overrides or op.shape_config is None:
+        return variant
+    config = dataclasses.replace(op.shape_config(shape, dtype), **variant.overrides)
+    config.validate()
+    return dataclasses.replace(variant, config=config)
 
 
 def parse_shapes(items: list[str], op: KernelOp) -> dict[str, tuple]:
@@ -157,7 +167,7 @@ def run_op(op: KernelOp, args, variants: list[Variant], ceiling: dict) -> list[d
         kernels = {}
         for variant in variants:
             forward, forward_backward, outputs[variant.label], saved[variant.label] = op.jax_calls(
-                variant, arrays, dtypes, cotangent, shape
+                for_shape(variant, op, shape, args.dtype), arrays, dtypes, cotangent, shape
             )
             timed[variant.label] = time_passes(forward, forward_backward, jax_sync, args.reps)
             print(f"{shape_name} {variant.label}: {timed[variant.label]}", flush=True)
@@ -245,7 +255,10 @@ def main(argv: list[str] | None = None) -> int:
         help="mamba_ssm_triton (--op ssd): mamba-ssm's own Triton kernels launched from JAX",
     )
     parser.add_argument(
-        "--pallas-config", action="append", default=[], help="extra tiling, e.g. block_d=64,num_warps=2"
+        "--pallas-config",
+        action="append",
+        default=[],
+        help="extra tiling, e.g. block_d=64,num_warps=2 (over each shape's default config where the op has one)",
     )
     parser.add_argument("--torch", action=argparse.BooleanOptionalAction, default=True, help="time mamba-ssm too")
     parser.add_argument("--reps", type=int, default=30)

@@ -175,9 +175,9 @@ class Program:
         """(T,) of a (batch, L, H) array."""
         return plgpu.load(ref.at[self.b, pl.ds(t0, self.dims.block_l), self.h], mask=self.valid(t0), other=other)
 
-    def store_time(self, ref, t0, value) -> None:
-        """Store (T,) into a (batch, L, H) array."""
-        idx = (self.b, pl.ds(t0, self.dims.block_l), self.h)
+    def store_time(self, ref, t0, value, *trail) -> None:
+        """Store (T,) into a (batch, L, H) array, or at index ``trail`` of the trailing axes of (batch, L, H, ...)."""
+        idx = (self.b, pl.ds(t0, self.dims.block_l), self.h, *trail)
         plgpu.store(ref.at[idx], value.astype(ref.dtype), mask=self.valid(t0))
 
     def state_index(self, *lead):

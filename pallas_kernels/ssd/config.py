@@ -5,7 +5,8 @@ Time is cut into blocks of ``block_l`` positions. Sequential passes (one program
 backward, and store it per block; everything else runs block-parallel as the quadratic (attention-like) SSD form
 on tensor cores: the forward output with one program per block, head and ``block_p`` head dims (each recomputes
 C·Bᵀ), or, for L <= ``fused_forward_max_l``, one fused sequential forward per batch row, head and ``block_p`` head
-dims that needs no stored states; the backward's per-head gradients with one program per block and head; dB and dC
+dims that needs no stored states; the backward's per-head gradients with one program per block, head and
+``bwd_block_p`` head dims (their ddt, dA and d dt_bias partials, linear in the head dims, summed by XLA); dB and dC
 with ``bwd_head_splits`` programs per block and group, each looping over its share of the group's heads so that
 they sum in registers. ``block_l`` is the kernels' own chunk: it changes rounding only, never the result
 (mamba-ssm's ``chunk_size`` is accepted and checked but does not tile these kernels).
@@ -37,13 +38,14 @@ class SsdConfig:
     state_block_p: int = 16  # sequential state passes (forward states, backward state gradients)
     state_num_warps: int = 4
     bwd_num_warps: int = 8  # backward per-head kernel (dx, dz, ddt, dA, dD, d dt_bias); 4 spill (ptxas)
+    bwd_block_p: int = MAX_HEADDIM  # backward per-head kernel: head dims per program (clipped to headdim)
     bwd_head_splits: int = 4  # backward dB/dC kernel: programs sharing a group's heads (at most; rounded to a divisor)
     dbc_num_warps: int = 8
     bwd_num_stages: int = 2
     checkpoint_every: int = 0  # positions between the states kept for the backward (a multiple of block_l; 0: all)
 
     def validate(self) -> None:
-        for name in ("block_l", "block_p", "state_block_p"):
+        for name in ("block_l", "block_p", "state_block_p", "bwd_block_p"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < MIN_DOT or value != next_pow2(value):
                 raise ValueError(f"SsdConfig.{name} must be a power of two >= {MIN_DOT}, got {value!r}")
@@ -68,12 +70,13 @@ class SsdConfig:
 
 KEEP_ALL_MAX_BYTES = 256 * 2**20  # the block states of one call (in the dot dtype) kept whole up to this size
 KEEP_EVERY = 1024  # positions between the kept states beyond it: 1/8 of the bytes at block_l 64 (float32 vs bf16)
+BWD_SPLIT_MAX_DSTATE = 128  # the backward's per-head programs split head dims by 32 at 4 warps up to this N
 
 
 def default_config(
     batch: int, seqlen: int, nheads: int, headdim: int, dstate: int, itemsize: int, sm_count: int = 132
 ) -> SsdConfig:
-    """``SsdConfig()`` with two rules for the shapes:
+    """``SsdConfig()`` with three rules for the shapes:
 
     - the fused forward only where its programs (batch x heads x head-dim tiles) fill the GPU's ``sm_count``
       SMs: on an H100 (forward ms, fused / split, ``benchmarks/kernels/h100-2026-11-24-ssd-fused-vs-split*``) it
@@ -82,8 +85,13 @@ def default_config(
     - the state kept only every KEEP_EVERY positions where every block's state for the backward
       (batch, L / block_l, H, P, N) in the inputs' dtype (``itemsize`` bytes) would exceed KEEP_ALL_MAX_BYTES: the
       mamba2-130m and 2.7b layers at L 2048 keep all (100 and 168 MB), a 65536-long sequence of 128 heads 1/8 of
-      2 GB."""
+      2 GB;
+    - the backward's per-head kernel (``ssd_bwd_dx``) on 32 head dims per program at 4 warps, not whole heads at
+      8, up to N = BWD_SPLIT_MAX_DSTATE: on an H100 (``benchmarks/kernels/h100-2026-11-25-ssd-bwd-split*``) 551
+      against 665 us at 130m and 890 against 1053 at 2.7b (N 128); at N 256 (B2 L8192 H32) 1289 against 1273."""
     config = SsdConfig()
+    if dstate <= BWD_SPLIT_MAX_DSTATE:
+        config = dataclasses.replace(config, bwd_block_p=32, bwd_num_warps=4)
     programs = batch * nheads * -(-headdim // min(config.block_p, headdim))
     if programs < sm_count:
         config = dataclasses.replace(config, fused_forward_max_l=0)

@@ -4,13 +4,16 @@ gradient block-parallel.
 1. ``ssd_bwd_dstates``, grid (batch, H, headdim blocks): walks the blocks last to first carrying dS, the
    (block_p, Np) float32 gradient of the state leaving the block, and stores it per block (in the dot dtype), then
    d initial_states. Per block: dS ← carry dS + (from_start ∘ dy)ᵀ C, with dy = dout silu(z).
-2. ``ssd_bwd_dx``, grid (batch x blocks, H), no carry: per block and head, with the block's incoming state S (saved
-   by the forward), the gradient dS of its outgoing state, M = C·Bᵀ ∘ decay and X = dt x:
+2. ``ssd_bwd_dx``, grid (batch x blocks, H, headdim blocks), no carry: per block, head and ``bwd_block_p`` head
+   dims, with the block's incoming state S (saved by the forward), the gradient dS of its outgoing state,
+   M = C·Bᵀ ∘ decay and X = dt x:
 
     dX  = Mᵀ dy + to_end ∘ (B dSᵀ)              dx = dt dX + D dy,  dD = Σ_l dy x
     d cs from the intra-block term (row minus column sums of dM ∘ M, dM = dy Xᵀ), the incoming state's term
     (dy · its output) and the state update; d(dt A) is the reverse cumulative sum of d cs, giving ddt, dA and
-    d dt_bias; dz from the saved pre-gate output.
+    d dt_bias; dz from the saved pre-gate output. d cs sums over head dims and is linear in dM, dy and dS, so
+    programs that split a head's dims store partial ddt, dA and d dt_bias (float32), which XLA sums. A split costs
+    one more C·Bᵀ and decay per block and head and halves the (T, head dims) and state tiles a program holds.
 
 3. ``ssd_bwd_dbc``, grid (batch x blocks, G, splits): a program loops over its share (1 / splits) of the group's
    heads, summing in registers
@@ -94,7 +97,7 @@ def _dx_kernel(x_ref, dt_ref, A_ref, B_ref, C_ref, states_ref, dstates_ref, dout
     dx_ref, ddt_ref, dA_ref, *opt_outs = outs
     (dD_ref, dz_ref, dbias_ref), _ = optional_refs(opt_outs, (dims.has_D, dims.has_z, dims.has_bias))
     prog, k = block_program(dims)
-    b, h, t0 = prog.b, prog.h, k * dims.block_l
+    b, h, t0, part = prog.b, prog.h, k * dims.block_l, pl.program_id(2)
     f32 = jnp.float32
     mm_dtype = x_ref.dtype
     ins = (x_ref, dt_ref, A_ref, states_ref, dstates_ref, dout_ref)
@@ -110,7 +113,7 @@ def _dx_kernel(x_ref, dt_ref, A_ref, B_ref, C_ref, states_ref, dstates_ref, dout
     dx = blk.dt[:, None] * dX
     if D_ref is not None:
         dx = dx + prog.load_head_dims(D_ref)[None, :] * dy
-        plgpu.store(dD_ref.at[b, k, h, pl.ds(0, dims.block_p)], jnp.sum(dy * x32, axis=0), mask=prog.pmask)
+        plgpu.store(dD_ref.at[b, k, h, pl.ds(prog.p0, dims.block_p)], jnp.sum(dy * x32, axis=0), mask=prog.pmask)
     prog.store_heads(dx_ref, t0, dx)
 
     W = dM * M
@@ -121,10 +124,10 @@ def _dx_kernel(x_ref, dt_ref, A_ref, B_ref, C_ref, states_ref, dstates_ref, dout
     dcs = dcs + jnp.where(prog.rows == dims.block_l - 1, last_extra, 0.0)
     da = _reverse_cumsum(dcs)
     ddt = prog.dt_grad(blk, jnp.sum(x32 * dX, axis=1) + da * A_ref[h])
-    prog.store_time(ddt_ref, t0, ddt)
-    dA_ref[b, k, h] = jnp.sum(da * blk.dt)
+    prog.store_time(ddt_ref, t0, ddt, part)
+    dA_ref[b, k, h, part] = jnp.sum(da * blk.dt)
     if dbias_ref is not None:
-        dbias_ref[b, k, h] = jnp.sum(ddt)
+        dbias_ref[b, k, h, part] = jnp.sum(ddt)
 
 
 def _dbc_kernel(x_ref, dt_ref, A_ref, B_ref, C_ref, states_ref, dstates_ref, dout_ref, *refs, dims: SsdDims, splits):
@@ -167,7 +170,8 @@ def head_splits(heads_per_group: int, most: int) -> int:
 def ssd_backward(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, states, ypre, dout, dfinal, dims, config):
     """Returns dx, ddt and dz or None in their inputs' dtypes, float32 partials dB and dC (batch, L, G * splits, N),
     dA (batch, nblocks, H), dD (batch, nblocks, H, P) or None and d dt_bias (batch, nblocks, H) or None, and
-    d initial_states (batch, H, P, N) float32 or None. ``dims`` has whole heads (block_p >= headdim)."""
+    d initial_states (batch, H, P, N) float32 or None. ``dims`` has whole heads (block_p >= headdim); the per-head
+    kernel splits them by ``config.bwd_block_p``."""
     batch, seqlen, nheads, headdim = x.shape
     f32 = jnp.float32
     state_shape = jax.ShapeDtypeStruct((batch, nheads, headdim, dims.dstate), f32)
@@ -186,25 +190,31 @@ def ssd_backward(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, states,
     )
 
     tensors = [x, dt, A, B, C, states, dstates, dout]
-    per_block = jax.ShapeDtypeStruct((batch, dims.nblocks, nheads), f32)
+    xdims = dims.with_block_p(config.bwd_block_p)
+    parts = xdims.p_blocks  # programs per head; > 1: ddt, dA, d dt_bias leave as float32 partials
+    per_block = jax.ShapeDtypeStruct((batch, dims.nblocks, nheads, parts), f32)
     optional_outs = [
         (D is not None, jax.ShapeDtypeStruct((batch, dims.nblocks, nheads, headdim), f32)),
         (z is not None, jax.ShapeDtypeStruct(x.shape, x.dtype)),
         (dt_bias is not None, per_block),
     ]
-    shapes = [jax.ShapeDtypeStruct(x.shape, x.dtype), jax.ShapeDtypeStruct(dt.shape, dt.dtype), per_block]
+    ddt_shape = jax.ShapeDtypeStruct((*dt.shape, parts), dt.dtype if parts == 1 else f32)
+    shapes = [jax.ShapeDtypeStruct(x.shape, x.dtype), ddt_shape, per_block]
     shapes += [shape for flag, shape in optional_outs if flag]
     dx, ddt, dA, *rest = call_kernel(
-        functools.partial(_dx_kernel, dims=dims),
+        functools.partial(_dx_kernel, dims=xdims),
         tensors + [t for t in (D, z, dt_bias, seq_idx, ypre) if t is not None],
         shapes,
-        dims.block_grid,
-        dims,
+        xdims.block_grid,
+        xdims,
         config.bwd_num_warps,
         config.bwd_num_stages,
         "ssd_bwd_dx",
     )
     (dD, dz, dbias), _ = optional_refs(rest, [flag for flag, _ in optional_outs])
+    ddt = ddt.sum(axis=-1).astype(dt.dtype)
+    dA = dA.sum(axis=-1)
+    dbias = None if dbias is None else dbias.sum(axis=-1)
 
     splits = head_splits(dims.heads_per_group, config.bwd_head_splits)
     partial_bc = jax.ShapeDtypeStruct((batch, seqlen, dims.ngroups * splits, dims.dstate), f32)

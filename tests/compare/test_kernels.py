@@ -66,6 +66,19 @@ def test_pallas_config_variants_parse_and_validate():
         kernels.parse_config("design=parallel")
 
 
+def test_pallas_config_variant_lays_its_fields_over_each_shapes_default():
+    """Naming one field changes only it: the rest is what impl="pallas" picks at that shape (here the split
+    forward at 64 programs, the fused one at 192)."""
+    ssd = kernel_ops.OPS["ssd"]
+    variant = kernels.parse_config("bwd_num_warps=2", ssd)
+    for shape in ((2, 8192, 32, 64, 256, 4, 128), (8, 2048, 24, 64, 128, 1, 256)):
+        resolved = kernels.for_shape(variant, ssd, shape, "bfloat16").config
+        assert resolved == dataclasses.replace(ssd.shape_config(shape, "bfloat16"), bwd_num_warps=2)
+    assert kernels.for_shape(variant, ssd, (2, 8192, 32, 64, 256, 4, 128), "bfloat16").config.fused_forward_max_l == 0
+    scan = kernels.parse_config("block_d=8")
+    assert kernels.for_shape(scan, kernel_ops.OPS["selective_scan"], (1, 64, 32, 16, 1), "bfloat16") is scan
+
+
 def test_extra_shapes_parse_with_the_ops_fields():
     op = kernel_ops.OPS["selective_scan"]
     assert kernels.parse_shapes(["b1=1,4096,768,16,1"], op) == {"b1": (1, 4096, 768, 16, 1)}

@@ -36,6 +36,8 @@ def kept(every: int, **tiling) -> SsdConfig:
     return SsdConfig(block_l=16, checkpoint_every=every, **tiling)
 
 
+BWD_HEADDIM_SPLIT = SsdConfig(block_l=16, block_p=16, bwd_block_p=16)
+
 CASES = [  # batch, L, H, P, N, G, chunk, dtype, D, z, init, seq_idx, softplus, dt_limit, config
     (2, 1, 4, 16, 16, 1, 64, jnp.float32, "H", True, True, False, True, (0.0, INF), SsdConfig(block_l=16)),
     (1, 100, 4, 20, 12, 2, 64, jnp.float32, "HP", False, False, True, True, (0.0, INF), split(block_l=32)),
@@ -47,7 +49,8 @@ CASES = [  # batch, L, H, P, N, G, chunk, dtype, D, z, init, seq_idx, softplus, 
     # 5 programs over 2 x 7 blocks x 4 heads x 3 head-dim blocks, float32, no seq_idx
     (2, 100, 4, 48, 16, 2, 64, jnp.float32, "HP", True, True, False, True, (0.0, INF), persistent(5, 16, block_p=16)),
     (2, 64, 4, 24, 16, 4, 64, jnp.bfloat16, "HP", True, False, False, False, (0.0, INF), SsdConfig(block_l=32)),
-    (2, 100, 4, 48, 16, 2, 128, jnp.float32, "H", True, True, False, True, (0.0, INF), SsdConfig(16, block_p=16)),
+    # the backward's per-head programs split over head dims: 3 parts of 16 (float32), 2 of 16 (bf16, below)
+    (2, 100, 4, 48, 16, 2, 128, jnp.float32, "H", True, True, False, True, (0.0, INF), BWD_HEADDIM_SPLIT),
     (1, 256, 8, 16, 32, 2, 256, jnp.bfloat16, "HP", True, True, True, True, (0.0, 0.05), SsdConfig(block_l=64)),
     (3, 37, 4, 16, 16, 2, 64, jnp.float16, "H", False, True, False, True, (0.0, INF), SsdConfig(block_l=16)),
     (
@@ -65,7 +68,7 @@ CASES = [  # batch, L, H, P, N, G, chunk, dtype, D, z, init, seq_idx, softplus, 
         True,
         True,
         (0.0, INF),
-        SsdConfig(16, fused_forward_max_l=100),
+        SsdConfig(16, fused_forward_max_l=100, bwd_block_p=16),
     ),
     (
         1,
@@ -174,6 +177,16 @@ def test_default_config_fuses_the_forward_only_where_its_programs_fill_the_gpu()
     assert default_config(16, 512, 8, 64, 64, 2).fused_forward_max_l == 0  # 128
     assert default_config(16, 512, 8, 64, 64, 2, sm_count=100).fused_forward_max_l > 0  # a smaller GPU
     assert default_config(1, 2048, 4, 128, 64, 2, sm_count=8).fused_forward_max_l > 0  # 2 tiles of 64 head dims
+
+
+def test_default_config_splits_the_backward_head_dims_up_to_n_128():
+    from pallas_kernels.ssd.config import default_config
+
+    for dstate in (64, 128):
+        config = default_config(8, 2048, 24, 64, dstate, 2)
+        assert (config.bwd_block_p, config.bwd_num_warps) == (32, 4)
+    config = default_config(2, 8192, 32, 64, 256, 2)
+    assert (config.bwd_block_p, config.bwd_num_warps) == (SsdConfig().bwd_block_p, SsdConfig().bwd_num_warps)
 
 
 def test_gradient_through_final_states_alone(rng):
