@@ -1,7 +1,8 @@
 """What the forward and backward SSD kernels share: static sizes, a program's loads, one block's decays.
 
-A program owns batch row ``b`` and head ``h`` (group ``g = h // (H / G)``) and head dims ``p0 + [0, block_p)``.
-Per block of T positions starting at ``t0`` it sees tiles x (T, block_p), B and C (T, Np), dt (T,). Sizes that are
+A program owns batch row ``b`` and head ``h`` (group ``g = h // (H / G)``) and head dims ``p0 + [0, block_p)``;
+in the sequential state passes possibly only the state's columns ``n0 + [0, Nb)`` (``block_n``), otherwise all N.
+Per block of T positions starting at ``t0`` it sees tiles x (T, block_p), B and C (T, Nb), dt (T,). Sizes that are
 not powers of two (headdim, N, the last block) are padded by masked loads: padded rows carry dt = 0, x = B = C = 0,
 so they neither decay the state nor add to it.
 
@@ -41,6 +42,7 @@ class SsdDims:
     block_p: int
     interpret: bool
     keep_blocks: int = 1  # blocks between the states the forward keeps for the backward (1: every block's)
+    block_n: int = 0  # state columns per program (the sequential passes only; 0: all N)
 
     @property
     def heads_per_group(self) -> int:
@@ -49,6 +51,15 @@ class SsdDims:
     @property
     def np_(self) -> int:
         return max(MIN_DOT, next_pow2(self.dstate))
+
+    @property
+    def nb(self) -> int:
+        """State columns a program owns: Np, or ``block_n`` of them."""
+        return self.np_ if self.block_n == 0 else min(self.block_n, self.np_)
+
+    @property
+    def n_blocks(self) -> int:
+        return -(-self.dstate // self.nb)
 
     @property
     def nblocks(self) -> int:
@@ -67,10 +78,14 @@ class SsdDims:
         """The same problem with ``block_p`` head dims per program (a power of two, at most headdim's)."""
         return dataclasses.replace(self, block_p=max(MIN_DOT, min(next_pow2(block_p), next_pow2(self.headdim))))
 
+    def with_state_tiles(self, block_p: int, block_n: int) -> "SsdDims":
+        """A sequential pass's tiling: ``block_p`` head dims and ``block_n`` state columns (0: all) per program."""
+        return dataclasses.replace(self.with_block_p(block_p), block_n=block_n)
+
     @property
     def grid(self) -> tuple[int, int, int]:
-        """Sequential passes: one program per (batch row, head, headdim block) walks all blocks."""
-        return (self.batch, self.nheads, self.p_blocks)
+        """Sequential passes: one program per (batch row, head, headdim block x state-column block) walks all blocks."""
+        return (self.batch, self.nheads, self.p_blocks * self.n_blocks)
 
     @property
     def block_grid(self) -> tuple[int, int, int]:
@@ -125,6 +140,12 @@ class Block:
     carry: jax.Array  # () exp(cs_last) if the incoming state survives the block, else 0
 
 
+def sequential_program(dims: SsdDims, b=None) -> "Program":
+    """A sequential pass's program (grid axis 2: headdim block x state-column block)."""
+    tile = pl.program_id(2)
+    return Program(dims, (tile // dims.n_blocks) * dims.block_p, b=b, n0=(tile % dims.n_blocks) * dims.nb)
+
+
 def block_program(dims: SsdDims) -> tuple["Program", jax.Array]:
     """A block-parallel program (grid ``dims.block_grid``) and the index of its block."""
     pid = pl.program_id(0)
@@ -134,14 +155,15 @@ def block_program(dims: SsdDims) -> tuple["Program", jax.Array]:
 class Program:
     """One program's view of the HBM arrays and the math that sets up a block."""
 
-    def __init__(self, dims: SsdDims, p0=0, b=None, h=None):
+    def __init__(self, dims: SsdDims, p0=0, b=None, h=None, n0=0):
         self.dims = dims
         self.b = pl.program_id(0) if b is None else b
         self.h = pl.program_id(1) if h is None else h
         self.g = self.h // dims.heads_per_group
         self.p0 = p0
         self.pmask = p0 + jnp.arange(dims.block_p) < dims.headdim
-        self.nmask = jnp.arange(dims.np_) < dims.dstate
+        self.n0 = n0
+        self.nmask = n0 + jnp.arange(dims.nb) < dims.dstate
         self.rows = jnp.arange(dims.block_l)
 
     def valid(self, t0) -> jax.Array:
@@ -158,17 +180,17 @@ class Program:
 
     @property
     def state_mask(self) -> jax.Array:
-        """(block_p, Np): this program's head dims and the N states that exist."""
+        """(block_p, Nb): this program's head dims and state columns that exist."""
         return self.pmask[:, None] & self.nmask[None, :]
 
     def load_group(self, ref, t0) -> jax.Array:
-        """(T, Np) of a (batch, L, G, N) array (B or C), in its dtype."""
-        idx = (self.b, pl.ds(t0, self.dims.block_l), self.g, pl.ds(0, self.dims.np_))
+        """(T, Nb) of a (batch, L, G, N) array (B or C), in its dtype."""
+        idx = (self.b, pl.ds(t0, self.dims.block_l), self.g, pl.ds(self.n0, self.dims.nb))
         return plgpu.load(ref.at[idx], mask=self.valid(t0)[:, None] & self.nmask[None, :], other=0)
 
     def store_group(self, ref, t0, value, slot) -> None:
-        """Store (T, Np) into row ``slot`` of a (batch, L, slots, N) array (the dB or dC partials)."""
-        idx = (self.b, pl.ds(t0, self.dims.block_l), slot, pl.ds(0, self.dims.np_))
+        """Store (T, Nb) into row ``slot`` of a (batch, L, slots, N) array (the dB or dC partials)."""
+        idx = (self.b, pl.ds(t0, self.dims.block_l), slot, pl.ds(self.n0, self.dims.nb))
         plgpu.store(ref.at[idx], value.astype(ref.dtype), mask=self.valid(t0)[:, None] & self.nmask[None, :])
 
     def load_time(self, ref, t0, other=0) -> jax.Array:
@@ -181,14 +203,14 @@ class Program:
         plgpu.store(ref.at[idx], value.astype(ref.dtype), mask=self.valid(t0))
 
     def state_index(self, *lead):
-        return (*lead, pl.ds(self.p0, self.dims.block_p), pl.ds(0, self.dims.np_))
+        return (*lead, pl.ds(self.p0, self.dims.block_p), pl.ds(self.n0, self.dims.nb))
 
     def load_state(self, ref, *lead) -> jax.Array:
-        """(block_p, Np) of a (..., P, N) array, in its dtype."""
+        """(block_p, Nb) of a (..., P, N) array, in its dtype."""
         return plgpu.load(ref.at[self.state_index(*lead)], mask=self.state_mask, other=0)
 
     def store_state(self, ref, value, *lead, when=None) -> None:
-        """Store (block_p, Np) into a (..., P, N) array; only where ``when`` (a traced bool) holds, if given."""
+        """Store (block_p, Nb) into a (..., P, N) array; only where ``when`` (a traced bool) holds, if given."""
         mask = self.state_mask if when is None else self.state_mask & when
         plgpu.store(ref.at[self.state_index(*lead)], value.astype(ref.dtype), mask=mask)
 

@@ -1,15 +1,16 @@
 """Tiling of the Pallas SSD kernels: how long a block of time a program takes per step, how many head dims it owns.
 
-Time is cut into blocks of ``block_l`` positions. Sequential passes (one program per batch row, head and
-``state_block_p`` head dims) walk the blocks carrying the (head dims, N) float32 state, or its gradient in the
-backward, and store it per block; everything else runs block-parallel as the quadratic (attention-like) SSD form
-on tensor cores: the forward output with one program per block, head and ``block_p`` head dims (each recomputes
-C·Bᵀ), or, for L <= ``fused_forward_max_l``, one fused sequential forward per batch row, head and ``block_p`` head
-dims that needs no stored states; the backward's per-head gradients with one program per block, head and
-``bwd_block_p`` head dims (their ddt, dA and d dt_bias partials, linear in the head dims, summed by XLA); dB and dC
-with ``bwd_head_splits`` programs per block and group, each looping over its share of the group's heads so that
-they sum in registers. ``block_l`` is the kernels' own chunk: it changes rounding only, never the result
-(mamba-ssm's ``chunk_size`` is accepted and checked but does not tile these kernels).
+Time is cut into blocks of ``block_l`` positions. Sequential passes (one program per batch row, head,
+``state_block_p`` head dims and ``state_block_n`` of the state's N columns) walk the blocks carrying that tile of
+the float32 state, or of its gradient in the backward, and store it per block; everything else runs
+block-parallel as the quadratic (attention-like) SSD form on tensor cores: the forward output with one program per
+block, head and ``block_p`` head dims (each recomputes C·Bᵀ), or, for L <= ``fused_forward_max_l``, one fused
+sequential forward per batch row, head and ``block_p`` head dims that needs no stored states; the backward's
+per-head gradients with one program per block, head and ``bwd_block_p`` head dims (their ddt, dA and d dt_bias
+partials, linear in the head dims, summed by XLA); dB and dC with ``bwd_head_splits`` programs per block and group,
+each looping over its share of the group's heads so that they sum in registers. ``block_l`` is the kernels' own
+chunk: it changes rounding only, never the result (mamba-ssm's ``chunk_size`` is accepted and checked but does not
+tile these kernels).
 
 The backward reads every block's incoming state. With ``checkpoint_every`` the forward keeps (in float32) only every
 that many positions' state, and the backward first rebuilds the block states from them with one more sequential
@@ -36,6 +37,7 @@ class SsdConfig:
     fused_forward_max_l: int = 8192  # forward as one sequential pass (no stored states) when L <= this; 0: never
     persistent_programs: int = 0  # split forward's output pass: 0 one program per tile; n > 0 n programs looping
     state_block_p: int = 16  # sequential state passes (forward states, backward state gradients)
+    state_block_n: int = 0  # sequential state passes: state columns (of N) per program; 0: all
     state_num_warps: int = 4
     bwd_num_warps: int = 8  # backward per-head kernel (dx, dz, ddt, dA, dD, d dt_bias); 4 spill (ptxas)
     bwd_block_p: int = MAX_HEADDIM  # backward per-head kernel: head dims per program (clipped to headdim)
@@ -62,6 +64,9 @@ class SsdConfig:
             raise ValueError(
                 f"SsdConfig.checkpoint_every must be 0 or a positive multiple of block_l={self.block_l}, got {every!r}"
             )
+        n = self.state_block_n
+        if not isinstance(n, int) or (n != 0 and (n < MIN_DOT or n != next_pow2(n))):
+            raise ValueError(f"SsdConfig.state_block_n must be 0 or a power of two >= {MIN_DOT}, got {n!r}")
         for name in ("fused_forward_max_l", "persistent_programs"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:

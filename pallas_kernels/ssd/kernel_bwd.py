@@ -34,7 +34,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
 from pallas_kernels._triton import sigmoid
-from pallas_kernels.ssd.block import Program, SsdDims, block_program, call_kernel, mm, optional_refs
+from pallas_kernels.ssd.block import Program, SsdDims, block_program, call_kernel, mm, optional_refs, sequential_program
 
 
 def _reverse_cumsum(v: jax.Array) -> jax.Array:
@@ -57,7 +57,7 @@ def _gated_dout(prog: Program, t0, dout_ref, z_ref, ypre_ref=None, dz_ref=None) 
 
 def _dstates_kernel(dt_ref, A_ref, C_ref, dout_ref, dfinal_ref, *refs, dims: SsdDims):
     (z_ref, bias_ref, seq_ref), (dstates_ref, *dinit) = optional_refs(refs, (dims.has_z, dims.has_bias, dims.has_seq))
-    prog = Program(dims, pl.program_id(2) * dims.block_p)
+    prog = sequential_program(dims)
     A = A_ref[prog.h]
     bias = bias_ref[prog.h] if bias_ref is not None else None
 
@@ -175,7 +175,7 @@ def ssd_backward(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, states,
     batch, seqlen, nheads, headdim = x.shape
     f32 = jnp.float32
     state_shape = jax.ShapeDtypeStruct((batch, nheads, headdim, dims.dstate), f32)
-    sdims = dims.with_block_p(config.state_block_p)
+    sdims = dims.with_state_tiles(config.state_block_p, config.state_block_n)
     inputs = [dt, A, C, dout, dfinal] + [t for t in (z, dt_bias, seq_idx) if t is not None]
     shapes = [jax.ShapeDtypeStruct(states.shape, states.dtype)] + ([state_shape] if initial_states is not None else [])
     dstates, *dinit = call_kernel(

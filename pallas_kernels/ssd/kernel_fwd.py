@@ -23,7 +23,16 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
 from pallas_kernels._triton import sigmoid
-from pallas_kernels.ssd.block import Block, Program, SsdDims, block_program, call_kernel, mm, optional_refs
+from pallas_kernels.ssd.block import (
+    Block,
+    Program,
+    SsdDims,
+    block_program,
+    call_kernel,
+    mm,
+    optional_refs,
+    sequential_program,
+)
 
 _FLAGS = ("has_D", "has_z", "has_bias", "has_init", "has_seq")
 
@@ -60,14 +69,14 @@ def _block_output(prog: Program, blk: Block, t0, x, Bm, Cm, state_mm, Dv, z_ref,
 
 def _initial_state(prog: Program, init_ref):
     if init_ref is None:
-        return jnp.zeros((prog.dims.block_p, prog.dims.np_), jnp.float32)
+        return jnp.zeros((prog.dims.block_p, prog.dims.nb), jnp.float32)
     return prog.load_state(init_ref, prog.b, prog.h).astype(jnp.float32)
 
 
 def _fused_kernel(x_ref, dt_ref, A_ref, B_ref, C_ref, *refs, dims: SsdDims, save: bool):
     (D_ref, z_ref, bias_ref, init_ref, seq_ref), outs = optional_refs(refs, _flags(dims))
     out_ref, final_ref, *saved = outs
-    prog = Program(dims, pl.program_id(2) * dims.block_p)
+    prog = sequential_program(dims)
     A = A_ref[prog.h]
     bias = bias_ref[prog.h] if bias_ref is not None else None
     Dv = prog.load_head_dims(D_ref) if D_ref is not None else None
@@ -93,7 +102,7 @@ def _states_kernel(x_ref, dt_ref, A_ref, B_ref, *refs, dims: SsdDims, keep: bool
     (bias_ref, init_ref, seq_ref), (states_ref, final_ref, *kept) = optional_refs(
         refs, (dims.has_bias, dims.has_init, dims.has_seq)
     )
-    prog = Program(dims, pl.program_id(2) * dims.block_p)
+    prog = sequential_program(dims)
     A = A_ref[prog.h]
     bias = bias_ref[prog.h] if bias_ref is not None else None
 
@@ -113,7 +122,7 @@ def _rebuild_kernel(x_ref, dt_ref, A_ref, B_ref, kept_ref, *refs, dims: SsdDims)
     (bias_ref, seq_ref), (states_ref,) = optional_refs(refs, (dims.has_bias, dims.has_seq))
     pid = pl.program_id(0)
     b, segment = pid // dims.nkept, pid % dims.nkept
-    prog = Program(dims, pl.program_id(2) * dims.block_p, b=b)
+    prog = sequential_program(dims, b=b)
     A = A_ref[prog.h]
     bias = bias_ref[prog.h] if bias_ref is not None else None
     first = segment * dims.keep_blocks
@@ -131,10 +140,10 @@ def rebuild_block_states(x, dt, A, B, dt_bias, seq_idx, kept, dims: SsdDims, con
     """Every block's incoming state (batch, nblocks, H, P, N) in x.dtype from the forward's kept float32 states
     (batch, nkept, H, P, N), every ``dims.keep_blocks`` blocks."""
     batch, _, nheads, headdim = x.shape
-    sdims = dims.with_block_p(config.state_block_p)
+    sdims = dims.with_state_tiles(config.state_block_p, config.state_block_n)
     inputs = [x, dt, A, B, kept] + [t for t in (dt_bias, seq_idx) if t is not None]
     shape = jax.ShapeDtypeStruct((batch, dims.nblocks, nheads, headdim, dims.dstate), x.dtype)
-    grid = (batch * dims.nkept, nheads, sdims.p_blocks)
+    grid = (batch * dims.nkept, nheads, sdims.grid[2])
     kernel = functools.partial(_rebuild_kernel, dims=sdims)
     (states,) = call_kernel(
         kernel, inputs, [shape], grid, sdims, config.state_num_warps, config.num_stages, "ssd_bwd_rebuild_states"
@@ -208,7 +217,7 @@ def ssd_forward(
         return out, final, (saved[0] if save else None), (saved[1] if extra else None)
 
     inputs = [x, dt, A, B] + [t for t in (dt_bias, initial_states, seq_idx) if t is not None]
-    state_dims = dims.with_block_p(config.state_block_p)
+    state_dims = dims.with_state_tiles(config.state_block_p, config.state_block_n)
     keep = save and dims.keep_blocks > 1
     kernel = functools.partial(_states_kernel, dims=state_dims, keep=keep)
     states, final, *kept = call_kernel(

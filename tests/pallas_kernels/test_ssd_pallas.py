@@ -37,13 +37,16 @@ def kept(every: int, **tiling) -> SsdConfig:
 
 
 BWD_HEADDIM_SPLIT = SsdConfig(block_l=16, block_p=16, bwd_block_p=16)
+STATE_COLUMNS_SPLIT = split(block_l=16, state_block_n=16)
+KEPT_COLUMNS_SPLIT = kept(32, fused_forward_max_l=0, state_block_n=16)  # the rebuild too, on 2 column blocks of N 24
 
 CASES = [  # batch, L, H, P, N, G, chunk, dtype, D, z, init, seq_idx, softplus, dt_limit, config
     (2, 1, 4, 16, 16, 1, 64, jnp.float32, "H", True, True, False, True, (0.0, INF), SsdConfig(block_l=16)),
     (1, 100, 4, 20, 12, 2, 64, jnp.float32, "HP", False, False, True, True, (0.0, INF), split(block_l=32)),
     (2, 256, 2, 32, 16, 1, 128, jnp.float32, None, True, True, True, True, (0.01, 0.3), SsdConfig(block_l=64)),
     (1, 1000, 2, 16, 24, 1, 256, jnp.float32, "H", True, True, True, True, (0.0, INF), split()),
-    (1, 97, 6, 16, 40, 3, 64, jnp.bfloat16, "H", True, True, True, True, (0.0, INF), split(block_l=16)),
+    # the sequential passes on 16 of N = 40 state columns per program (3 column blocks, the last one partial)
+    (1, 97, 6, 16, 40, 3, 64, jnp.bfloat16, "H", True, True, True, True, (0.0, INF), STATE_COLUMNS_SPLIT),
     # persistent output pass: 7 programs over 7 blocks x 6 heads (the last program redoes the last tile)
     (1, 97, 6, 16, 40, 3, 64, jnp.bfloat16, "H", True, True, True, True, (0.0, INF), persistent(7, 16)),
     # 5 programs over 2 x 7 blocks x 4 heads x 3 head-dim blocks, float32, no seq_idx
@@ -89,7 +92,7 @@ CASES = [  # batch, L, H, P, N, G, chunk, dtype, D, z, init, seq_idx, softplus, 
     ),
     # States kept every 3 blocks (a partial last segment), rebuilt in the backward: fused and split forward
     (2, 100, 4, 16, 16, 2, 64, jnp.bfloat16, "H", True, True, True, True, (0.0, INF), kept(48)),
-    (1, 130, 4, 16, 24, 1, 64, jnp.float32, "HP", True, False, True, True, (0.0, INF), kept(32, fused_forward_max_l=0)),
+    (1, 130, 4, 16, 24, 1, 64, jnp.float32, "HP", True, False, True, True, (0.0, INF), KEPT_COLUMNS_SPLIT),
     (1, 1, 2, 16, 16, 1, 64, jnp.float32, "H", False, True, False, True, (0.0, INF), kept(64)),
 ]
 
