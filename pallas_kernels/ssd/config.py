@@ -38,6 +38,7 @@ class SsdConfig:
     persistent_programs: int = 0  # split forward's output pass: 0 one program per tile; n > 0 n programs looping
     state_block_p: int = 16  # sequential state passes (forward states, backward state gradients)
     state_block_n: int = 0  # sequential state passes: state columns (of N) per program; 0: all
+    rebuild_block_p: int = 64  # the backward's rebuild of the block states from the kept ones: head dims per program
     state_num_warps: int = 4
     bwd_num_warps: int = 8  # backward per-head kernel (dx, dz, ddt, dA, dD, d dt_bias); 4 spill (ptxas)
     bwd_block_p: int = MAX_HEADDIM  # backward per-head kernel: head dims per program (clipped to headdim)
@@ -47,7 +48,7 @@ class SsdConfig:
     checkpoint_every: int = 0  # positions between the states kept for the backward (a multiple of block_l; 0: all)
 
     def validate(self) -> None:
-        for name in ("block_l", "block_p", "state_block_p", "bwd_block_p"):
+        for name in ("block_l", "block_p", "state_block_p", "bwd_block_p", "rebuild_block_p"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < MIN_DOT or value != next_pow2(value):
                 raise ValueError(f"SsdConfig.{name} must be a power of two >= {MIN_DOT}, got {value!r}")
@@ -76,12 +77,13 @@ class SsdConfig:
 KEEP_ALL_MAX_BYTES = 256 * 2**20  # the block states of one call (in the dot dtype) kept whole up to this size
 KEEP_EVERY = 1024  # positions between the kept states beyond it: 1/8 of the bytes at block_l 64 (float32 vs bf16)
 BWD_SPLIT_MAX_DSTATE = 128  # the backward's per-head programs split head dims by 32 at 4 warps up to this N
+STATE_PASS_PROGRAMS_PER_SM = 1.9  # the sequential passes' widest head-dim tile that keeps about 2 programs per SM
 
 
 def default_config(
     batch: int, seqlen: int, nheads: int, headdim: int, dstate: int, itemsize: int, sm_count: int = 132
 ) -> SsdConfig:
-    """``SsdConfig()`` with three rules for the shapes:
+    """``SsdConfig()`` with four rules for the shapes:
 
     - the fused forward only where its programs (batch x heads x head-dim tiles) fill the GPU's ``sm_count``
       SMs: on an H100 (forward ms, fused / split, ``benchmarks/kernels/h100-2026-11-24-ssd-fused-vs-split*``) it
@@ -93,8 +95,18 @@ def default_config(
       2 GB;
     - the backward's per-head kernel (``ssd_bwd_dx``) on 32 head dims per program at 4 warps, not whole heads at
       8, up to N = BWD_SPLIT_MAX_DSTATE: on an H100 (``benchmarks/kernels/h100-2026-11-25-ssd-bwd-split*``) 551
-      against 665 us at 130m and 890 against 1053 at 2.7b (N 128); at N 256 (B2 L8192 H32) 1289 against 1273."""
+      against 665 us at 130m and 890 against 1053 at 2.7b (N 128); at N 256 (B2 L8192 H32) 1289 against 1273;
+    - the sequential state passes on the widest head-dim tile (64, 32 or 16) that still gives
+      STATE_PASS_PROGRAMS_PER_SM x ``sm_count`` programs: wider tiles repeat the per-block decay work fewer times,
+      fewer programs hide less latency. On an H100 (``benchmarks/kernels/h100-2026-11-25-ssd-state-rows*``,
+      ``ssd_bwd_dstates`` us at tiles 16 / 32 / 64) 2.7b 305 / 290 / 214 (320 programs at 64), B1 L65536 H128
+      4674 / 3162 / 3431 (256 at 32), B2 L8192 H32 288 / 491 / 516 (256 at 16). Splitting N instead
+      (``state_block_n``) was slower everywhere (``...-ssd-state-columns*``)."""
     config = SsdConfig()
+    for tile in (64, 32, 16):
+        if tile == 16 or batch * nheads * -(-headdim // tile) >= STATE_PASS_PROGRAMS_PER_SM * sm_count:
+            config = dataclasses.replace(config, state_block_p=tile)
+            break
     if dstate <= BWD_SPLIT_MAX_DSTATE:
         config = dataclasses.replace(config, bwd_block_p=32, bwd_num_warps=4)
     programs = batch * nheads * -(-headdim // min(config.block_p, headdim))

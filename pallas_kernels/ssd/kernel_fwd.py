@@ -140,7 +140,7 @@ def rebuild_block_states(x, dt, A, B, dt_bias, seq_idx, kept, dims: SsdDims, con
     """Every block's incoming state (batch, nblocks, H, P, N) in x.dtype from the forward's kept float32 states
     (batch, nkept, H, P, N), every ``dims.keep_blocks`` blocks."""
     batch, _, nheads, headdim = x.shape
-    sdims = dims.with_state_tiles(config.state_block_p, config.state_block_n)
+    sdims = dims.with_state_tiles(config.rebuild_block_p, config.state_block_n)
     inputs = [x, dt, A, B, kept] + [t for t in (dt_bias, seq_idx) if t is not None]
     shape = jax.ShapeDtypeStruct((batch, dims.nblocks, nheads, headdim, dims.dstate), x.dtype)
     grid = (batch * dims.nkept, nheads, sdims.grid[2])

@@ -90,8 +90,9 @@ CASES = [  # batch, L, H, P, N, G, chunk, dtype, D, z, init, seq_idx, softplus, 
         (0.0, INF),
         split(block_l=32, block_p=32, bwd_head_splits=3),
     ),
-    # States kept every 3 blocks (a partial last segment), rebuilt in the backward: fused and split forward
-    (2, 100, 4, 16, 16, 2, 64, jnp.bfloat16, "H", True, True, True, True, (0.0, INF), kept(48)),
+    # States kept every 3 blocks (a partial last segment), rebuilt in the backward (3 head-dim tiles in the first):
+    # fused and split forward
+    (2, 100, 4, 48, 16, 2, 64, jnp.bfloat16, "H", True, True, True, True, (0.0, INF), kept(48, rebuild_block_p=16)),
     (1, 130, 4, 16, 24, 1, 64, jnp.float32, "HP", True, False, True, True, (0.0, INF), KEPT_COLUMNS_SPLIT),
     (1, 1, 2, 16, 16, 1, 64, jnp.float32, "H", False, True, False, True, (0.0, INF), kept(64)),
 ]
@@ -190,6 +191,16 @@ def test_default_config_splits_the_backward_head_dims_up_to_n_128():
         assert (config.bwd_block_p, config.bwd_num_warps) == (32, 4)
     config = default_config(2, 8192, 32, 64, 256, 2)
     assert (config.bwd_block_p, config.bwd_num_warps) == (SsdConfig().bwd_block_p, SsdConfig().bwd_num_warps)
+
+
+def test_default_config_state_passes_take_the_widest_tile_that_keeps_two_programs_per_sm():
+    from pallas_kernels.ssd.config import default_config
+
+    assert default_config(4, 2048, 80, 64, 128, 2).state_block_p == 64  # 2.7b: 320 programs
+    assert default_config(1, 65536, 128, 64, 128, 2).state_block_p == 32  # 256 programs (128 at 64)
+    assert default_config(8, 2048, 24, 64, 128, 2).state_block_p == 32  # 130m: 384 (192 at 64)
+    assert default_config(2, 8192, 32, 64, 256, 2).state_block_p == 16  # 256 (128 at 32)
+    assert default_config(1, 2048, 2, 64, 128, 2).state_block_p == 16  # too few at any tile: the narrowest
 
 
 def test_gradient_through_final_states_alone(rng):
