@@ -77,7 +77,8 @@ class SsdConfig:
 KEEP_ALL_MAX_BYTES = 256 * 2**20  # the block states of one call (in the dot dtype) kept whole up to this size
 KEEP_EVERY = 1024  # positions between the kept states beyond it: 1/8 of the bytes at block_l 64 (float32 vs bf16)
 BWD_SPLIT_MAX_DSTATE = 128  # the backward's per-head programs split head dims by 32 at 4 warps up to this N
-STATE_PASS_PROGRAMS_PER_SM = 1.9  # the sequential passes' widest head-dim tile that keeps about 2 programs per SM
+STATE_PASS_PROGRAMS_PER_SM = 1.9  # sequential passes: wider head-dim tiles while about 2 programs per SM remain
+WIDE_STATE_TILE_MIN_L = 16384  # ... and 32-dim tiles (two per head) only for walks this long
 
 
 def default_config(
@@ -96,17 +97,20 @@ def default_config(
     - the backward's per-head kernel (``ssd_bwd_dx``) on 32 head dims per program at 4 warps, not whole heads at
       8, up to N = BWD_SPLIT_MAX_DSTATE: on an H100 (``benchmarks/kernels/h100-2026-11-25-ssd-bwd-split*``) 551
       against 665 us at 130m and 890 against 1053 at 2.7b (N 128); at N 256 (B2 L8192 H32) 1289 against 1273;
-    - the sequential state passes on the widest head-dim tile (64, 32 or 16) that still gives
-      STATE_PASS_PROGRAMS_PER_SM x ``sm_count`` programs: wider tiles repeat the per-block decay work fewer times,
-      fewer programs hide less latency. On an H100 (``benchmarks/kernels/h100-2026-11-25-ssd-state-rows*``,
-      ``ssd_bwd_dstates`` us at tiles 16 / 32 / 64) 2.7b 305 / 290 / 214 (320 programs at 64), B1 L65536 H128
-      4674 / 3162 / 3431 (256 at 32), B2 L8192 H32 288 / 491 / 516 (256 at 16). Splitting N instead
+    - the sequential state passes on whole 64-dim heads where batch x heads alone gives STATE_PASS_PROGRAMS_PER_SM x
+      ``sm_count`` programs, on 32 head dims where that takes two tiles per head and L >= WIDE_STATE_TILE_MIN_L,
+      else on 16: a wider tile repeats the per-block decay work fewer times, fewer programs hide less latency,
+      and a short walk gains little. On an H100 (``benchmarks/kernels/h100-2026-11-25-ssd-state-rows*`` and
+      ``...-ssd-final*``, ``ssd_bwd_dstates`` us at tiles 16 / 32 / 64): 2.7b 305 / 290 / 214 (320 programs at 64),
+      B4 L4096 H64 462 / - / 243, B1 L65536 H128 4674 / 3162 / 3431 (256 programs at 32); 130m 151 / 188 / -
+      (384 at 32, L 2048), B16 L512 H8 24 / 31 / -, B2 L8192 H32 288 / 491 / 516. Splitting N instead
       (``state_block_n``) was slower everywhere (``...-ssd-state-columns*``)."""
     config = SsdConfig()
-    for tile in (64, 32, 16):
-        if tile == 16 or batch * nheads * -(-headdim // tile) >= STATE_PASS_PROGRAMS_PER_SM * sm_count:
-            config = dataclasses.replace(config, state_block_p=tile)
-            break
+    enough = STATE_PASS_PROGRAMS_PER_SM * sm_count
+    if batch * nheads * -(-headdim // 64) >= enough:
+        config = dataclasses.replace(config, state_block_p=64)
+    elif seqlen >= WIDE_STATE_TILE_MIN_L and batch * nheads * -(-headdim // 32) >= enough:
+        config = dataclasses.replace(config, state_block_p=32)
     if dstate <= BWD_SPLIT_MAX_DSTATE:
         config = dataclasses.replace(config, bwd_block_p=32, bwd_num_warps=4)
     programs = batch * nheads * -(-headdim // min(config.block_p, headdim))

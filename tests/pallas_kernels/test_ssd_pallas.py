@@ -193,14 +193,16 @@ def test_default_config_splits_the_backward_head_dims_up_to_n_128():
     assert (config.bwd_block_p, config.bwd_num_warps) == (SsdConfig().bwd_block_p, SsdConfig().bwd_num_warps)
 
 
-def test_default_config_state_passes_take_the_widest_tile_that_keeps_two_programs_per_sm():
+def test_default_config_state_passes_take_wider_tiles_only_where_enough_programs_remain():
     from pallas_kernels.ssd.config import default_config
 
     assert default_config(4, 2048, 80, 64, 128, 2).state_block_p == 64  # 2.7b: 320 programs
-    assert default_config(1, 65536, 128, 64, 128, 2).state_block_p == 32  # 256 programs (128 at 64)
-    assert default_config(8, 2048, 24, 64, 128, 2).state_block_p == 32  # 130m: 384 (192 at 64)
-    assert default_config(2, 8192, 32, 64, 256, 2).state_block_p == 16  # 256 (128 at 32)
-    assert default_config(1, 2048, 2, 64, 128, 2).state_block_p == 16  # too few at any tile: the narrowest
+    assert default_config(4, 4096, 64, 64, 128, 2).state_block_p == 64  # 256
+    assert default_config(1, 65536, 128, 64, 128, 2).state_block_p == 32  # 256 programs (128 at 64), a long walk
+    assert default_config(8, 2048, 24, 64, 128, 2).state_block_p == 16  # 130m: 192 at 64; L too short for 32
+    assert default_config(16, 512, 8, 64, 64, 2).state_block_p == 16
+    assert default_config(2, 8192, 32, 64, 256, 2).state_block_p == 16  # 128 at 32
+    assert default_config(1, 65536, 2, 64, 128, 2).state_block_p == 16  # too few at any tile: the narrowest
 
 
 def test_gradient_through_final_states_alone(rng):
