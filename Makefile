@@ -6,6 +6,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 CONFIG ?= default
 ARGS ?=
+# pytest-xdist processes for `make test`, each taking one test file at a time
+TEST_WORKERS ?= 2
 
 MAMBA_SSM := mamba-ssm==2.3.2.post1
 MAMBAVISION := mambavision==1.2.0
@@ -35,7 +37,7 @@ train: setup
 	$(PY) -m jax_mamba.train --config $(CONFIG) $(ARGS)
 
 test: setup-torch
-	$(PY) -m pytest -q --durations=30 tests $(ARGS)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=30 tests $(ARGS)
 
 lint: setup
 	$(PY) -m ruff check .

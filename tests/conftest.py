@@ -20,7 +20,8 @@ import jax  # noqa: E402  (after the environment above, which JAX reads when imp
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-SESSION_SEED = int(os.environ.get("TEST_SEED", secrets.randbelow(2**31)))
+# In the environment, so that pytest-xdist's workers (started after this import) draw from the same seed.
+SESSION_SEED = int(os.environ.setdefault("TEST_SEED", str(secrets.randbelow(2**31))))
 
 
 def pytest_report_header(config):
