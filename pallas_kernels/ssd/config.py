@@ -40,7 +40,7 @@ class SsdConfig:
     state_block_n: int = 0  # sequential state passes: state columns (of N) per program; 0: all
     rebuild_block_p: int = 64  # the backward's rebuild of the block states from the kept ones: head dims per program
     state_num_warps: int = 4
-    bwd_num_warps: int = 8  # backward per-head kernel (dx, dz, ddt, dA, dD, d dt_bias); 4 spill (ptxas)
+    bwd_num_warps: int = 8  # backward per-head kernel (dx, dz, ddt, dA, dD, d dt_bias); whole 64-dim heads spill at 4
     bwd_block_p: int = MAX_HEADDIM  # backward per-head kernel: head dims per program (clipped to headdim)
     bwd_head_splits: int = 4  # backward dB/dC kernel: programs sharing a group's heads (at most; rounded to a divisor)
     dbc_num_warps: int = 8

@@ -1,9 +1,10 @@
 """Backward Pallas kernels of the chunked SSD: a sequential pass for the state gradients, then every other
 gradient block-parallel.
 
-1. ``ssd_bwd_dstates``, grid (batch, H, headdim blocks): walks the blocks last to first carrying dS, the
-   (block_p, Np) float32 gradient of the state leaving the block, and stores it per block (in the dot dtype), then
-   d initial_states. Per block: dS ← carry dS + (from_start ∘ dy)ᵀ C, with dy = dout silu(z).
+1. ``ssd_bwd_dstates``, grid (batch, H, headdim blocks x state-column blocks): walks the blocks last to first
+   carrying dS, its (block_p, Nb) tile of the float32 gradient of the state leaving the block, and stores it per
+   block (in the dot dtype), then d initial_states. Per block: dS ← carry dS + (from_start ∘ dy)ᵀ C, with
+   dy = dout silu(z).
 2. ``ssd_bwd_dx``, grid (batch x blocks, H, headdim blocks), no carry: per block, head and ``bwd_block_p`` head
    dims, with the block's incoming state S (saved by the forward), the gradient dS of its outgoing state,
    M = C·Bᵀ ∘ decay and X = dt x:

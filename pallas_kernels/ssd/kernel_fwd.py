@@ -1,9 +1,9 @@
 """Forward Pallas kernels of the chunked SSD: out, the final state and (for the backward) the block-start states.
 
 Two ways, the fused one when L <= ``SsdConfig.fused_forward_max_l``:
-  - split: a sequential state pass (grid (batch, H, headdim blocks): each program walks L in blocks of T
-    carrying its (block_p, Np) float32 state and stores every block's incoming state), then a block-parallel output
-    pass (grid (batch x blocks, H, headdim blocks)) that needs no carry, or with
+  - split: a sequential state pass (grid (batch, H, headdim blocks x state-column blocks): each program walks L
+    in blocks of T carrying its (block_p, Nb) tile of the float32 state and stores every block's incoming state),
+    then a block-parallel output pass (grid (batch x blocks, H, headdim blocks)) that needs no carry, or with
     ``SsdConfig.persistent_programs`` that many long-lived programs walking those tiles (a persistent grid: the
     seed paper's open question 1, whether launch and teardown of short thread blocks cost bandwidth);
   - fused: one sequential pass that also computes the output as it walks (no states stored unless saving). It
