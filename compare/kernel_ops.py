@@ -15,11 +15,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from pallas_kernels import causal_conv1d_fn, mamba_chunk_scan_combined, selective_scan_fn
-from pallas_kernels._triton import gpu_sm_count
 from pallas_kernels.causal_conv1d.config import ConvConfig
 from pallas_kernels.selective_scan.config import ScanConfig
+from pallas_kernels.ssd.api import pallas_config as ssd_pallas_config
 from pallas_kernels.ssd.config import SsdConfig
-from pallas_kernels.ssd.config import default_config as ssd_default_config
 
 
 @dataclasses.dataclass
@@ -192,7 +191,7 @@ def ssd_jax(variant: Variant, arrays, dtypes, cotangent, shape):
 def ssd_shape_config(shape, dtype: str) -> SsdConfig:
     """The config ``impl="pallas"`` picks for the shape on this GPU."""
     batch, seqlen, nheads, headdim, dstate, _, _ = shape
-    return ssd_default_config(batch, seqlen, nheads, headdim, dstate, jnp.dtype(dtype).itemsize, gpu_sm_count())
+    return ssd_pallas_config(batch, seqlen, nheads, headdim, dstate, dtype)
 
 
 def ssd_torch(ref, arrays, dtypes, cotangent, shape):

@@ -41,6 +41,12 @@ def registered_impls() -> tuple[str, ...]:
     return tuple(_REGISTERED)
 
 
+def pallas_config(batch: int, seqlen: int, nheads: int, headdim: int, dstate: int, dtype) -> SsdConfig:
+    """The tiling ``impl="pallas"`` uses when given no ``config``: ``default_config`` for these sizes, the inputs'
+    dtype and this GPU's SM count."""
+    return default_config(batch, seqlen, nheads, headdim, dstate, jnp.dtype(dtype).itemsize, gpu_sm_count())
+
+
 @jax.named_scope("ssd")  # the op's XLA-side work is attributed to it in profiles
 def mamba_chunk_scan_combined(
     x: jax.Array,
@@ -158,7 +164,7 @@ def _scan(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, dt
 
     if impl == "pallas":
         _check_pallas_supported(headdim, B.shape[3], config)
-        config = config or default_config(*x.shape, B.shape[3], jnp.dtype(x.dtype).itemsize, gpu_sm_count())
+        config = config or pallas_config(*x.shape, B.shape[3], x.dtype)
         dims = ssd_dims(
             x,
             B,
