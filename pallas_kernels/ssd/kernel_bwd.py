@@ -1,13 +1,13 @@
 """Backward Pallas kernels of the chunked SSD: a sequential pass for the state gradients, then every other
-gradient block-parallel.
+gradient block-parallel (programs launched head and head dims fastest: see ``block.block_program``).
 
 1. ``ssd_bwd_dstates``, grid (batch, H, headdim blocks x state-column blocks): walks the blocks last to first
    carrying dS, its (block_p, Nb) tile of the float32 gradient of the state leaving the block, and stores it per
    block (in the dot dtype), then d initial_states. Per block: dS ← carry dS + (from_start ∘ dy)ᵀ C, with
    dy = dout silu(z).
-2. ``ssd_bwd_dx``, grid (batch x blocks, H, headdim blocks), no carry: per block, head and ``bwd_block_p`` head
-   dims, with the block's incoming state S (saved by the forward), the gradient dS of its outgoing state,
-   M = C·Bᵀ ∘ decay and X = dt x:
+2. ``ssd_bwd_dx``, one program per (batch row, block, head, ``bwd_block_p`` head dims), no carry; with the
+   block's incoming state S (saved by the forward), the gradient dS of its outgoing state, M = C·Bᵀ ∘ decay and
+   X = dt x:
 
     dX  = Mᵀ dy + to_end ∘ (B dSᵀ)              dx = dt dX + D dy,  dD = Σ_l dy x
     d cs from the intra-block term (row minus column sums of dM ∘ M, dM = dy Xᵀ), the incoming state's term
@@ -16,8 +16,8 @@ gradient block-parallel.
     programs that split a head's dims store partial ddt, dA and d dt_bias (float32), which XLA sums. A split costs
     one more C·Bᵀ and decay per block and head and halves the (T, head dims) and state tiles a program holds.
 
-3. ``ssd_bwd_dbc``, grid (batch x blocks, G, splits): a program loops over its share (1 / splits) of the group's
-   heads, summing in registers
+3. ``ssd_bwd_dbc``, one program per (batch row, block, group, split): a program loops over its share (1 / splits)
+   of the group's heads, summing in registers
 
     dCB = Σ_heads dM ∘ decay,   dC = dCB B + Σ_heads from_start ∘ (dy S),   dB = dCBᵀ C + Σ_heads to_end ∘ (X dS)
 
@@ -98,7 +98,7 @@ def _dx_kernel(x_ref, dt_ref, A_ref, B_ref, C_ref, states_ref, dstates_ref, dout
     dx_ref, ddt_ref, dA_ref, *opt_outs = outs
     (dD_ref, dz_ref, dbias_ref), _ = optional_refs(opt_outs, (dims.has_D, dims.has_z, dims.has_bias))
     prog, k = block_program(dims)
-    b, h, t0, part = prog.b, prog.h, k * dims.block_l, pl.program_id(2)
+    b, h, t0, part = prog.b, prog.h, k * dims.block_l, prog.p0 // dims.block_p
     f32 = jnp.float32
     mm_dtype = x_ref.dtype
     ins = (x_ref, dt_ref, A_ref, states_ref, dstates_ref, dout_ref)
@@ -133,8 +133,10 @@ def _dx_kernel(x_ref, dt_ref, A_ref, B_ref, C_ref, states_ref, dstates_ref, dout
 
 def _dbc_kernel(x_ref, dt_ref, A_ref, B_ref, C_ref, states_ref, dstates_ref, dout_ref, *refs, dims: SsdDims, splits):
     (z_ref, bias_ref, seq_ref), (dB_ref, dC_ref) = optional_refs(refs, (dims.has_z, dims.has_bias, dims.has_seq))
-    pid = pl.program_id(0)
-    b, k, g, split = pid // dims.nblocks, pid % dims.nblocks, pl.program_id(1), pl.program_id(2)
+    pid = pl.program_id(0)  # splits fastest, then groups, then (batch row, block): a block's programs run together
+    split, rest = pid % splits, pid // splits
+    g, bk = rest % dims.ngroups, rest // dims.ngroups
+    b, k = bk // dims.nblocks, bk % dims.nblocks
     heads = dims.heads_per_group // splits  # this program's heads: first_head + [0, heads)
     first_head = g * dims.heads_per_group + split * heads
     t0 = k * dims.block_l
@@ -223,7 +225,7 @@ def ssd_backward(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, states,
         functools.partial(_dbc_kernel, dims=dims, splits=splits),
         tensors + [t for t in (z, dt_bias, seq_idx) if t is not None],
         [partial_bc, partial_bc],
-        (batch * dims.nblocks, dims.ngroups, splits),
+        (batch * dims.nblocks * dims.ngroups * splits,),
         dims,
         config.dbc_num_warps,
         config.bwd_num_stages,

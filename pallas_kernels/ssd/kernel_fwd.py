@@ -3,9 +3,10 @@
 Two ways, the fused one when L <= ``SsdConfig.fused_forward_max_l``:
   - split: a sequential state pass (grid (batch, H, headdim blocks x state-column blocks): each program walks L
     in blocks of T carrying its (block_p, Nb) tile of the float32 state and stores every block's incoming state),
-    then a block-parallel output pass (grid (batch x blocks, H, headdim blocks)) that needs no carry, or with
-    ``SsdConfig.persistent_programs`` that many long-lived programs walking those tiles (a persistent grid: the
-    seed paper's open question 1, whether launch and teardown of short thread blocks cost bandwidth);
+    then a block-parallel output pass (one program per batch row, block, head and headdim block, launched head
+    fastest: ``block.block_program``) that needs no carry, or with ``SsdConfig.persistent_programs`` that many
+    long-lived programs walking those tiles (a persistent grid: the seed paper's open question 1, whether launch
+    and teardown of short thread blocks cost bandwidth);
   - fused: one sequential pass that also computes the output as it walks (no states stored unless saving). It
     has batch x H x headdim-blocks programs, each walking all L / T blocks: faster while that fills the GPU and the
     walk is short (mamba2-130m and 2.7b layers at L 2048 on an H100: 0.19 vs 0.27 ms and 0.37 vs 0.48 ms), slower
@@ -117,12 +118,16 @@ def _states_kernel(x_ref, dt_ref, A_ref, B_ref, *refs, dims: SsdDims, keep: bool
 
 
 def _rebuild_kernel(x_ref, dt_ref, A_ref, B_ref, kept_ref, *refs, dims: SsdDims):
-    """Grid (batch x segments, H, headdim blocks): a segment of ``keep_blocks`` blocks from its kept float32 state,
-    storing each block's incoming state in the dot dtype, as the forward's state pass would."""
+    """One-axis grid over (batch row, segment, head, headdim x state-column tile), the tile fastest, then the head (so
+    that a segment's programs, which read its B, run together): a segment of ``keep_blocks`` blocks from its kept
+    float32 state, storing each block's incoming state in the dot dtype, as the forward's state pass would."""
     (bias_ref, seq_ref), (states_ref,) = optional_refs(refs, (dims.has_bias, dims.has_seq))
+    tiles = dims.p_blocks * dims.n_blocks
     pid = pl.program_id(0)
-    b, segment = pid // dims.nkept, pid % dims.nkept
-    prog = sequential_program(dims, b=b)
+    tile, rest = pid % tiles, pid // tiles
+    h, bs = rest % dims.nheads, rest // dims.nheads
+    b, segment = bs // dims.nkept, bs % dims.nkept
+    prog = sequential_program(dims, b=b, h=h, tile=tile)
     A = A_ref[prog.h]
     bias = bias_ref[prog.h] if bias_ref is not None else None
     first = segment * dims.keep_blocks
@@ -143,7 +148,7 @@ def rebuild_block_states(x, dt, A, B, dt_bias, seq_idx, kept, dims: SsdDims, con
     sdims = dims.with_state_tiles(config.rebuild_block_p, config.state_block_n)
     inputs = [x, dt, A, B, kept] + [t for t in (dt_bias, seq_idx) if t is not None]
     shape = jax.ShapeDtypeStruct((batch, dims.nblocks, nheads, headdim, dims.dstate), x.dtype)
-    grid = (batch * dims.nkept, nheads, sdims.grid[2])
+    grid = (batch * dims.nkept * nheads * sdims.grid[2],)
     kernel = functools.partial(_rebuild_kernel, dims=sdims)
     (states,) = call_kernel(
         kernel, inputs, [shape], grid, sdims, config.state_num_warps, config.num_stages, "ssd_bwd_rebuild_states"
@@ -177,18 +182,15 @@ def _output_kernel(x_ref, dt_ref, A_ref, B_ref, C_ref, states_ref, *refs, dims: 
 
 def _persistent_output_kernel(x_ref, dt_ref, A_ref, B_ref, C_ref, states_ref, *refs, dims: SsdDims, save: bool,
                               programs: int):  # fmt: skip
-    """``programs`` long-lived programs over the ``block_grid`` tiles, in its launch order (batch row x block
-    fastest): program i takes tiles i, i + programs, ...; past the last tile it redoes the last one (the same values
-    stored again), so every program runs the same number of steps with no branch."""
-    batch_blocks, nheads, _ = dims.block_grid
-    tiles = batch_blocks * nheads * dims.p_blocks
+    """``programs`` long-lived programs over the ``block_grid`` tiles, in its launch order (``block_program``):
+    program i takes tiles i, i + programs, ...; past the last tile it redoes the last one (the same values stored
+    again), so every program runs the same number of steps with no branch."""
+    tiles = dims.block_tiles
     first = pl.program_id(0)  # read outside the loop (interpret mode binds it at the kernel's top level)
 
     def step(i, carry):
-        tile = jnp.minimum(first + i * programs, tiles - 1)
-        bk, rest = tile % batch_blocks, tile // batch_blocks
-        prog = Program(dims, (rest // nheads) * dims.block_p, b=bk // dims.nblocks, h=rest % nheads)
-        _output_tile(prog, bk % dims.nblocks, x_ref, dt_ref, A_ref, B_ref, C_ref, states_ref, refs, save)
+        prog, k = block_program(dims, jnp.minimum(first + i * programs, tiles - 1))
+        _output_tile(prog, k, x_ref, dt_ref, A_ref, B_ref, C_ref, states_ref, refs, save)
         return carry
 
     jax.lax.fori_loop(0, -(-tiles // programs), step, 0)
@@ -231,8 +233,7 @@ def ssd_forward(
         "ssd_fwd_states",
     )
     inputs = [x, dt, A, B, C, states] + [t for t in (D, z, dt_bias, seq_idx) if t is not None]
-    tiles = dims.block_grid[0] * dims.block_grid[1] * dims.block_grid[2]
-    if 0 < config.persistent_programs < tiles:
+    if 0 < config.persistent_programs < dims.block_tiles:
         programs = config.persistent_programs
         kernel = functools.partial(_persistent_output_kernel, dims=dims, save=save, programs=programs)
         grid, name = (programs, 1, 1), "ssd_fwd_out_persistent"
