@@ -95,6 +95,17 @@ def matmul_tflops(reps: int) -> float:
     return 2 * 8192**3 / (ms * 1e-3) / 1e12
 
 
+def _field_value(key: str, value: str, kind) -> str | int | bool:
+    """A config field's value from text: str as is, bool from true/false/1/0, else int."""
+    if kind in (str, "str"):
+        return value
+    if kind in (bool, "bool"):
+        if value.lower() not in ("true", "false", "1", "0"):
+            raise SystemExit(f"--pallas-config: {key} takes true/false/1/0, got {value!r}")
+        return value.lower() in ("true", "1")
+    return int(value)
+
+
 def parse_config(text: str, op: KernelOp = OPS["selective_scan"]) -> Variant:
     """'block_d=32,num_warps=1,...' -> a pallas variant of ``op``'s config class, labelled by the text."""
     types = {f.name: f.type for f in dataclasses.fields(op.config_cls)}
@@ -103,7 +114,7 @@ def parse_config(text: str, op: KernelOp = OPS["selective_scan"]) -> Variant:
         key, _, value = item.partition("=")
         if key not in types:
             raise SystemExit(f"--pallas-config: unknown field {key!r}; fields: {list(types)}")
-        fields[key] = value if types[key] in (str, "str") else int(value)
+        fields[key] = _field_value(key, value, types[key])
     config = op.config_cls(**fields)
     config.validate()
     return Variant(f"pallas[{text}]", "pallas", config, fields)

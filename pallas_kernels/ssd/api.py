@@ -179,6 +179,7 @@ def _scan(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, dt
             config.block_p,
             interpret_mode(),
             config.checkpoint_every,
+            config.shared_scores,
         )
         D_heads = None if D is None else jnp.broadcast_to(D.reshape(nheads, -1), (nheads, headdim)).astype(jnp.float32)
         seq = None if seq_idx is None else seq_idx.astype(jnp.int32)

@@ -43,6 +43,7 @@ class SsdDims:
     interpret: bool
     keep_blocks: int = 1  # blocks between the states the forward keeps for the backward (1: every block's)
     block_n: int = 0  # state columns per program (the sequential passes only; 0: all N)
+    has_scores: bool = False  # the per-head kernels read C·Bᵀ per block and group (``block_scores``)
 
     @property
     def heads_per_group(self) -> int:
@@ -100,7 +101,20 @@ class SsdDims:
 
 
 def ssd_dims(
-    x, B, D, z, dt_bias, initial_states, seq_idx, softplus_, dt_limit, block_l, block_p, interpret, checkpoint_every=0
+    x,
+    B,
+    D,
+    z,
+    dt_bias,
+    initial_states,
+    seq_idx,
+    softplus_,
+    dt_limit,
+    block_l,
+    block_p,
+    interpret,
+    checkpoint_every=0,
+    shared_scores=False,
 ):
     batch, seqlen, nheads, headdim = x.shape
     return SsdDims(
@@ -121,6 +135,29 @@ def ssd_dims(
         block_p=max(MIN_DOT, min(block_p, next_pow2(headdim))),
         interpret=interpret,
         keep_blocks=max(1, checkpoint_every // block_l),
+        has_scores=bool(shared_scores),
+    )
+
+
+def block_scores(B: jax.Array, C: jax.Array, block_l: int) -> jax.Array:
+    """C·Bᵀ within each block of ``block_l`` positions, per group: (batch, nblocks, G, T, T) float32 from B, C
+    (batch, L, G, N) in the dots' dtype; entry [b, k, g, l, s] = C[b, k T + l, g] · B[b, k T + s, g], zero past L.
+    In XLA, once per group, for the per-head kernels that would otherwise each recompute it; float32 operands are
+    multiplied in full float32, like ``mm``."""
+    batch, seqlen, ngroups, dstate = B.shape
+    nblocks = -(-seqlen // block_l)
+
+    def blocks(t):
+        t = jnp.pad(t, ((0, 0), (0, nblocks * block_l - seqlen), (0, 0), (0, 0)))
+        return t.reshape(batch, nblocks, block_l, ngroups, dstate)
+
+    precision = jax.lax.Precision.HIGHEST if B.dtype == jnp.float32 else None
+    return jnp.einsum(
+        "bklgn,bksgn->bkgls",
+        blocks(C),
+        blocks(B),
+        precision=precision,
+        preferred_element_type=jnp.float32,
     )
 
 
@@ -235,6 +272,10 @@ class Program:
         else:
             kb = self.dims.keep_blocks  # k >= 0: lax's truncating div/rem (jnp's floor forms do not lower to Triton)
             self.store_state(ref, state, self.b, jax.lax.div(k, kb), self.h, when=jax.lax.rem(k, kb) == 0)
+
+    def load_scores(self, ref, k) -> jax.Array:
+        """(T, T) float32 C·Bᵀ of block ``k`` and this program's group, from ``block_scores``."""
+        return plgpu.load(ref.at[self.b, k, self.g])
 
     def load_head_dims(self, ref) -> jax.Array:
         """(block_p,) float32 of an (H, P) array."""

@@ -15,6 +15,9 @@ tile these kernels).
 The backward reads every block's incoming state. With ``checkpoint_every`` the forward keeps (in float32) only every
 that many positions' state, and the backward first rebuilds the block states from them with one more sequential
 pass whose segments run in parallel; a layer's block states then exist only during its own backward.
+
+With ``shared_scores`` the forward's output and the backward's per-head kernel read each block's C·Bᵀ (T, T), float32,
+computed once per group by XLA (``block.block_scores``), instead of each program (head, head dims) recomputing it.
 ``default_config`` keeps every block's state while they are small (the rebuild costs time) and every
 KEEP_EVERY positions beyond KEEP_ALL_MAX_BYTES.
 """
@@ -46,6 +49,7 @@ class SsdConfig:
     dbc_num_warps: int = 8
     bwd_num_stages: int = 2
     checkpoint_every: int = 0  # positions between the states kept for the backward (a multiple of block_l; 0: all)
+    shared_scores: bool = False  # C·Bᵀ of each block and group once (XLA), read by the per-head kernels
 
     def validate(self) -> None:
         for name in ("block_l", "block_p", "state_block_p", "bwd_block_p", "rebuild_block_p"):
@@ -65,6 +69,8 @@ class SsdConfig:
             raise ValueError(
                 f"SsdConfig.checkpoint_every must be 0 or a positive multiple of block_l={self.block_l}, got {every!r}"
             )
+        if not isinstance(self.shared_scores, bool):
+            raise ValueError(f"SsdConfig.shared_scores must be a bool, got {self.shared_scores!r}")
         n = self.state_block_n
         if not isinstance(n, int) or (n != 0 and (n < MIN_DOT or n != next_pow2(n))):
             raise ValueError(f"SsdConfig.state_block_n must be 0 or a power of two >= {MIN_DOT}, got {n!r}")

@@ -35,7 +35,16 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
 from pallas_kernels._triton import sigmoid
-from pallas_kernels.ssd.block import Program, SsdDims, block_program, call_kernel, mm, optional_refs, sequential_program
+from pallas_kernels.ssd.block import (
+    Program,
+    SsdDims,
+    block_program,
+    block_scores,
+    call_kernel,
+    mm,
+    optional_refs,
+    sequential_program,
+)
 
 
 def _reverse_cumsum(v: jax.Array) -> jax.Array:
@@ -93,8 +102,8 @@ def _head_inputs(prog: Program, k, ins, opt, dz_ref=None):
 
 
 def _dx_kernel(x_ref, dt_ref, A_ref, B_ref, C_ref, states_ref, dstates_ref, dout_ref, *refs, dims: SsdDims):
-    flags = (dims.has_D, dims.has_z, dims.has_bias, dims.has_seq, dims.has_z)
-    (D_ref, z_ref, bias_ref, seq_ref, ypre_ref), outs = optional_refs(refs, flags)
+    flags = (dims.has_D, dims.has_z, dims.has_bias, dims.has_seq, dims.has_z, dims.has_scores)
+    (D_ref, z_ref, bias_ref, seq_ref, ypre_ref, scores_ref), outs = optional_refs(refs, flags)
     dx_ref, ddt_ref, dA_ref, *opt_outs = outs
     (dD_ref, dz_ref, dbias_ref), _ = optional_refs(opt_outs, (dims.has_D, dims.has_z, dims.has_bias))
     prog, k = block_program(dims)
@@ -107,7 +116,8 @@ def _dx_kernel(x_ref, dt_ref, A_ref, B_ref, C_ref, states_ref, dstates_ref, dout
     Cm = prog.load_group(C_ref, t0)
     dy_mm = dy.astype(mm_dtype)
 
-    M = mm(Cm, Bm, trans_b=True) * blk.intra
+    CB = prog.load_scores(scores_ref, k) if scores_ref is not None else mm(Cm, Bm, trans_b=True)
+    M = CB * blk.intra
     dM = mm(dy_mm, X.astype(mm_dtype), trans_b=True)
     BdS = mm(Bm, dS, trans_b=True)
     dX = mm(M.astype(mm_dtype), dy_mm, trans_a=True) + blk.to_end[:, None] * BdS
@@ -193,6 +203,7 @@ def ssd_backward(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, states,
     )
 
     tensors = [x, dt, A, B, C, states, dstates, dout]
+    scores = block_scores(B, C, dims.block_l) if dims.has_scores else None
     xdims = dims.with_block_p(config.bwd_block_p)
     parts = xdims.p_blocks  # programs per head; > 1: ddt, dA, d dt_bias leave as float32 partials
     per_block = jax.ShapeDtypeStruct((batch, dims.nblocks, nheads, parts), f32)
@@ -206,7 +217,7 @@ def ssd_backward(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, states,
     shapes += [shape for flag, shape in optional_outs if flag]
     dx, ddt, dA, *rest = call_kernel(
         functools.partial(_dx_kernel, dims=xdims),
-        tensors + [t for t in (D, z, dt_bias, seq_idx, ypre) if t is not None],
+        tensors + [t for t in (D, z, dt_bias, seq_idx, ypre, scores) if t is not None],
         shapes,
         xdims.block_grid,
         xdims,

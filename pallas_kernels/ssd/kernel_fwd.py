@@ -29,13 +29,14 @@ from pallas_kernels.ssd.block import (
     Program,
     SsdDims,
     block_program,
+    block_scores,
     call_kernel,
     mm,
     optional_refs,
     sequential_program,
 )
 
-_FLAGS = ("has_D", "has_z", "has_bias", "has_init", "has_seq")
+_FLAGS = ("has_D", "has_z", "has_bias", "has_init", "has_seq", "has_scores")
 
 
 def _flags(dims: SsdDims) -> tuple[bool, ...]:
@@ -54,9 +55,10 @@ def _pass_block(prog: Program, t0, state, x_ref, dt_ref, B_ref, A, bias, seq_ref
     return _next_state(blk, state, prog.load_heads(x_ref, t0), prog.load_group(B_ref, t0))
 
 
-def _block_output(prog: Program, blk: Block, t0, x, Bm, Cm, state_mm, Dv, z_ref, out_ref, ypre_ref) -> None:
-    """y = (C·Bᵀ ∘ decay ∘ dt) x + exp(cs) C·stateᵀ + D x, stored before (ypre) and after the z gate."""
-    scores = mm(Cm, Bm, trans_b=True) * blk.intra * blk.dt[None, :]
+def _block_output(prog: Program, blk: Block, t0, x, CB, Cm, state_mm, Dv, z_ref, out_ref, ypre_ref) -> None:
+    """y = (C·Bᵀ ∘ decay ∘ dt) x + exp(cs) C·stateᵀ + D x, stored before (ypre) and after the z gate; ``CB`` is the
+    block's (T, T) float32 C·Bᵀ."""
+    scores = CB * blk.intra * blk.dt[None, :]
     y = mm(scores.astype(x.dtype), x) + blk.from_start[:, None] * mm(Cm, state_mm, trans_b=True)
     if Dv is not None:
         y = y + x.astype(jnp.float32) * Dv[None, :]
@@ -75,7 +77,7 @@ def _initial_state(prog: Program, init_ref):
 
 
 def _fused_kernel(x_ref, dt_ref, A_ref, B_ref, C_ref, *refs, dims: SsdDims, save: bool):
-    (D_ref, z_ref, bias_ref, init_ref, seq_ref), outs = optional_refs(refs, _flags(dims))
+    (D_ref, z_ref, bias_ref, init_ref, seq_ref, scores_ref), outs = optional_refs(refs, _flags(dims))
     out_ref, final_ref, *saved = outs
     prog = sequential_program(dims)
     A = A_ref[prog.h]
@@ -92,7 +94,8 @@ def _fused_kernel(x_ref, dt_ref, A_ref, B_ref, C_ref, *refs, dims: SsdDims, save
         state_mm = state.astype(x.dtype)
         if save:
             prog.keep_state(saved[0], state, k)
-        _block_output(prog, blk, t0, x, Bm, Cm, state_mm, Dv, z_ref, out_ref, ypre_ref)
+        CB = prog.load_scores(scores_ref, k) if scores_ref is not None else mm(Cm, Bm, trans_b=True)
+        _block_output(prog, blk, t0, x, CB, Cm, state_mm, Dv, z_ref, out_ref, ypre_ref)
         return _next_state(blk, state, x, Bm)
 
     state = jax.lax.fori_loop(0, dims.nblocks, step, _initial_state(prog, init_ref))
@@ -159,8 +162,8 @@ def rebuild_block_states(x, dt, A, B, dt_bias, seq_idx, kept, dims: SsdDims, con
 def _output_tile(prog: Program, k, x_ref, dt_ref, A_ref, B_ref, C_ref, states_ref, refs, save: bool) -> None:
     """The output of block ``k`` for ``prog``'s batch row, head and head dims, from the block's stored state."""
     dims = prog.dims
-    (D_ref, z_ref, bias_ref, seq_ref), (out_ref, *saved) = optional_refs(
-        refs, (dims.has_D, dims.has_z, dims.has_bias, dims.has_seq)
+    (D_ref, z_ref, bias_ref, seq_ref, scores_ref), (out_ref, *saved) = optional_refs(
+        refs, (dims.has_D, dims.has_z, dims.has_bias, dims.has_seq, dims.has_scores)
     )
     t0 = k * dims.block_l
     A = A_ref[prog.h]
@@ -170,9 +173,9 @@ def _output_tile(prog: Program, k, x_ref, dt_ref, A_ref, B_ref, C_ref, states_re
     x = prog.load_heads(x_ref, t0)
     state_mm = prog.load_state(states_ref, prog.b, k, prog.h)
     ypre_ref = saved[0] if save and z_ref is not None else None
-    _block_output(
-        prog, blk, t0, x, prog.load_group(B_ref, t0), prog.load_group(C_ref, t0), state_mm, Dv, z_ref, out_ref, ypre_ref
-    )
+    Cm = prog.load_group(C_ref, t0)
+    CB = prog.load_scores(scores_ref, k) if scores_ref is not None else mm(Cm, prog.load_group(B_ref, t0), trans_b=True)
+    _block_output(prog, blk, t0, x, CB, Cm, state_mm, Dv, z_ref, out_ref, ypre_ref)
 
 
 def _output_kernel(x_ref, dt_ref, A_ref, B_ref, C_ref, states_ref, *refs, dims: SsdDims, save: bool):
@@ -211,8 +214,10 @@ def ssd_forward(
         kept_shape = jax.ShapeDtypeStruct((batch, dims.nkept, nheads, headdim, dims.dstate), jnp.float32)
     extra = [out_shape] if save and z is not None else []
     warps, stages = config.num_warps, config.num_stages
+    scores = block_scores(B, C, dims.block_l) if dims.has_scores else None
     if dims.seqlen <= config.fused_forward_max_l:
-        inputs = [x, dt, A, B, C] + [t for t in (D, z, dt_bias, initial_states, seq_idx) if t is not None]
+        optional = (D, z, dt_bias, initial_states, seq_idx, scores)
+        inputs = [x, dt, A, B, C] + [t for t in optional if t is not None]
         shapes = [out_shape, final_shape] + ([kept_shape] if save else []) + extra
         kernel = functools.partial(_fused_kernel, dims=dims, save=save)
         out, final, *saved = call_kernel(kernel, inputs, shapes, dims.grid, dims, warps, stages, "ssd_fwd_fused")
@@ -232,7 +237,7 @@ def ssd_forward(
         stages,
         "ssd_fwd_states",
     )
-    inputs = [x, dt, A, B, C, states] + [t for t in (D, z, dt_bias, seq_idx) if t is not None]
+    inputs = [x, dt, A, B, C, states] + [t for t in (D, z, dt_bias, seq_idx, scores) if t is not None]
     if 0 < config.persistent_programs < dims.block_tiles:
         programs = config.persistent_programs
         kernel = functools.partial(_persistent_output_kernel, dims=dims, save=save, programs=programs)

@@ -60,6 +60,10 @@ def test_pallas_config_variants_parse_and_validate():
         kernels.parse_config("fused_forward_max_l=-1", ssd)
     with pytest.raises(SystemExit, match="unknown field 'block_d'"):
         kernels.parse_config("block_d=8", ssd)
+    assert kernels.parse_config("shared_scores=true", ssd).config.shared_scores is True
+    assert kernels.parse_config("shared_scores=0", ssd).config.shared_scores is False
+    with pytest.raises(SystemExit, match="shared_scores takes true/false/1/0, got '2'"):
+        kernels.parse_config("shared_scores=2", ssd)
     variant = kernels.parse_config("design=chunked,bwd_design=chunked,rows=8,bwd_rows=16,segments=3")
     assert variant.config == ScanConfig(design="chunked", bwd_design="chunked", rows=8, bwd_rows=16, segments=3)
     with pytest.raises(ValueError, match="design must be one of"):
