@@ -37,9 +37,9 @@ def kept(every: int, **tiling) -> SsdConfig:
 
 
 BWD_HEADDIM_SPLIT = SsdConfig(block_l=16, block_p=16, bwd_block_p=16)
-SHARED_FUSED = SsdConfig(block_l=16, bwd_block_p=16, shared_scores=True)
-SHARED_SPLIT = split(block_l=32, shared_scores=True)
-SHARED_PERSISTENT = persistent(5, 16, shared_scores=True)
+OWN_SCORES_FUSED = SsdConfig(block_l=16, bwd_block_p=16, shared_scores=False)
+OWN_SCORES_SPLIT = split(block_l=32, shared_scores=False)
+OWN_SCORES_PERSISTENT = persistent(5, 16, shared_scores=False)
 STATE_COLUMNS_SPLIT = split(block_l=16, state_block_n=16)
 KEPT_COLUMNS_SPLIT = kept(32, fused_forward_max_l=0, state_block_n=16)  # the rebuild too, on 2 column blocks of N 24
 
@@ -98,12 +98,13 @@ CASES = [  # batch, L, H, P, N, G, chunk, dtype, D, z, init, seq_idx, softplus, 
     (2, 100, 4, 48, 16, 2, 64, jnp.bfloat16, "H", True, True, True, True, (0.0, INF), kept(48, rebuild_block_p=16)),
     (1, 130, 4, 16, 24, 1, 64, jnp.float32, "HP", True, False, True, True, (0.0, INF), KEPT_COLUMNS_SPLIT),
     (1, 1, 2, 16, 16, 1, 64, jnp.float32, "H", False, True, False, True, (0.0, INF), kept(64)),
-    # C·Bᵀ per block and group from XLA (shared_scores): fused forward with head dims split in the backward, split
-    # forward (float32, partial last block, 3 groups), persistent output pass, one position
-    (2, 100, 4, 48, 16, 2, 64, jnp.bfloat16, "HP", True, True, True, True, (0.0, INF), SHARED_FUSED),
-    (1, 130, 6, 16, 24, 3, 128, jnp.float32, "H", True, True, True, True, (0.0, INF), SHARED_SPLIT),
-    (2, 37, 4, 16, 16, 2, 64, jnp.float16, "H", True, False, False, True, (0.0, INF), SHARED_PERSISTENT),
-    (1, 1, 2, 16, 16, 1, 64, jnp.bfloat16, None, False, True, False, False, (0.0, INF), SHARED_FUSED),
+    # each program computing its block's C·Bᵀ itself (shared_scores=False; the others read it from XLA): fused
+    # forward with head dims split in the backward, split forward (float32, partial last block, 3 groups),
+    # persistent output pass, one position
+    (2, 100, 4, 48, 16, 2, 64, jnp.bfloat16, "HP", True, True, True, True, (0.0, INF), OWN_SCORES_FUSED),
+    (1, 130, 6, 16, 24, 3, 128, jnp.float32, "H", True, True, True, True, (0.0, INF), OWN_SCORES_SPLIT),
+    (2, 37, 4, 16, 16, 2, 64, jnp.float16, "H", True, False, False, True, (0.0, INF), OWN_SCORES_PERSISTENT),
+    (1, 1, 2, 16, 16, 1, 64, jnp.bfloat16, None, False, True, False, False, (0.0, INF), OWN_SCORES_FUSED),
 ]
 
 
