@@ -190,8 +190,8 @@ def ssd_jax(variant: Variant, arrays, dtypes, cotangent, shape):
 
 def ssd_shape_config(shape, dtype: str) -> SsdConfig:
     """The config ``impl="pallas"`` picks for the shape on this GPU."""
-    batch, seqlen, nheads, headdim, dstate, _, _ = shape
-    return ssd_pallas_config(batch, seqlen, nheads, headdim, dstate, dtype)
+    batch, seqlen, nheads, headdim, dstate, groups, _ = shape
+    return ssd_pallas_config(batch, seqlen, nheads, headdim, dstate, dtype, groups)
 
 
 def ssd_torch(ref, arrays, dtypes, cotangent, shape):

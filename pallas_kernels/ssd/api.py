@@ -41,10 +41,13 @@ def registered_impls() -> tuple[str, ...]:
     return tuple(_REGISTERED)
 
 
-def pallas_config(batch: int, seqlen: int, nheads: int, headdim: int, dstate: int, dtype) -> SsdConfig:
+def pallas_config(
+    batch: int, seqlen: int, nheads: int, headdim: int, dstate: int, dtype, ngroups: int = 1
+) -> SsdConfig:
     """The tiling ``impl="pallas"`` uses when given no ``config``: ``default_config`` for these sizes, the inputs'
     dtype and this GPU's SM count."""
-    return default_config(batch, seqlen, nheads, headdim, dstate, jnp.dtype(dtype).itemsize, gpu_sm_count())
+    itemsize = jnp.dtype(dtype).itemsize
+    return default_config(batch, seqlen, nheads, headdim, dstate, itemsize, gpu_sm_count(), ngroups=ngroups)
 
 
 @jax.named_scope("ssd")  # the op's XLA-side work is attributed to it in profiles
@@ -164,7 +167,7 @@ def _scan(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, dt
 
     if impl == "pallas":
         _check_pallas_supported(headdim, B.shape[3], config)
-        config = config or pallas_config(*x.shape, B.shape[3], x.dtype)
+        config = config or pallas_config(*x.shape, B.shape[3], x.dtype, B.shape[2])
         dims = ssd_dims(
             x,
             B,

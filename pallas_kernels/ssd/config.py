@@ -19,7 +19,8 @@ pass whose segments run in parallel; a layer's block states then exist only duri
 With ``shared_scores`` (the default) the forward's output and the backward's per-head kernel read each block's C·Bᵀ
 (T, T), float32, computed once per group by XLA (``block.block_scores``), instead of each program (head, head dims)
 recomputing it. On an H100 (``benchmarks/kernels/h100-2026-11-25-ssd-shared*``) the fused forward took 228 against
-281 us at 130m and 446 against 521 at 2.7b, ``ssd_bwd_dx`` 10.36 against 10.67 ms at B1 L65536 H128.
+281 us at 130m and 446 against 521 at 2.7b, ``ssd_bwd_dx`` 10.36 against 10.67 ms at B1 L65536 H128;
+``default_config`` turns it off where each group has one head.
 ``default_config`` keeps every block's state while they are small (the rebuild costs time) and every
 KEEP_EVERY positions beyond KEEP_ALL_MAX_BYTES.
 """
@@ -90,9 +91,17 @@ WIDE_STATE_TILE_MIN_L = 16384  # ... and 32-dim tiles (two per head) only for wa
 
 
 def default_config(
-    batch: int, seqlen: int, nheads: int, headdim: int, dstate: int, itemsize: int, sm_count: int = 132
+    batch: int,
+    seqlen: int,
+    nheads: int,
+    headdim: int,
+    dstate: int,
+    itemsize: int,
+    sm_count: int = 132,
+    *,
+    ngroups: int = 1,
 ) -> SsdConfig:
-    """``SsdConfig()`` with four rules for the shapes:
+    """``SsdConfig()`` with five rules for the shapes:
 
     - the fused forward only where its programs (batch x heads x head-dim tiles) fill the GPU's ``sm_count``
       SMs: on an H100 (forward ms, fused / split, ``benchmarks/kernels/h100-2026-11-24-ssd-fused-vs-split*``) it
@@ -112,8 +121,10 @@ def default_config(
       ``...-ssd-final*``, ``ssd_bwd_dstates`` us at tiles 16 / 32 / 64): 2.7b 305 / 290 / 214 (320 programs at 64),
       B4 L4096 H64 462 / - / 243, B1 L65536 H128 4674 / 3162 / 3431 (256 programs at 32); 130m 151 / 188 / -
       (384 at 32, L 2048), B16 L512 H8 24 / 31 / -, B2 L8192 H32 288 / 491 / 516. Splitting N instead
-      (``state_block_n``) was slower everywhere (``...-ssd-state-columns*``)."""
-    config = SsdConfig()
+      (``state_block_n``) was slower everywhere (``...-ssd-state-columns*``);
+    - C·Bᵀ shared through XLA (``shared_scores``) only where a group has more than one head to share it: with one
+      head per group (B16 L512 H8 G8, ``...-ssd-other-b``) it cost 0.288 against 0.253 ms forward+backward."""
+    config = SsdConfig(shared_scores=nheads > ngroups)
     enough = STATE_PASS_PROGRAMS_PER_SM * sm_count
     if batch * nheads * -(-headdim // 64) >= enough:
         config = dataclasses.replace(config, state_block_p=64)

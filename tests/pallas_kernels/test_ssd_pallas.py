@@ -215,6 +215,15 @@ def test_default_config_state_passes_take_wider_tiles_only_where_enough_programs
     assert default_config(1, 65536, 2, 64, 128, 2).state_block_p == 16  # too few at any tile: the narrowest
 
 
+def test_default_config_shares_scores_only_where_a_group_has_several_heads():
+    """Measured on an H100 (benchmarks/kernels/h100-2026-11-25-ssd-shared*, ...-ssd-other-b)."""
+    from pallas_kernels.ssd.config import default_config
+
+    assert default_config(8, 2048, 24, 64, 128, 2).shared_scores  # 130m: 24 heads share one group's C·Bᵀ
+    assert default_config(4, 4096, 64, 64, 128, 2, ngroups=8).shared_scores  # 8 heads per group
+    assert not default_config(16, 512, 8, 64, 64, 2, ngroups=8).shared_scores  # one head per group: nothing shared
+
+
 def test_gradient_through_final_states_alone(rng):
     """The state's gradient path on its own (out unused): dx, ddt, dB, d initial_states from dfinal only."""
     arrays, exact, _ = make_inputs(rng, 2, 45, 2, 16, 16, 1, jnp.float32, D=None, z=False)
