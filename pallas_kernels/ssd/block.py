@@ -190,6 +190,22 @@ def sequential_program(dims: SsdDims, b=None, h=None, tile=None) -> "Program":
     return Program(dims, (tile // dims.n_blocks) * dims.block_p, b=b, h=h, n0=(tile % dims.n_blocks) * dims.nb)
 
 
+def segment_program(dims: SsdDims) -> tuple["Program", jax.Array]:
+    """A segment-parallel walk's program and its segment (of ``keep_blocks`` blocks), on the one-axis grid
+    ``segment_tiles(dims)``: tiles (headdim block x state-column block) fastest, then head, then (batch row,
+    segment), so that the programs of one segment, which read its B and C, run together."""
+    tiles = dims.p_blocks * dims.n_blocks
+    pid = pl.program_id(0)
+    tile, rest = pid % tiles, pid // tiles
+    h, bs = rest % dims.nheads, rest // dims.nheads
+    return sequential_program(dims, b=bs // dims.nkept, h=h, tile=tile), bs % dims.nkept
+
+
+def segment_tiles(dims: SsdDims) -> int:
+    """Programs of a segment-parallel walk: batch x segments x heads x (headdim x state-column) tiles."""
+    return dims.batch * dims.nkept * dims.nheads * dims.p_blocks * dims.n_blocks
+
+
 def block_program(dims: SsdDims, tile=None) -> tuple["Program", jax.Array]:
     """The block-parallel program of ``tile`` (default: this program's id in the grid ``dims.block_grid``) and the
     index of its block. Tiles run headdim block fastest, then head, then (batch row, block): the programs of one

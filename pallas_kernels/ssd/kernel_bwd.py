@@ -43,8 +43,11 @@ from pallas_kernels.ssd.block import (
     call_kernel,
     mm,
     optional_refs,
+    segment_program,
+    segment_tiles,
     sequential_program,
 )
+from pallas_kernels.ssd.segments import segment_walk
 
 
 def _reverse_cumsum(v: jax.Array) -> jax.Array:
@@ -65,6 +68,15 @@ def _gated_dout(prog: Program, t0, dout_ref, z_ref, ypre_ref=None, dz_ref=None) 
     return dy * z * sz
 
 
+def _dstates_block(prog: Program, t0, dS, dt_ref, C_ref, dout_ref, z_ref, A, bias, seq_ref):
+    """The gradient of the state entering the block at ``t0`` from that of the state leaving it, and the block's
+    carry: dS ← carry dS + (from_start ∘ dy)ᵀ C."""
+    blk = prog.block(t0, dt_ref, A, bias, seq_ref, intra=False)
+    dy = _gated_dout(prog, t0, dout_ref, z_ref)
+    fs_dy = (blk.from_start[:, None] * dy).astype(C_ref.dtype)
+    return blk.carry * dS + mm(fs_dy, prog.load_group(C_ref, t0), trans_a=True), blk.carry
+
+
 def _dstates_kernel(dt_ref, A_ref, C_ref, dout_ref, dfinal_ref, *refs, dims: SsdDims):
     (z_ref, bias_ref, seq_ref), (dstates_ref, *dinit) = optional_refs(refs, (dims.has_z, dims.has_bias, dims.has_seq))
     prog = sequential_program(dims)
@@ -73,16 +85,68 @@ def _dstates_kernel(dt_ref, A_ref, C_ref, dout_ref, dfinal_ref, *refs, dims: Ssd
 
     def step(i, dS):
         k = dims.nblocks - 1 - i
-        t0 = k * dims.block_l
-        blk = prog.block(t0, dt_ref, A, bias, seq_ref, intra=False)
         prog.store_state(dstates_ref, dS, prog.b, k, prog.h)
-        dy = _gated_dout(prog, t0, dout_ref, z_ref)
-        fs_dy = (blk.from_start[:, None] * dy).astype(dstates_ref.dtype)
-        return blk.carry * dS + mm(fs_dy, prog.load_group(C_ref, t0), trans_a=True)
+        return _dstates_block(prog, k * dims.block_l, dS, dt_ref, C_ref, dout_ref, z_ref, A, bias, seq_ref)[0]
 
     dS = jax.lax.fori_loop(0, dims.nblocks, step, prog.load_state(dfinal_ref, prog.b, prog.h).astype(jnp.float32))
     if dinit:
         prog.store_state(dinit[0], dS, prog.b, prog.h)
+
+
+def _dstates_segment_kernel(dt_ref, A_ref, C_ref, dout_ref, *refs, dims: SsdDims, expand: bool):
+    """Grid ``segment_tiles(dims)`` (``segment_program``): ``ssd_bwd_dstates``'s walk over one segment, last block
+    first. ``expand``: from the gradient of the state leaving the segment, storing each block's (the two-level
+    backward's last level). Otherwise from zero, storing only the gradient the segment's own outputs give the state
+    entering it (float32) and the segment's decay."""
+    flags = (dims.has_z, dims.has_bias, dims.has_seq, expand)
+    (z_ref, bias_ref, seq_ref, ends_ref), outs = optional_refs(refs, flags)
+    prog, segment = segment_program(dims)
+    A = A_ref[prog.h]
+    bias = bias_ref[prog.h] if bias_ref is not None else None
+    last = segment * dims.keep_blocks + dims.keep_blocks - 1
+    if expand:
+        start = prog.load_state(ends_ref, prog.b, segment, prog.h).astype(jnp.float32)
+    else:
+        start = jnp.zeros((dims.block_p, dims.nb), jnp.float32)
+
+    def step(i, carry):
+        dS, decay = carry
+        k = last - i
+        inside = k < dims.nblocks  # past the end (the last segment's tail): dS stays
+        t0 = jnp.minimum(k, dims.nblocks - 1) * dims.block_l
+        if expand:
+            prog.store_state(outs[0], dS, prog.b, k, prog.h, when=inside)
+        new, carry = _dstates_block(prog, t0, dS, dt_ref, C_ref, dout_ref, z_ref, A, bias, seq_ref)
+        return jnp.where(inside, new, dS), jnp.where(inside, decay * carry, decay)
+
+    dS, decay = jax.lax.fori_loop(0, dims.keep_blocks, step, (start, jnp.float32(1.0)))
+    if not expand:
+        local_ref, decay_ref = outs
+        prog.store_state(local_ref, dS, prog.b, segment, prog.h)
+        decay_ref[prog.b, segment, prog.h] = decay
+
+
+def _two_level_dstates(dt, A, C, dout, dfinal, z, dt_bias, seq_idx, states, dims: SsdDims, config):
+    """``ssd_bwd_dstates`` in two levels (``SsdConfig.two_level_states``): each segment's own contribution and decay
+    in parallel, the reverse walk over segments from d final_states, then each segment's blocks from the gradient of
+    the state leaving it. Returns the block state gradients (like ``states``) and d initial_states."""
+    batch, _, nheads, headdim, dstate = states.shape
+    sdims = dims.with_state_tiles(config.rebuild_block_p, config.state_block_n)
+    grid = (segment_tiles(sdims),)
+    inputs = [dt, A, C, dout] + [t for t in (z, dt_bias, seq_idx) if t is not None]
+    warps, stages = config.state_num_warps, config.bwd_num_stages
+    shapes = [
+        jax.ShapeDtypeStruct((batch, dims.nkept, nheads, headdim, dstate), jnp.float32),
+        jax.ShapeDtypeStruct((batch, dims.nkept, nheads), jnp.float32),
+    ]
+    local_kernel = functools.partial(_dstates_segment_kernel, dims=sdims, expand=False)
+    local, decay = call_kernel(local_kernel, inputs, shapes, grid, sdims, warps, stages, "ssd_bwd_segment_dstates")
+    ends, dinit = segment_walk(local, decay, dfinal, dims, config, reverse=True, name="ssd_bwd_segment_walk")
+    expand_kernel = functools.partial(_dstates_segment_kernel, dims=sdims, expand=True)
+    shape = jax.ShapeDtypeStruct(states.shape, states.dtype)
+    name = "ssd_bwd_block_dstates"
+    (dstates,) = call_kernel(expand_kernel, [*inputs, ends], [shape], grid, sdims, warps, stages, name)
+    return dstates, dinit
 
 
 def _head_inputs(prog: Program, k, ins, opt, dz_ref=None):
@@ -187,20 +251,25 @@ def ssd_backward(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, states,
     kernel splits them by ``config.bwd_block_p``."""
     batch, seqlen, nheads, headdim = x.shape
     f32 = jnp.float32
-    state_shape = jax.ShapeDtypeStruct((batch, nheads, headdim, dims.dstate), f32)
-    sdims = dims.with_state_tiles(config.state_block_p, config.state_block_n)
-    inputs = [dt, A, C, dout, dfinal] + [t for t in (z, dt_bias, seq_idx) if t is not None]
-    shapes = [jax.ShapeDtypeStruct(states.shape, states.dtype)] + ([state_shape] if initial_states is not None else [])
-    dstates, *dinit = call_kernel(
-        functools.partial(_dstates_kernel, dims=sdims),
-        inputs,
-        shapes,
-        sdims.grid,
-        sdims,
-        config.state_num_warps,
-        config.bwd_num_stages,
-        "ssd_bwd_dstates",
-    )
+    if config.two_level_states and dims.keep_blocks > 1:
+        dstates, dinit = _two_level_dstates(dt, A, C, dout, dfinal, z, dt_bias, seq_idx, states, dims, config)
+        dinit = [dinit] if initial_states is not None else []
+    else:
+        state_shape = jax.ShapeDtypeStruct((batch, nheads, headdim, dims.dstate), f32)
+        sdims = dims.with_state_tiles(config.state_block_p, config.state_block_n)
+        inputs = [dt, A, C, dout, dfinal] + [t for t in (z, dt_bias, seq_idx) if t is not None]
+        shapes = [jax.ShapeDtypeStruct(states.shape, states.dtype)]
+        shapes += [state_shape] if initial_states is not None else []
+        dstates, *dinit = call_kernel(
+            functools.partial(_dstates_kernel, dims=sdims),
+            inputs,
+            shapes,
+            sdims.grid,
+            sdims,
+            config.state_num_warps,
+            config.bwd_num_stages,
+            "ssd_bwd_dstates",
+        )
 
     tensors = [x, dt, A, B, C, states, dstates, dout]
     scores = block_scores(B, C, dims.block_l) if dims.has_scores else None

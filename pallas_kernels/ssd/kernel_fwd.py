@@ -33,8 +33,11 @@ from pallas_kernels.ssd.block import (
     call_kernel,
     mm,
     optional_refs,
+    segment_program,
+    segment_tiles,
     sequential_program,
 )
+from pallas_kernels.ssd.segments import segment_walk
 
 _FLAGS = ("has_D", "has_z", "has_bias", "has_init", "has_seq", "has_scores")
 
@@ -50,9 +53,10 @@ def _next_state(blk: Block, state, x, Bm):
 
 
 def _pass_block(prog: Program, t0, state, x_ref, dt_ref, B_ref, A, bias, seq_ref):
-    """The state leaving the block at ``t0`` in a state pass (no output): the block's decays, then the update."""
+    """The state leaving the block at ``t0`` in a state pass (no output), and the block's carry (the decay of the
+    state entering it): the block's decays, then the update."""
     blk = prog.block(t0, dt_ref, A, bias, seq_ref, intra=False)
-    return _next_state(blk, state, prog.load_heads(x_ref, t0), prog.load_group(B_ref, t0))
+    return _next_state(blk, state, prog.load_heads(x_ref, t0), prog.load_group(B_ref, t0)), blk.carry
 
 
 def _block_output(prog: Program, blk: Block, t0, x, CB, Cm, state_mm, Dv, z_ref, out_ref, ypre_ref) -> None:
@@ -114,49 +118,83 @@ def _states_kernel(x_ref, dt_ref, A_ref, B_ref, *refs, dims: SsdDims, keep: bool
         prog.store_state(states_ref, state, prog.b, k, prog.h)
         if keep:
             prog.keep_state(kept[0], state, k)
-        return _pass_block(prog, k * dims.block_l, state, x_ref, dt_ref, B_ref, A, bias, seq_ref)
+        return _pass_block(prog, k * dims.block_l, state, x_ref, dt_ref, B_ref, A, bias, seq_ref)[0]
 
     state = jax.lax.fori_loop(0, dims.nblocks, step, _initial_state(prog, init_ref))
     prog.store_state(final_ref, state, prog.b, prog.h)
 
 
-def _rebuild_kernel(x_ref, dt_ref, A_ref, B_ref, kept_ref, *refs, dims: SsdDims):
-    """One-axis grid over (batch row, segment, head, headdim x state-column tile), the tile fastest, then the head (so
-    that a segment's programs, which read its B, run together): a segment of ``keep_blocks`` blocks from its kept
-    float32 state, storing each block's incoming state in the dot dtype, as the forward's state pass would."""
-    (bias_ref, seq_ref), (states_ref,) = optional_refs(refs, (dims.has_bias, dims.has_seq))
-    tiles = dims.p_blocks * dims.n_blocks
-    pid = pl.program_id(0)
-    tile, rest = pid % tiles, pid // tiles
-    h, bs = rest % dims.nheads, rest // dims.nheads
-    b, segment = bs // dims.nkept, bs % dims.nkept
-    prog = sequential_program(dims, b=b, h=h, tile=tile)
+def _segment_kernel(x_ref, dt_ref, A_ref, B_ref, *refs, dims: SsdDims, rebuild: bool):
+    """Grid ``segment_tiles(dims)`` (``segment_program``): a walk over one segment of ``keep_blocks`` blocks.
+    ``rebuild``: from the segment's kept float32 state, storing each block's incoming state in the dot dtype, as the
+    forward's state pass would. Otherwise from a zero state, storing only what the segment leaves (float32) and its
+    decay (the product of its blocks' carries; every tile of a head stores the same value)."""
+    (bias_ref, seq_ref, kept_ref), outs = optional_refs(refs, (dims.has_bias, dims.has_seq, rebuild))
+    prog, segment = segment_program(dims)
     A = A_ref[prog.h]
     bias = bias_ref[prog.h] if bias_ref is not None else None
     first = segment * dims.keep_blocks
+    if rebuild:
+        start = prog.load_state(kept_ref, prog.b, segment, prog.h).astype(jnp.float32)
+    else:
+        start = jnp.zeros((dims.block_p, dims.nb), jnp.float32)
 
-    def step(j, state):
+    def step(j, carry):
+        state, decay = carry
         k = first + j
-        t0 = jnp.minimum(k, dims.nblocks - 1) * dims.block_l  # past the end (the last segment's tail): never read
-        prog.store_state(states_ref, state, prog.b, k, prog.h, when=k < dims.nblocks)
-        return _pass_block(prog, t0, state, x_ref, dt_ref, B_ref, A, bias, seq_ref)
+        inside = k < dims.nblocks  # past the end (the last segment's tail): the state stays
+        t0 = jnp.minimum(k, dims.nblocks - 1) * dims.block_l
+        if rebuild:
+            prog.store_state(outs[0], state, prog.b, k, prog.h, when=inside)
+        new, carry = _pass_block(prog, t0, state, x_ref, dt_ref, B_ref, A, bias, seq_ref)
+        return jnp.where(inside, new, state), jnp.where(inside, decay * carry, decay)
 
-    jax.lax.fori_loop(0, dims.keep_blocks, step, prog.load_state(kept_ref, b, segment, prog.h).astype(jnp.float32))
+    state, decay = jax.lax.fori_loop(0, dims.keep_blocks, step, (start, jnp.float32(1.0)))
+    if not rebuild:
+        local_ref, decay_ref = outs
+        prog.store_state(local_ref, state, prog.b, segment, prog.h)
+        decay_ref[prog.b, segment, prog.h] = decay
 
 
-def rebuild_block_states(x, dt, A, B, dt_bias, seq_idx, kept, dims: SsdDims, config) -> jax.Array:
-    """Every block's incoming state (batch, nblocks, H, P, N) in x.dtype from the forward's kept float32 states
+def rebuild_block_states(
+    x, dt, A, B, dt_bias, seq_idx, kept, dims: SsdDims, config, name: str = "ssd_bwd_rebuild_states"
+) -> jax.Array:
+    """Every block's incoming state (batch, nblocks, H, P, N) in x.dtype from the kept float32 states
     (batch, nkept, H, P, N), every ``dims.keep_blocks`` blocks."""
     batch, _, nheads, headdim = x.shape
     sdims = dims.with_state_tiles(config.rebuild_block_p, config.state_block_n)
-    inputs = [x, dt, A, B, kept] + [t for t in (dt_bias, seq_idx) if t is not None]
+    inputs = [x, dt, A, B] + [t for t in (dt_bias, seq_idx) if t is not None] + [kept]
     shape = jax.ShapeDtypeStruct((batch, dims.nblocks, nheads, headdim, dims.dstate), x.dtype)
-    grid = (batch * dims.nkept * nheads * sdims.grid[2],)
-    kernel = functools.partial(_rebuild_kernel, dims=sdims)
-    (states,) = call_kernel(
-        kernel, inputs, [shape], grid, sdims, config.state_num_warps, config.num_stages, "ssd_bwd_rebuild_states"
-    )
+    kernel = functools.partial(_segment_kernel, dims=sdims, rebuild=True)
+    grid = (segment_tiles(sdims),)
+    (states,) = call_kernel(kernel, inputs, [shape], grid, sdims, config.state_num_warps, config.num_stages, name)
     return states
+
+
+def two_level_states(x, dt, A, B, dt_bias, initial_states, seq_idx, dims: SsdDims, config):
+    """The forward's state pass in two levels (``SsdConfig.two_level_states``): every segment's own end state and
+    decay in parallel (``ssd_fwd_segment_states``), then the elementwise walk over segments (``segments``). Returns
+    the state entering each segment (batch, nkept, H, P, N) float32, the states the backward keeps, and the final
+    state (batch, H, P, N) float32."""
+    batch, _, nheads, headdim = x.shape
+    sdims = dims.with_state_tiles(config.rebuild_block_p, config.state_block_n)
+    inputs = [x, dt, A, B] + [t for t in (dt_bias, seq_idx) if t is not None]
+    shapes = [
+        jax.ShapeDtypeStruct((batch, dims.nkept, nheads, headdim, dims.dstate), jnp.float32),
+        jax.ShapeDtypeStruct((batch, dims.nkept, nheads), jnp.float32),
+    ]
+    kernel = functools.partial(_segment_kernel, dims=sdims, rebuild=False)
+    local, decay = call_kernel(
+        kernel,
+        inputs,
+        shapes,
+        (segment_tiles(sdims),),
+        sdims,
+        config.state_num_warps,
+        config.num_stages,
+        "ssd_fwd_segment_states",
+    )
+    return segment_walk(local, decay, initial_states, dims, config, reverse=False, name="ssd_fwd_segment_walk")
 
 
 def _output_tile(prog: Program, k, x_ref, dt_ref, A_ref, B_ref, C_ref, states_ref, refs, save: bool) -> None:
@@ -223,20 +261,25 @@ def ssd_forward(
         out, final, *saved = call_kernel(kernel, inputs, shapes, dims.grid, dims, warps, stages, "ssd_fwd_fused")
         return out, final, (saved[0] if save else None), (saved[1] if extra else None)
 
-    inputs = [x, dt, A, B] + [t for t in (dt_bias, initial_states, seq_idx) if t is not None]
-    state_dims = dims.with_state_tiles(config.state_block_p, config.state_block_n)
     keep = save and dims.keep_blocks > 1
-    kernel = functools.partial(_states_kernel, dims=state_dims, keep=keep)
-    states, final, *kept = call_kernel(
-        kernel,
-        inputs,
-        [states_shape, final_shape] + ([kept_shape] if keep else []),
-        state_dims.grid,
-        state_dims,
-        config.state_num_warps,
-        stages,
-        "ssd_fwd_states",
-    )
+    if config.two_level_states and dims.keep_blocks > 1:
+        kept, final = two_level_states(x, dt, A, B, dt_bias, initial_states, seq_idx, dims, config)
+        states = rebuild_block_states(x, dt, A, B, dt_bias, seq_idx, kept, dims, config, "ssd_fwd_block_states")
+        kept = [kept]
+    else:
+        inputs = [x, dt, A, B] + [t for t in (dt_bias, initial_states, seq_idx) if t is not None]
+        state_dims = dims.with_state_tiles(config.state_block_p, config.state_block_n)
+        kernel = functools.partial(_states_kernel, dims=state_dims, keep=keep)
+        states, final, *kept = call_kernel(
+            kernel,
+            inputs,
+            [states_shape, final_shape] + ([kept_shape] if keep else []),
+            state_dims.grid,
+            state_dims,
+            config.state_num_warps,
+            stages,
+            "ssd_fwd_states",
+        )
     inputs = [x, dt, A, B, C, states] + [t for t in (D, z, dt_bias, seq_idx, scores) if t is not None]
     if 0 < config.persistent_programs < dims.block_tiles:
         programs = config.persistent_programs

@@ -36,6 +36,11 @@ def kept(every: int, **tiling) -> SsdConfig:
     return SsdConfig(block_l=16, checkpoint_every=every, **tiling)
 
 
+def two_level(**tiling) -> SsdConfig:
+    """The split forward with both state passes in two levels over segments of 3 blocks of 16."""
+    return split(block_l=16, checkpoint_every=48, two_level_states=True, **tiling)
+
+
 BWD_HEADDIM_SPLIT = SsdConfig(block_l=16, block_p=16, bwd_block_p=16)
 OWN_SCORES_FUSED = SsdConfig(block_l=16, bwd_block_p=16, shared_scores=False)
 OWN_SCORES_SPLIT = split(block_l=32, shared_scores=False)
@@ -105,6 +110,11 @@ CASES = [  # batch, L, H, P, N, G, chunk, dtype, D, z, init, seq_idx, softplus, 
     (1, 130, 6, 16, 24, 3, 128, jnp.float32, "H", True, True, True, True, (0.0, INF), OWN_SCORES_SPLIT),
     (2, 37, 4, 16, 16, 2, 64, jnp.float16, "H", True, False, False, True, (0.0, INF), OWN_SCORES_PERSISTENT),
     (1, 1, 2, 16, 16, 1, 64, jnp.bfloat16, None, False, True, False, False, (0.0, INF), OWN_SCORES_FUSED),
+    # two-level state passes over segments of 3 blocks (7 blocks: the last segment is 1 block and 2 past the end):
+    # split forward with 3 head-dim tiles, with 3 state-column tiles (N 40), and one position (fused forward)
+    (2, 100, 4, 48, 16, 2, 64, jnp.bfloat16, "H", True, True, True, True, (0.0, INF), two_level(rebuild_block_p=16)),
+    (1, 100, 2, 16, 40, 1, 64, jnp.float32, "HP", True, True, False, True, (0.0, INF), two_level(state_block_n=16)),
+    (1, 1, 2, 16, 16, 1, 64, jnp.float32, "H", False, True, False, True, (0.0, INF), kept(64, two_level_states=True)),
 ]
 
 
@@ -262,6 +272,8 @@ def test_bf16_inputs_keep_their_dtypes_mixed_with_float32_b(rng):
         ({"config": SsdConfig(num_warps=3)}, "SsdConfig.num_warps must be a positive power of two, got 3"),
         ({"config": {"block_l": 64}}, "config must be an instance of SsdConfig, got dict"),
         ({"config": SsdConfig(checkpoint_every=96)}, "checkpoint_every must be 0 or a positive multiple of block_l=64"),
+        ({"config": SsdConfig(two_level_states=True)}, "two_level_states needs checkpoint_every > 0"),
+        ({"config": SsdConfig(shared_scores=1)}, "SsdConfig.shared_scores must be a bool, got 1"),
     ],
 )
 def test_pallas_refuses_what_it_does_not_tile(change, message):
