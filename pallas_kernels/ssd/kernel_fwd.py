@@ -139,21 +139,29 @@ def _segment_kernel(x_ref, dt_ref, A_ref, B_ref, *refs, dims: SsdDims, rebuild: 
     else:
         start = jnp.zeros((dims.block_p, dims.nb), jnp.float32)
 
-    def step(j, carry):
-        state, decay = carry
+    def block(j):
         k = first + j
-        inside = k < dims.nblocks  # past the end (the last segment's tail): the state stays
-        t0 = jnp.minimum(k, dims.nblocks - 1) * dims.block_l
-        if rebuild:
-            prog.store_state(outs[0], state, prog.b, k, prog.h, when=inside)
-        new, carry = _pass_block(prog, t0, state, x_ref, dt_ref, B_ref, A, bias, seq_ref)
-        return jnp.where(inside, new, state), jnp.where(inside, decay * carry, decay)
+        t0 = jnp.minimum(k, dims.nblocks - 1) * dims.block_l  # past the end: the last segment's tail
+        return k, k < dims.nblocks, t0
 
-    state, decay = jax.lax.fori_loop(0, dims.keep_blocks, step, (start, jnp.float32(1.0)))
-    if not rebuild:
-        local_ref, decay_ref = outs
-        prog.store_state(local_ref, state, prog.b, segment, prog.h)
-        decay_ref[prog.b, segment, prog.h] = decay
+    def rebuild_step(j, state):
+        k, inside, t0 = block(j)
+        prog.store_state(outs[0], state, prog.b, k, prog.h, when=inside)
+        return _pass_block(prog, t0, state, x_ref, dt_ref, B_ref, A, bias, seq_ref)[0]  # past the end: never read
+
+    def local_step(j, carry):
+        state, decay = carry
+        _, inside, t0 = block(j)
+        new, block_carry = _pass_block(prog, t0, state, x_ref, dt_ref, B_ref, A, bias, seq_ref)
+        return jnp.where(inside, new, state), jnp.where(inside, decay * block_carry, decay)
+
+    if rebuild:
+        jax.lax.fori_loop(0, dims.keep_blocks, rebuild_step, start)
+        return
+    state, decay = jax.lax.fori_loop(0, dims.keep_blocks, local_step, (start, jnp.float32(1.0)))
+    local_ref, decay_ref = outs
+    prog.store_state(local_ref, state, prog.b, segment, prog.h)
+    decay_ref[prog.b, segment, prog.h] = decay
 
 
 def rebuild_block_states(
