@@ -2,9 +2,9 @@
 
 Time is cut into blocks of ``block_l`` positions. Sequential passes (one program per batch row, head,
 ``state_block_p`` head dims and ``state_block_n`` of the state's N columns) walk the blocks carrying that tile of
-the float32 state, or of its gradient in the backward, and store it per block; everything else runs
-block-parallel as the quadratic (attention-like) SSD form on tensor cores: the forward output with one program per
-block, head and ``block_p`` head dims (each recomputes C·Bᵀ), or, for L <= ``fused_forward_max_l``, one fused
+the float32 state, or of its gradient in the backward, and store it per block; everything else runs block-parallel
+as the quadratic (attention-like) SSD form on tensor cores: the forward output with one program per block, head and
+``block_p`` head dims (C·Bᵀ per group: see ``shared_scores`` below), or, for L <= ``fused_forward_max_l``, one fused
 sequential forward per batch row, head and ``block_p`` head dims that needs no stored states; the backward's
 per-head gradients with one program per block, head and ``bwd_block_p`` head dims (their ddt, dA and d dt_bias
 partials, linear in the head dims, summed by XLA); dB and dC with ``bwd_head_splits`` programs per block and group,
@@ -15,6 +15,8 @@ tile these kernels).
 The backward reads every block's incoming state. With ``checkpoint_every`` the forward keeps (in float32) only every
 that many positions' state, and the backward first rebuilds the block states from them with one more sequential
 pass whose segments run in parallel; a layer's block states then exist only during its own backward.
+``default_config`` keeps every block's state while they are small (the rebuild costs time) and every
+KEEP_EVERY positions beyond KEEP_ALL_MAX_BYTES.
 
 With ``two_level_states`` the sequential state passes (forward states, backward state gradients) become two levels
 over segments of ``checkpoint_every`` positions: each segment's own contribution and decay, all segments in parallel;
@@ -27,8 +29,6 @@ With ``shared_scores`` (the default) the forward's output and the backward's per
 recomputing it. On an H100 (``benchmarks/kernels/h100-2026-11-25-ssd-shared*``) the fused forward took 228 against
 281 us at 130m and 446 against 521 at 2.7b, ``ssd_bwd_dx`` 10.36 against 10.67 ms at B1 L65536 H128;
 ``default_config`` turns it off where each group has one head.
-``default_config`` keeps every block's state while they are small (the rebuild costs time) and every
-KEEP_EVERY positions beyond KEEP_ALL_MAX_BYTES.
 """
 
 import dataclasses
