@@ -75,15 +75,17 @@ def ptxas_resources(ptx: str) -> dict:
     }
 
 
-def compile_sm90(ir_text: str, num_warps: int, dump: str | None = None) -> dict:
-    """Compile Triton IR for sm_90; resources and PTX instruction counts (``dump``: also write its TTGIR/PTX)."""
+def compile_sm90(ir_text: str, num_warps: int, dump: str | None = None, num_stages: int | None = None) -> dict:
+    """Compile Triton IR for sm_90 (``num_stages``: Triton's pipelining depth, its default if None); resources and
+    PTX instruction counts (``dump``: also write its TTGIR/PTX)."""
     import triton
     from triton.backends.compiler import GPUTarget
 
+    options = {"num_warps": num_warps} | ({} if num_stages is None else {"num_stages": num_stages})
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "kernel.ttir"
         path.write_text(ir_text)
-        compiled = triton.compile(str(path), target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps})
+        compiled = triton.compile(str(path), target=GPUTarget("cuda", 90, 32), options=options)
     ptx = compiled.asm["ptx"]
     if dump:
         Path(dump).write_text(compiled.asm["ttgir"])

@@ -272,7 +272,6 @@ def test_bf16_inputs_keep_their_dtypes_mixed_with_float32_b(rng):
         ({"config": SsdConfig(num_warps=3)}, "SsdConfig.num_warps must be a positive power of two, got 3"),
         ({"config": {"block_l": 64}}, "config must be an instance of SsdConfig, got dict"),
         ({"config": SsdConfig(checkpoint_every=96)}, "checkpoint_every must be 0 or a positive multiple of block_l=64"),
-        ({"config": SsdConfig(two_level_states=True)}, "two_level_states needs checkpoint_every > 0"),
         ({"config": SsdConfig(shared_scores=1)}, "SsdConfig.shared_scores must be a bool, got 1"),
     ],
 )
@@ -284,3 +283,43 @@ def test_pallas_refuses_what_it_does_not_tile(change, message):
         mamba_chunk_scan_combined(
             x, jnp.zeros((1, 8, 2)), -jnp.ones(2), B, B, 64, impl="pallas", config=change.get("config")
         )
+
+
+@pytest.mark.parametrize(
+    ("config", "kernels"),
+    [
+        (
+            SsdConfig(fused_forward_max_l=0, checkpoint_every=1024, two_level_states=True),
+            [
+                *("ssd_fwd_segment_states", "ssd_fwd_segment_walk", "ssd_fwd_block_states", "ssd_fwd_out"),
+                *("ssd_bwd_rebuild_states", "ssd_bwd_segment_dstates", "ssd_bwd_segment_walk"),
+                *("ssd_bwd_block_dstates", "ssd_bwd_dx", "ssd_bwd_dbc"),
+            ],
+        ),
+        (SsdConfig(), ["ssd_fwd_fused", "ssd_bwd_dstates", "ssd_bwd_dx", "ssd_bwd_dbc"]),
+    ],
+)
+def test_kernels_lower_to_triton_for_an_h100(monkeypatch, config, kernels):
+    """Interpret mode never lowers the kernels to Triton: this does, for an H100 (compare.triton_ir), so that a
+    kernel Pallas's Triton lowering refuses fails here and not first on the GPU."""
+    from compare.triton_ir import triton_modules
+    from pallas_kernels.ssd import api
+
+    monkeypatch.setattr(api, "interpret_mode", lambda: False)
+    x = jax.ShapeDtypeStruct((1, 4096, 4, 64), jnp.bfloat16)
+    dt = jax.ShapeDtypeStruct((1, 4096, 4), jnp.bfloat16)
+    bc = jax.ShapeDtypeStruct((1, 4096, 2, 128), jnp.bfloat16)
+    heads = jax.ShapeDtypeStruct((4,), jnp.float32)
+
+    def forward_backward(*args):
+        def forward(x, dt, A, B, C, D, z, bias):
+            return mamba_chunk_scan_combined(
+                x, dt, A, B, C, 256, D=D, z=z, dt_bias=bias, dt_softplus=True, impl="pallas", config=config
+            )
+
+        out, vjp = jax.vjp(forward, *args)
+        return vjp(out)
+
+    modules = triton_modules(forward_backward, x, dt, heads, bc, bc, heads, x, heads)
+    assert [name for name, _ in modules] == kernels
+    assert all("tt.func" in ir for _, ir in modules)
