@@ -201,6 +201,14 @@ def segment_program(dims: SsdDims) -> tuple["Program", jax.Array]:
     return sequential_program(dims, b=bs // dims.nkept, h=h, tile=tile), bs % dims.nkept
 
 
+def segment_block(dims: SsdDims, segment, j, *, reverse: bool = False):
+    """Step ``j`` of a walk over ``segment`` (first block first, or last first with ``reverse``): the block's index k,
+    whether it exists (the last segment's tail runs past L) and the start of the block it reads (clamped to the last
+    block, so that a step past the end reads real rows whose result the walk discards)."""
+    k = segment * dims.keep_blocks + (dims.keep_blocks - 1 - j if reverse else j)
+    return k, k < dims.nblocks, jnp.minimum(k, dims.nblocks - 1) * dims.block_l
+
+
 def segment_tiles(dims: SsdDims) -> int:
     """Programs of a segment-parallel walk: batch x segments x heads x (headdim x state-column) tiles."""
     return dims.batch * dims.nkept * dims.nheads * dims.p_blocks * dims.n_blocks
@@ -274,6 +282,13 @@ class Program:
     def load_state(self, ref, *lead) -> jax.Array:
         """(block_p, Nb) of a (..., P, N) array, in its dtype."""
         return plgpu.load(ref.at[self.state_index(*lead)], mask=self.state_mask, other=0)
+
+    def state_or_zeros(self, ref, *lead) -> jax.Array:
+        """(block_p, Nb) float32 of a (..., P, N) array, or zeros where there is no array (``ref`` None): a walk's
+        starting state."""
+        if ref is None:
+            return jnp.zeros((self.dims.block_p, self.dims.nb), jnp.float32)
+        return self.load_state(ref, *lead).astype(jnp.float32)
 
     def store_state(self, ref, value, *lead, when=None) -> None:
         """Store (block_p, Nb) into a (..., P, N) array; only where ``when`` (a traced bool) holds, if given."""

@@ -43,11 +43,12 @@ from pallas_kernels.ssd.block import (
     call_kernel,
     mm,
     optional_refs,
+    segment_block,
     segment_program,
     segment_tiles,
     sequential_program,
 )
-from pallas_kernels.ssd.segments import segment_walk
+from pallas_kernels.ssd.segments import segment_outputs, segment_walk
 
 
 def _reverse_cumsum(v: jax.Array) -> jax.Array:
@@ -103,17 +104,11 @@ def _dstates_segment_kernel(dt_ref, A_ref, C_ref, dout_ref, *refs, dims: SsdDims
     prog, segment = segment_program(dims)
     A = A_ref[prog.h]
     bias = bias_ref[prog.h] if bias_ref is not None else None
-    last = segment * dims.keep_blocks + dims.keep_blocks - 1
-    if expand:
-        start = prog.load_state(ends_ref, prog.b, segment, prog.h).astype(jnp.float32)
-    else:
-        start = jnp.zeros((dims.block_p, dims.nb), jnp.float32)
+    start = prog.state_or_zeros(ends_ref, prog.b, segment, prog.h)
 
     def step(i, carry):
         dS, decay = carry
-        k = last - i
-        inside = k < dims.nblocks  # past the end (the last segment's tail): dS stays
-        t0 = jnp.minimum(k, dims.nblocks - 1) * dims.block_l
+        k, inside, t0 = segment_block(dims, segment, i, reverse=True)  # past the end: dS stays
         if expand:
             prog.store_state(outs[0], dS, prog.b, k, prog.h, when=inside)
         new, carry = _dstates_block(prog, t0, dS, dt_ref, C_ref, dout_ref, z_ref, A, bias, seq_ref)
@@ -130,17 +125,13 @@ def _two_level_dstates(dt, A, C, dout, dfinal, z, dt_bias, seq_idx, states, dims
     """``ssd_bwd_dstates`` in two levels (``SsdConfig.two_level_states``): each segment's own contribution and decay
     in parallel, the reverse walk over segments from d final_states, then each segment's blocks from the gradient of
     the state leaving it. Returns the block state gradients (like ``states``) and d initial_states."""
-    batch, _, nheads, headdim, dstate = states.shape
     sdims = dims.with_state_tiles(config.rebuild_block_p, config.state_block_n)
     grid = (segment_tiles(sdims),)
     inputs = [dt, A, C, dout] + [t for t in (z, dt_bias, seq_idx) if t is not None]
     warps, stages = config.state_num_warps, config.bwd_num_stages
-    shapes = [
-        jax.ShapeDtypeStruct((batch, dims.nkept, nheads, headdim, dstate), jnp.float32),
-        jax.ShapeDtypeStruct((batch, dims.nkept, nheads), jnp.float32),
-    ]
     local_kernel = functools.partial(_dstates_segment_kernel, dims=sdims, expand=False)
-    local, decay = call_kernel(local_kernel, inputs, shapes, grid, sdims, warps, stages, "ssd_bwd_segment_dstates")
+    outputs = segment_outputs(dims)
+    local, decay = call_kernel(local_kernel, inputs, outputs, grid, sdims, warps, stages, "ssd_bwd_segment_dstates")
     ends, dinit = segment_walk(local, decay, dfinal, dims, config, reverse=True, name="ssd_bwd_segment_walk")
     expand_kernel = functools.partial(_dstates_segment_kernel, dims=sdims, expand=True)
     shape = jax.ShapeDtypeStruct(states.shape, states.dtype)

@@ -33,11 +33,12 @@ from pallas_kernels.ssd.block import (
     call_kernel,
     mm,
     optional_refs,
+    segment_block,
     segment_program,
     segment_tiles,
     sequential_program,
 )
-from pallas_kernels.ssd.segments import segment_walk
+from pallas_kernels.ssd.segments import segment_outputs, segment_walk
 
 _FLAGS = ("has_D", "has_z", "has_bias", "has_init", "has_seq", "has_scores")
 
@@ -74,12 +75,6 @@ def _block_output(prog: Program, blk: Block, t0, x, CB, Cm, state_mm, Dv, z_ref,
     prog.store_heads(out_ref, t0, y)
 
 
-def _initial_state(prog: Program, init_ref):
-    if init_ref is None:
-        return jnp.zeros((prog.dims.block_p, prog.dims.nb), jnp.float32)
-    return prog.load_state(init_ref, prog.b, prog.h).astype(jnp.float32)
-
-
 def _fused_kernel(x_ref, dt_ref, A_ref, B_ref, C_ref, *refs, dims: SsdDims, save: bool):
     (D_ref, z_ref, bias_ref, init_ref, seq_ref, scores_ref), outs = optional_refs(refs, _flags(dims))
     out_ref, final_ref, *saved = outs
@@ -102,7 +97,7 @@ def _fused_kernel(x_ref, dt_ref, A_ref, B_ref, C_ref, *refs, dims: SsdDims, save
         _block_output(prog, blk, t0, x, CB, Cm, state_mm, Dv, z_ref, out_ref, ypre_ref)
         return _next_state(blk, state, x, Bm)
 
-    state = jax.lax.fori_loop(0, dims.nblocks, step, _initial_state(prog, init_ref))
+    state = jax.lax.fori_loop(0, dims.nblocks, step, prog.state_or_zeros(init_ref, prog.b, prog.h))
     prog.store_state(final_ref, state, prog.b, prog.h)
 
 
@@ -120,7 +115,7 @@ def _states_kernel(x_ref, dt_ref, A_ref, B_ref, *refs, dims: SsdDims, keep: bool
             prog.keep_state(kept[0], state, k)
         return _pass_block(prog, k * dims.block_l, state, x_ref, dt_ref, B_ref, A, bias, seq_ref)[0]
 
-    state = jax.lax.fori_loop(0, dims.nblocks, step, _initial_state(prog, init_ref))
+    state = jax.lax.fori_loop(0, dims.nblocks, step, prog.state_or_zeros(init_ref, prog.b, prog.h))
     prog.store_state(final_ref, state, prog.b, prog.h)
 
 
@@ -133,25 +128,16 @@ def _segment_kernel(x_ref, dt_ref, A_ref, B_ref, *refs, dims: SsdDims, rebuild: 
     prog, segment = segment_program(dims)
     A = A_ref[prog.h]
     bias = bias_ref[prog.h] if bias_ref is not None else None
-    first = segment * dims.keep_blocks
-    if rebuild:
-        start = prog.load_state(kept_ref, prog.b, segment, prog.h).astype(jnp.float32)
-    else:
-        start = jnp.zeros((dims.block_p, dims.nb), jnp.float32)
-
-    def block(j):
-        k = first + j
-        t0 = jnp.minimum(k, dims.nblocks - 1) * dims.block_l  # past the end: the last segment's tail
-        return k, k < dims.nblocks, t0
+    start = prog.state_or_zeros(kept_ref, prog.b, segment, prog.h)
 
     def rebuild_step(j, state):
-        k, inside, t0 = block(j)
+        k, inside, t0 = segment_block(dims, segment, j)
         prog.store_state(outs[0], state, prog.b, k, prog.h, when=inside)
         return _pass_block(prog, t0, state, x_ref, dt_ref, B_ref, A, bias, seq_ref)[0]  # past the end: never read
 
     def local_step(j, carry):
         state, decay = carry
-        _, inside, t0 = block(j)
+        _, inside, t0 = segment_block(dims, segment, j)
         new, block_carry = _pass_block(prog, t0, state, x_ref, dt_ref, B_ref, A, bias, seq_ref)
         return jnp.where(inside, new, state), jnp.where(inside, decay * block_carry, decay)
 
@@ -184,18 +170,13 @@ def two_level_states(x, dt, A, B, dt_bias, initial_states, seq_idx, dims: SsdDim
     decay in parallel (``ssd_fwd_segment_states``), then the elementwise walk over segments (``segments``). Returns
     the state entering each segment (batch, nkept, H, P, N) float32, the states the backward keeps, and the final
     state (batch, H, P, N) float32."""
-    batch, _, nheads, headdim = x.shape
     sdims = dims.with_state_tiles(config.rebuild_block_p, config.state_block_n)
     inputs = [x, dt, A, B] + [t for t in (dt_bias, seq_idx) if t is not None]
-    shapes = [
-        jax.ShapeDtypeStruct((batch, dims.nkept, nheads, headdim, dims.dstate), jnp.float32),
-        jax.ShapeDtypeStruct((batch, dims.nkept, nheads), jnp.float32),
-    ]
     kernel = functools.partial(_segment_kernel, dims=sdims, rebuild=False)
     local, decay = call_kernel(
         kernel,
         inputs,
-        shapes,
+        segment_outputs(dims),
         (segment_tiles(sdims),),
         sdims,
         config.state_num_warps,

@@ -20,18 +20,24 @@ from pallas_kernels.ssd.block import SsdDims, call_kernel, optional_refs, sequen
 def _walk_kernel(local_ref, decay_ref, *refs, dims: SsdDims, has_start: bool, reverse: bool):
     (start_ref,), (out_ref, end_ref) = optional_refs(refs, (has_start,))
     prog = sequential_program(dims)
-    if start_ref is None:
-        carry = jnp.zeros((dims.block_p, dims.nb), jnp.float32)
-    else:
-        carry = prog.load_state(start_ref, prog.b, prog.h).astype(jnp.float32)
 
     def step(i, carry):
         s = dims.nkept - 1 - i if reverse else i
         prog.store_state(out_ref, carry, prog.b, s, prog.h)
         return decay_ref[prog.b, s, prog.h] * carry + prog.load_state(local_ref, prog.b, s, prog.h)
 
-    carry = jax.lax.fori_loop(0, dims.nkept, step, carry)
+    carry = jax.lax.fori_loop(0, dims.nkept, step, prog.state_or_zeros(start_ref, prog.b, prog.h))
     prog.store_state(end_ref, carry, prog.b, prog.h)
+
+
+def segment_outputs(dims: SsdDims) -> list[jax.ShapeDtypeStruct]:
+    """What a segment-parallel pass gives the walk: each segment's own ``local`` (batch, nkept, H, P, N) and its
+    ``decay`` (batch, nkept, H), float32."""
+    lead = (dims.batch, dims.nkept, dims.nheads)
+    return [
+        jax.ShapeDtypeStruct((*lead, dims.headdim, dims.dstate), jnp.float32),
+        jax.ShapeDtypeStruct(lead, jnp.float32),
+    ]
 
 
 def segment_walk(local, decay, start, dims: SsdDims, config, *, reverse: bool, name: str):
