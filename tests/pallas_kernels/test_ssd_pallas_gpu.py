@@ -10,17 +10,31 @@ import pytest
 from compare.kernel_ops import OPS
 from compare.tolerances import assert_close
 from pallas_kernels import mamba_chunk_scan_combined
+from pallas_kernels.ssd.config import SsdConfig
 from tests.pallas_kernels import test_ssd_pallas as cpu
 from tests.pallas_kernels.gpu_checks import assert_matches_reference_and_mamba_ssm
 
 pytestmark = pytest.mark.gpu
 
 
-@pytest.mark.parametrize("dtype,seq", [(jnp.bfloat16, True), (jnp.float32, False)])
-def test_pallas_matches_oracle_on_gpu(rng, dtype, seq):
-    """L not a multiple of the block, headdim and N not powers of two, three groups, packed sequences."""
+KEPT = SsdConfig(checkpoint_every=128)  # states kept every 2 blocks of 64, the rest rebuilt
+TWO_LEVEL = SsdConfig(checkpoint_every=128, two_level_states=True)  # state passes over segments of 2 blocks
+
+
+@pytest.mark.parametrize(
+    "dtype,seq,config",
+    [
+        (jnp.bfloat16, True, None),
+        (jnp.float32, False, None),
+        (jnp.bfloat16, True, KEPT),
+        (jnp.float32, True, TWO_LEVEL),
+    ],
+)
+def test_pallas_matches_oracle_on_gpu(rng, dtype, seq, config):
+    """L not a multiple of the block, headdim and N not powers of two, three groups, packed sequences; the default
+    path, kept states and the two-level state passes, compiled."""
     cpu.test_pallas_matches_oracle_and_reference(
-        rng, 2, 301, 6, 48, 40, 3, 256, dtype, "HP", True, True, seq, True, (0.0, float("inf")), None
+        rng, 2, 301, 6, 48, 40, 3, 256, dtype, "HP", True, True, seq, True, (0.0, float("inf")), config
     )
 
 
