@@ -190,6 +190,18 @@ def sequential_program(dims: SsdDims, b=None, h=None, tile=None) -> "Program":
     return Program(dims, (tile // dims.n_blocks) * dims.block_p, b=b, h=h, n0=(tile % dims.n_blocks) * dims.nb)
 
 
+def segment_dims(dims: SsdDims, config) -> SsdDims | None:
+    """The dims the two-level state passes run with (``SsdConfig.two_level_states``), their segments as
+    ``keep_blocks``: the kept states' intervals where states are dropped, else ``config.state_segment`` positions;
+    None where the passes stay one-level (not asked for, or one segment would hold the whole walk)."""
+    if not config.two_level_states:
+        return None
+    if dims.keep_blocks > 1:
+        return dims
+    blocks = config.state_segment // dims.block_l
+    return dataclasses.replace(dims, keep_blocks=blocks) if 1 < blocks < dims.nblocks else None
+
+
 def segment_program(dims: SsdDims) -> tuple["Program", jax.Array]:
     """A segment-parallel walk's program and its segment (of ``keep_blocks`` blocks), on the one-axis grid
     ``segment_tiles(dims)``: tiles (headdim block x state-column block) fastest, then head, then (batch row,

@@ -18,11 +18,11 @@ pass whose segments run in parallel; a layer's block states then exist only duri
 ``default_config`` keeps every block's state while they are small (the rebuild costs time) and every
 KEEP_EVERY positions beyond KEEP_ALL_MAX_BYTES.
 
-With ``two_level_states`` and ``checkpoint_every`` (without it, it changes nothing) the sequential state passes
-(forward states, backward state gradients) become two levels over segments of ``checkpoint_every`` positions: each
+With ``two_level_states`` the sequential state passes (forward states, backward state gradients) become two levels
+over segments of ``checkpoint_every`` positions (``state_segment`` where every block's state is kept): each
 segment's own contribution and decay, all segments in parallel; an elementwise walk over the segments
 (``segments``); then the per-block values, all segments in parallel again. For few batch rows x heads at long L,
-where the one-level passes have fewer programs than SMs. Not yet measured on a GPU, so off by default.
+where the one-level passes have fewer programs than SMs and walk many blocks.
 
 With ``shared_scores`` (the default) the forward's output and the backward's per-head kernel read each block's C·Bᵀ
 (T, T), float32, computed once per group by XLA (``block.block_scores``), instead of each program (head, head dims)
@@ -59,7 +59,8 @@ class SsdConfig:
     bwd_num_stages: int = 2
     checkpoint_every: int = 0  # positions between the states kept for the backward (a multiple of block_l; 0: all)
     shared_scores: bool = True  # C·Bᵀ of each block and group once (XLA), read by the per-head kernels
-    two_level_states: bool = False  # state passes segment-parallel plus a walk over segments (if checkpoint_every)
+    two_level_states: bool = False  # state passes segment-parallel plus a walk over segments
+    state_segment: int = 1024  # two-level passes, all states kept: positions per segment (a multiple of block_l)
 
     def validate(self) -> None:
         for name in ("block_l", "block_p", "state_block_p", "bwd_block_p", "rebuild_block_p"):
@@ -78,6 +79,11 @@ class SsdConfig:
         if not isinstance(every, int) or every < 0 or every % self.block_l:
             raise ValueError(
                 f"SsdConfig.checkpoint_every must be 0 or a positive multiple of block_l={self.block_l}, got {every!r}"
+            )
+        segment = self.state_segment
+        if not isinstance(segment, int) or segment <= 0 or segment % self.block_l:
+            raise ValueError(
+                f"SsdConfig.state_segment must be a positive multiple of block_l={self.block_l}, got {segment!r}"
             )
         for name in ("shared_scores", "two_level_states"):
             if not isinstance(getattr(self, name), bool):

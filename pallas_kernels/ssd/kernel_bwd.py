@@ -44,6 +44,7 @@ from pallas_kernels.ssd.block import (
     mm,
     optional_refs,
     segment_block,
+    segment_dims,
     segment_program,
     segment_tiles,
     sequential_program,
@@ -242,8 +243,9 @@ def ssd_backward(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, states,
     kernel splits them by ``config.bwd_block_p``."""
     batch, seqlen, nheads, headdim = x.shape
     f32 = jnp.float32
-    if config.two_level_states and dims.keep_blocks > 1:
-        dstates, dinit = _two_level_dstates(dt, A, C, dout, dfinal, z, dt_bias, seq_idx, states, dims, config)
+    segments = segment_dims(dims, config)
+    if segments is not None:
+        dstates, dinit = _two_level_dstates(dt, A, C, dout, dfinal, z, dt_bias, seq_idx, states, segments, config)
         dinit = [dinit] if initial_states is not None else []
     else:
         state_shape = jax.ShapeDtypeStruct((batch, nheads, headdim, dims.dstate), f32)

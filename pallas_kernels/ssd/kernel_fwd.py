@@ -34,6 +34,7 @@ from pallas_kernels.ssd.block import (
     mm,
     optional_refs,
     segment_block,
+    segment_dims,
     segment_program,
     segment_tiles,
     sequential_program,
@@ -251,9 +252,10 @@ def ssd_forward(
         return out, final, (saved[0] if save else None), (saved[1] if extra else None)
 
     keep = save and dims.keep_blocks > 1
-    if config.two_level_states and dims.keep_blocks > 1:
-        kept, final = two_level_states(x, dt, A, B, dt_bias, initial_states, seq_idx, dims, config)
-        states = rebuild_block_states(x, dt, A, B, dt_bias, seq_idx, kept, dims, config, "ssd_fwd_block_states")
+    segments = segment_dims(dims, config)
+    if segments is not None:
+        kept, final = two_level_states(x, dt, A, B, dt_bias, initial_states, seq_idx, segments, config)
+        states = rebuild_block_states(x, dt, A, B, dt_bias, seq_idx, kept, segments, config, "ssd_fwd_block_states")
         kept = [kept]
     else:
         inputs = [x, dt, A, B] + [t for t in (dt_bias, initial_states, seq_idx) if t is not None]
