@@ -102,6 +102,9 @@ KEEP_EVERY = 1024  # positions between the kept states beyond it: 1/8 of the byt
 BWD_SPLIT_MAX_DSTATE = 128  # the backward's per-head programs split head dims by 32 at 4 warps up to this N
 STATE_PASS_PROGRAMS_PER_SM = 1.9  # sequential passes: wider head-dim tiles while about 2 programs per SM remain
 WIDE_STATE_TILE_MIN_L = 16384  # ... and 32-dim tiles (two per head) only for walks this long
+TWO_LEVEL_MIN_L = 16384  # two-level state passes for walks this long without whole-head tiles' programs
+LONG_SEGMENT_MIN_L = 65536  # ... over segments of LONG_SEGMENT positions from this L on, else of KEEP_EVERY
+LONG_SEGMENT = 2048
 
 
 def default_config(
@@ -115,7 +118,7 @@ def default_config(
     *,
     ngroups: int = 1,
 ) -> SsdConfig:
-    """``SsdConfig()`` with five rules for the shapes:
+    """``SsdConfig()`` with six rules for the shapes:
 
     - the fused forward only where its programs (batch x heads x head-dim tiles) fill the GPU's ``sm_count``
       SMs: on an H100 (forward ms, fused / split, ``benchmarks/kernels/h100-2026-11-24-ssd-fused-vs-split*``) it
@@ -137,17 +140,31 @@ def default_config(
       (384 at 32, L 2048), B16 L512 H8 24 / 31 / -, B2 L8192 H32 288 / 491 / 516. Splitting N instead
       (``state_block_n``) was slower everywhere (``...-ssd-state-columns*``);
     - C·Bᵀ shared through XLA (``shared_scores``) only where a group has more than one head to share it: with one
-      head per group (B16 L512 H8 G8, ``...-ssd-other-b``) it cost 0.288 against 0.253 ms forward+backward."""
+      head per group (B16 L512 H8 G8, ``...-ssd-other-b``) it cost 0.288 against 0.253 ms forward+backward;
+    - the state passes in two levels (``two_level_states``) where they do not get whole-head tiles (batch x heads
+      under STATE_PASS_PROGRAMS_PER_SM x ``sm_count``) and L >= TWO_LEVEL_MIN_L, over segments of KEEP_EVERY
+      positions, LONG_SEGMENT from LONG_SEGMENT_MIN_L (the kept states' interval too). On an H100
+      (``benchmarks/kernels/h100-2026-11-25-ssd-two-level-*``, ms forward / forward+backward, one level against
+      two at 1024 / 2048): B1 L16384 H24 0.557 / 1.850 against 0.274 / 1.258 and 0.309 / 1.346, B1 L65536 H8
+      1.706 / 4.765 against 0.463 / 2.136 and 0.401 / 1.970, B1 L131072 H24 4.09 / 14.66 against 2.00 / 10.02 and
+      1.89 / 9.83, B1 L65536 H128 5.07 / 25.50 against 4.98 / 24.65 at 1024; neutral at B2 L8192 H32 N256
+      (0.641 / 3.023 against 0.634 / 3.018) and 130m (1.204 against 1.214 forward+backward), slower with whole-head
+      tiles (B4 L16384 H64: 2.53 / 15.17 against 3.01 / 16.11)."""
     config = SsdConfig(shared_scores=nheads > ngroups)
     enough = STATE_PASS_PROGRAMS_PER_SM * sm_count
-    if batch * nheads * -(-headdim // 64) >= enough:
+    whole_heads = batch * nheads * -(-headdim // 64) >= enough
+    if whole_heads:
         config = dataclasses.replace(config, state_block_p=64)
     elif seqlen >= WIDE_STATE_TILE_MIN_L and batch * nheads * -(-headdim // 32) >= enough:
         config = dataclasses.replace(config, state_block_p=32)
+    every = KEEP_EVERY
+    if not whole_heads and seqlen >= TWO_LEVEL_MIN_L:
+        every = LONG_SEGMENT if seqlen >= LONG_SEGMENT_MIN_L else KEEP_EVERY
+        config = dataclasses.replace(config, two_level_states=True, state_segment=every)
     if dstate <= BWD_SPLIT_MAX_DSTATE:
         config = dataclasses.replace(config, bwd_block_p=32, bwd_num_warps=4)
     programs = batch * nheads * -(-headdim // min(config.block_p, headdim))
     if programs < sm_count:
         config = dataclasses.replace(config, fused_forward_max_l=0)
     saved = batch * -(-seqlen // config.block_l) * nheads * headdim * dstate * itemsize
-    return dataclasses.replace(config, checkpoint_every=KEEP_EVERY) if saved > KEEP_ALL_MAX_BYTES else config
+    return dataclasses.replace(config, checkpoint_every=every) if saved > KEEP_ALL_MAX_BYTES else config

@@ -197,12 +197,13 @@ def test_kept_states_are_all_the_forward_saves(rng, fused):
 
 
 def test_default_config_keeps_every_block_state_only_while_they_are_small():
-    from pallas_kernels.ssd.config import KEEP_EVERY, default_config
+    from pallas_kernels.ssd.config import KEEP_EVERY, LONG_SEGMENT, default_config
 
     assert default_config(8, 2048, 24, 64, 128, 2).checkpoint_every == 0  # mamba2-130m layer: 100 MB
     assert default_config(4, 2048, 80, 64, 128, 2).checkpoint_every == 0  # 2.7b layer: 168 MB
-    assert default_config(1, 65536, 128, 64, 128, 2).checkpoint_every == KEEP_EVERY  # 2.1 GB
-    assert default_config(1, 65536, 24, 64, 128, 2).checkpoint_every == KEEP_EVERY  # 130m at L 65536: 400 MB
+    assert default_config(4, 16384, 64, 64, 128, 2).checkpoint_every == KEEP_EVERY  # 1 GB
+    assert default_config(1, 65536, 128, 64, 128, 2).checkpoint_every == LONG_SEGMENT  # 2.1 GB, two-level segments
+    assert default_config(1, 65536, 24, 64, 128, 2).checkpoint_every == LONG_SEGMENT  # 130m at L 65536: 400 MB
 
 
 def test_default_config_fuses_the_forward_only_where_its_programs_fill_the_gpu():
@@ -236,6 +237,24 @@ def test_default_config_state_passes_take_wider_tiles_only_where_enough_programs
     assert default_config(16, 512, 8, 64, 64, 2).state_block_p == 16
     assert default_config(2, 8192, 32, 64, 256, 2).state_block_p == 16  # 128 at 32
     assert default_config(1, 65536, 2, 64, 128, 2).state_block_p == 16  # too few at any tile: the narrowest
+
+
+def test_default_config_takes_two_level_state_passes_for_long_walks_short_of_programs():
+    """Measured on an H100 (benchmarks/kernels/h100-2026-11-25-ssd-two-level-*)."""
+    from pallas_kernels.ssd.config import KEEP_EVERY, LONG_SEGMENT, default_config
+
+    def two_level(*shape):
+        config = default_config(*shape)
+        return config.state_segment if config.two_level_states else None
+
+    assert two_level(1, 16384, 24, 64, 128, 2) == KEEP_EVERY  # 24 heads: 0.557 -> 0.274 ms forward
+    assert two_level(1, 65536, 8, 64, 128, 2) == LONG_SEGMENT  # 1.706 -> 0.401 ms forward
+    assert two_level(1, 65536, 128, 64, 128, 2) == LONG_SEGMENT  # 128 whole-head programs
+    assert two_level(4, 16384, 64, 64, 128, 2) is None  # 256 whole-head programs: two levels were slower
+    assert two_level(2, 8192, 32, 64, 256, 2) is None  # a walk of 128 blocks: no gain
+    assert two_level(8, 2048, 24, 64, 128, 2) is None  # 130m
+    config = default_config(1, 131072, 24, 64, 128, 2)
+    assert config.checkpoint_every == config.state_segment == LONG_SEGMENT  # the kept states are the segments'
 
 
 def test_default_config_shares_scores_only_where_a_group_has_several_heads():
