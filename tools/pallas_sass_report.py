@@ -25,10 +25,12 @@ SSD_WARPS = {  # SsdConfig's warps field of each kernel; the state passes and wa
     "ssd_fwd_out": "num_warps",
     "ssd_fwd_out_persistent": "num_warps",
     "ssd_bwd_dx": "bwd_num_warps",
+    "ssd_bwd_dx_persistent": "bwd_num_warps",
     "ssd_bwd_dbc": "dbc_num_warps",
 }
 
 SSD_BWD_STAGES = {"ssd_bwd_dstates", "ssd_bwd_segment_dstates", "ssd_bwd_block_dstates", "ssd_bwd_dx", "ssd_bwd_dbc"}
+SSD_BWD_STAGES |= {"ssd_bwd_dx_persistent"}
 
 
 def selective_scan_kernels(shape: str, config_text: str, backward: bool):

@@ -238,6 +238,30 @@ def block_program(dims: SsdDims, tile=None) -> tuple["Program", jax.Array]:
     return Program(dims, part * dims.block_p, b=bk // dims.nblocks, h=h), bk % dims.nblocks
 
 
+def for_each_tile(dims: SsdDims, programs: int, tile_fn) -> None:
+    """Run ``tile_fn(prog, k)`` (``block_program``'s program and block) for this program's block-parallel tiles: its
+    own one where ``programs`` is 0 (grid ``dims.block_grid``), else as one of ``programs`` long-lived programs (grid
+    (programs,)) that take tiles i, i + programs, ... in the launch order. A long-lived program's loop lets Triton
+    prefetch the next tile's loads during this one's math; past the last tile it redoes the last one (the same values
+    stored again), so every program runs the same number of steps with no branch."""
+    if programs == 0:
+        tile_fn(*block_program(dims))
+        return
+    tiles = dims.block_tiles
+    first = pl.program_id(0)  # read outside the loop (interpret mode binds it at the kernel's top level)
+
+    def step(i, carry):
+        tile_fn(*block_program(dims, jnp.minimum(first + i * programs, tiles - 1)))
+        return carry
+
+    jax.lax.fori_loop(0, -(-tiles // programs), step, 0)
+
+
+def tile_grid(dims: SsdDims, programs: int) -> tuple[int]:
+    """The grid ``for_each_tile`` runs on: one program per tile, or ``programs`` where that is fewer than the tiles."""
+    return (programs,) if programs else dims.block_grid
+
+
 class Program:
     """One program's view of the HBM arrays and the math that sets up a block."""
 

@@ -5,7 +5,8 @@ gradient block-parallel (programs launched head and head dims fastest: see ``blo
    carrying dS, its (block_p, Nb) tile of the float32 gradient of the state leaving the block, and stores it per
    block (in the dot dtype), then d initial_states. Per block: dS ← carry dS + (from_start ∘ dy)ᵀ C, with
    dy = dout silu(z).
-2. ``ssd_bwd_dx``, one program per (batch row, block, head, ``bwd_block_p`` head dims), no carry; with the
+2. ``ssd_bwd_dx``, one program per (batch row, block, head, ``bwd_block_p`` head dims), no carry (or, with
+   ``bwd_persistent_programs``, that many programs looping over those tiles: ``ssd_bwd_dx_persistent``); with the
    block's incoming state S (saved by the forward), the gradient dS of its outgoing state, M = C·Bᵀ ∘ decay and
    X = dt x:
 
@@ -38,9 +39,9 @@ from pallas_kernels._triton import sigmoid
 from pallas_kernels.ssd.block import (
     Program,
     SsdDims,
-    block_program,
     block_scores,
     call_kernel,
+    for_each_tile,
     mm,
     optional_refs,
     segment_block,
@@ -48,6 +49,7 @@ from pallas_kernels.ssd.block import (
     segment_program,
     segment_tiles,
     sequential_program,
+    tile_grid,
 )
 from pallas_kernels.ssd.segments import segment_outputs, segment_walk
 
@@ -157,12 +159,19 @@ def _head_inputs(prog: Program, k, ins, opt, dz_ref=None):
     return blk, x32, dy, x32 * blk.dt[:, None], S_in, dS
 
 
-def _dx_kernel(x_ref, dt_ref, A_ref, B_ref, C_ref, states_ref, dstates_ref, dout_ref, *refs, dims: SsdDims):
+def _dx_kernel(*refs, dims: SsdDims, programs: int):
+    """One program per (batch row, block, head, head-dim block), or ``programs`` looping over them
+    (``block.for_each_tile``)."""
+    for_each_tile(dims, programs, functools.partial(_dx_tile, refs=refs, dims=dims))
+
+
+def _dx_tile(prog: Program, k, *, refs, dims: SsdDims):
+    """The per-head gradients of block ``k`` for ``prog``'s batch row, head and head dims."""
+    x_ref, dt_ref, A_ref, B_ref, C_ref, states_ref, dstates_ref, dout_ref, *refs = refs
     flags = (dims.has_D, dims.has_z, dims.has_bias, dims.has_seq, dims.has_z, dims.has_scores)
     (D_ref, z_ref, bias_ref, seq_ref, ypre_ref, scores_ref), outs = optional_refs(refs, flags)
     dx_ref, ddt_ref, dA_ref, *opt_outs = outs
     (dD_ref, dz_ref, dbias_ref), _ = optional_refs(opt_outs, (dims.has_D, dims.has_z, dims.has_bias))
-    prog, k = block_program(dims)
     b, h, t0, part = prog.b, prog.h, k * dims.block_l, prog.p0 // dims.block_p
     f32 = jnp.float32
     mm_dtype = x_ref.dtype
@@ -277,15 +286,16 @@ def ssd_backward(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, states,
     ddt_shape = jax.ShapeDtypeStruct((*dt.shape, parts), dt.dtype if parts == 1 else f32)
     shapes = [jax.ShapeDtypeStruct(x.shape, x.dtype), ddt_shape, per_block]
     shapes += [shape for flag, shape in optional_outs if flag]
+    programs = config.bwd_persistent_programs if config.bwd_persistent_programs < xdims.block_tiles else 0
     dx, ddt, dA, *rest = call_kernel(
-        functools.partial(_dx_kernel, dims=xdims),
+        functools.partial(_dx_kernel, dims=xdims, programs=programs),
         tensors + [t for t in (D, z, dt_bias, seq_idx, ypre, scores) if t is not None],
         shapes,
-        xdims.block_grid,
+        tile_grid(xdims, programs),
         xdims,
         config.bwd_num_warps,
         config.bwd_num_stages,
-        "ssd_bwd_dx",
+        "ssd_bwd_dx_persistent" if programs else "ssd_bwd_dx",
     )
     (dD, dz, dbias), _ = optional_refs(rest, [flag for flag, _ in optional_outs])
     ddt = ddt.sum(axis=-1).astype(dt.dtype)

@@ -21,16 +21,15 @@ import functools
 
 import jax
 import jax.numpy as jnp
-from jax.experimental import pallas as pl
 
 from pallas_kernels._triton import sigmoid
 from pallas_kernels.ssd.block import (
     Block,
     Program,
     SsdDims,
-    block_program,
     block_scores,
     call_kernel,
+    for_each_tile,
     mm,
     optional_refs,
     segment_block,
@@ -38,6 +37,7 @@ from pallas_kernels.ssd.block import (
     segment_program,
     segment_tiles,
     sequential_program,
+    tile_grid,
 )
 from pallas_kernels.ssd.segments import segment_outputs, segment_walk
 
@@ -206,25 +206,11 @@ def _output_tile(prog: Program, k, x_ref, dt_ref, A_ref, B_ref, C_ref, states_re
     _block_output(prog, blk, t0, x, CB, Cm, state_mm, Dv, z_ref, out_ref, ypre_ref)
 
 
-def _output_kernel(x_ref, dt_ref, A_ref, B_ref, C_ref, states_ref, *refs, dims: SsdDims, save: bool):
-    prog, k = block_program(dims)
-    _output_tile(prog, k, x_ref, dt_ref, A_ref, B_ref, C_ref, states_ref, refs, save)
-
-
-def _persistent_output_kernel(x_ref, dt_ref, A_ref, B_ref, C_ref, states_ref, *refs, dims: SsdDims, save: bool,
-                              programs: int):  # fmt: skip
-    """``programs`` long-lived programs over the ``block_grid`` tiles, in its launch order (``block_program``):
-    program i takes tiles i, i + programs, ...; past the last tile it redoes the last one (the same values stored
-    again), so every program runs the same number of steps with no branch."""
-    tiles = dims.block_tiles
-    first = pl.program_id(0)  # read outside the loop (interpret mode binds it at the kernel's top level)
-
-    def step(i, carry):
-        prog, k = block_program(dims, jnp.minimum(first + i * programs, tiles - 1))
+def _output_kernel(x_ref, dt_ref, A_ref, B_ref, C_ref, states_ref, *refs, dims: SsdDims, save: bool, programs: int):
+    def tile(prog, k):
         _output_tile(prog, k, x_ref, dt_ref, A_ref, B_ref, C_ref, states_ref, refs, save)
-        return carry
 
-    jax.lax.fori_loop(0, -(-tiles // programs), step, 0)
+    for_each_tile(dims, programs, tile)
 
 
 def ssd_forward(
@@ -272,12 +258,8 @@ def ssd_forward(
             "ssd_fwd_states",
         )
     inputs = [x, dt, A, B, C, states] + [t for t in (D, z, dt_bias, seq_idx, scores) if t is not None]
-    if 0 < config.persistent_programs < dims.block_tiles:
-        programs = config.persistent_programs
-        kernel = functools.partial(_persistent_output_kernel, dims=dims, save=save, programs=programs)
-        grid, name = (programs, 1, 1), "ssd_fwd_out_persistent"
-    else:
-        kernel = functools.partial(_output_kernel, dims=dims, save=save)
-        grid, name = dims.block_grid, "ssd_fwd_out"
+    programs = config.persistent_programs if config.persistent_programs < dims.block_tiles else 0
+    kernel = functools.partial(_output_kernel, dims=dims, save=save, programs=programs)
+    grid, name = tile_grid(dims, programs), ("ssd_fwd_out_persistent" if programs else "ssd_fwd_out")
     out, *saved = call_kernel(kernel, inputs, [out_shape, *extra], grid, dims, warps, stages, name)
     return out, final, ((kept[0] if keep else states) if save else None), (saved[0] if extra else None)

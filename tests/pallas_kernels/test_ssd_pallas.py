@@ -49,7 +49,8 @@ def two_level_keep_all(**tiling) -> SsdConfig:
 BWD_HEADDIM_SPLIT = SsdConfig(block_l=16, block_p=16, bwd_block_p=16)
 OWN_SCORES_FUSED = SsdConfig(block_l=16, bwd_block_p=16, shared_scores=False)
 OWN_SCORES_SPLIT = split(block_l=32, shared_scores=False)
-OWN_SCORES_PERSISTENT = persistent(5, 16, shared_scores=False)
+PERSISTENT_BOTH = persistent(5, 16, block_p=16, bwd_persistent_programs=5)  # the backward's per-head kernel too
+OWN_SCORES_PERSISTENT = persistent(5, 16, shared_scores=False, bwd_persistent_programs=7)
 STATE_COLUMNS_SPLIT = split(block_l=16, state_block_n=16)
 TWO_LEVEL_ALL_SPLIT = two_level_keep_all(fused_forward_max_l=0, rebuild_block_p=16)
 TWO_LEVEL_ALL_SHORT = two_level_keep_all(fused_forward_max_l=0)  # 3 blocks: one segment, so one level
@@ -65,7 +66,7 @@ CASES = [  # batch, L, H, P, N, G, chunk, dtype, D, z, init, seq_idx, softplus, 
     # persistent output pass: 7 programs over 7 blocks x 6 heads (the last program redoes the last tile)
     (1, 97, 6, 16, 40, 3, 64, jnp.bfloat16, "H", True, True, True, True, (0.0, INF), persistent(7, 16)),
     # 5 programs over 2 x 7 blocks x 4 heads x 3 head-dim blocks, float32, no seq_idx
-    (2, 100, 4, 48, 16, 2, 64, jnp.float32, "HP", True, True, False, True, (0.0, INF), persistent(5, 16, block_p=16)),
+    (2, 100, 4, 48, 16, 2, 64, jnp.float32, "HP", True, True, False, True, (0.0, INF), PERSISTENT_BOTH),
     (2, 64, 4, 24, 16, 4, 64, jnp.bfloat16, "HP", True, False, False, False, (0.0, INF), SsdConfig(block_l=32)),
     # the backward's per-head programs split over head dims: 3 parts of 16 (float32), 2 of 16 (bf16, below)
     (2, 100, 4, 48, 16, 2, 128, jnp.float32, "H", True, True, False, True, (0.0, INF), BWD_HEADDIM_SPLIT),
@@ -177,6 +178,26 @@ def test_persistent_output_pass_runs_when_fewer_programs_than_tiles(rng, program
     config = split(block_l=16, persistent_programs=programs)
     assert kernel in str(jax.make_jaxpr(run(config))(*inputs))
     np.testing.assert_array_equal(np.asarray(run(config)(*inputs)), np.asarray(run(split(block_l=16))(*inputs)))
+
+
+@pytest.mark.parametrize(("programs", "kernel"), [(5, "ssd_bwd_dx_persistent"), (64, "ssd_bwd_dx")])
+def test_persistent_backward_kernel_runs_when_fewer_programs_than_tiles(rng, programs, kernel):
+    """The backward's per-head kernel on 2 x 4 blocks x 2 heads = 16 tiles: 5 programs loop over them (4 steps, the
+    last tile redone by 4 programs); 64 would be more than tiles, so the ordinary grid runs. Same gradients."""
+    arrays, _, _ = make_inputs(rng, 2, 64, 2, 16, 16, 1, jnp.float32, D="H", z=True, init=False)
+    inputs = [arrays[k] for k in ("x", "dt", "A", "B", "C", "D", "z")]
+    dout = jnp.asarray(rng.normal(size=(2, 64, 2, 16)), jnp.float32)
+
+    def grads(config):
+        def call(x, dt, A, B, C, D, z):
+            return mamba_chunk_scan_combined(x, dt, A, B, C, 64, D=D, z=z, impl="pallas", config=config)
+
+        return jax.vjp(call, *inputs)[1]
+
+    config = split(block_l=16, bwd_persistent_programs=programs)
+    assert kernel in str(jax.make_jaxpr(grads(config))(dout))
+    for got, want in zip(grads(config)(dout), grads(split(block_l=16))(dout), strict=True):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
 
 
 @pytest.mark.parametrize("fused", [True, False])
@@ -305,6 +326,7 @@ def test_bf16_inputs_keep_their_dtypes_mixed_with_float32_b(rng):
         ({"config": {"block_l": 64}}, "config must be an instance of SsdConfig, got dict"),
         ({"config": SsdConfig(checkpoint_every=96)}, "checkpoint_every must be 0 or a positive multiple of block_l=64"),
         ({"config": SsdConfig(shared_scores=1)}, "SsdConfig.shared_scores must be a bool, got 1"),
+        ({"config": SsdConfig(bwd_persistent_programs=-1)}, "SsdConfig.bwd_persistent_programs must be an int >= 0"),
         ({"config": SsdConfig(state_segment=100)}, "state_segment must be a positive multiple of block_l=64, got 100"),
     ],
 )
@@ -338,6 +360,10 @@ def test_pallas_refuses_what_it_does_not_tile(change, message):
             ],
         ),
         (SsdConfig(), ["ssd_fwd_fused", "ssd_bwd_dstates", "ssd_bwd_dx", "ssd_bwd_dbc"]),
+        (
+            SsdConfig(fused_forward_max_l=0, persistent_programs=8, bwd_persistent_programs=8),
+            ["ssd_fwd_states", "ssd_fwd_out_persistent", "ssd_bwd_dstates", "ssd_bwd_dx_persistent", "ssd_bwd_dbc"],
+        ),
     ],
 )
 def test_kernels_lower_to_triton_for_an_h100(monkeypatch, config, kernels):
