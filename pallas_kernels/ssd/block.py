@@ -257,8 +257,14 @@ def for_each_tile(dims: SsdDims, programs: int, tile_fn) -> None:
     jax.lax.fori_loop(0, -(-tiles // programs), step, 0)
 
 
+def long_lived_programs(dims: SsdDims, asked: int) -> int:
+    """``for_each_tile``'s ``programs`` for a config's ask: ``asked`` where that is fewer than the tiles, else 0 (one
+    program per tile)."""
+    return asked if asked < dims.block_tiles else 0
+
+
 def tile_grid(dims: SsdDims, programs: int) -> tuple[int]:
-    """The grid ``for_each_tile`` runs on: one program per tile, or ``programs`` where that is fewer than the tiles."""
+    """The grid ``for_each_tile`` runs on: one program per tile (``programs`` 0), or ``programs``."""
     return (programs,) if programs else dims.block_grid
 
 

@@ -42,6 +42,7 @@ from pallas_kernels.ssd.block import (
     block_scores,
     call_kernel,
     for_each_tile,
+    long_lived_programs,
     mm,
     optional_refs,
     segment_block,
@@ -286,7 +287,7 @@ def ssd_backward(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, states,
     ddt_shape = jax.ShapeDtypeStruct((*dt.shape, parts), dt.dtype if parts == 1 else f32)
     shapes = [jax.ShapeDtypeStruct(x.shape, x.dtype), ddt_shape, per_block]
     shapes += [shape for flag, shape in optional_outs if flag]
-    programs = config.bwd_persistent_programs if config.bwd_persistent_programs < xdims.block_tiles else 0
+    programs = long_lived_programs(xdims, config.bwd_persistent_programs)
     dx, ddt, dA, *rest = call_kernel(
         functools.partial(_dx_kernel, dims=xdims, programs=programs),
         tensors + [t for t in (D, z, dt_bias, seq_idx, ypre, scores) if t is not None],

@@ -30,6 +30,7 @@ from pallas_kernels.ssd.block import (
     block_scores,
     call_kernel,
     for_each_tile,
+    long_lived_programs,
     mm,
     optional_refs,
     segment_block,
@@ -258,7 +259,7 @@ def ssd_forward(
             "ssd_fwd_states",
         )
     inputs = [x, dt, A, B, C, states] + [t for t in (D, z, dt_bias, seq_idx, scores) if t is not None]
-    programs = config.persistent_programs if config.persistent_programs < dims.block_tiles else 0
+    programs = long_lived_programs(dims, config.persistent_programs)
     kernel = functools.partial(_output_kernel, dims=dims, save=save, programs=programs)
     grid, name = tile_grid(dims, programs), ("ssd_fwd_out_persistent" if programs else "ssd_fwd_out")
     out, *saved = call_kernel(kernel, inputs, [out_shape, *extra], grid, dims, warps, stages, name)
