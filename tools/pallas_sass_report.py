@@ -29,8 +29,14 @@ SSD_WARPS = {  # SsdConfig's warps field of each kernel; the state passes and wa
     "ssd_bwd_dbc": "dbc_num_warps",
 }
 
-SSD_BWD_STAGES = {"ssd_bwd_dstates", "ssd_bwd_segment_dstates", "ssd_bwd_block_dstates", "ssd_bwd_dx", "ssd_bwd_dbc"}
-SSD_BWD_STAGES |= {"ssd_bwd_dx_persistent"}
+SSD_BWD_STAGES = {  # kernels that take SsdConfig.bwd_num_stages; the rest take num_stages
+    "ssd_bwd_dstates",
+    "ssd_bwd_segment_dstates",
+    "ssd_bwd_block_dstates",
+    "ssd_bwd_dx",
+    "ssd_bwd_dx_persistent",
+    "ssd_bwd_dbc",
+}
 
 
 def selective_scan_kernels(shape: str, config_text: str, backward: bool):

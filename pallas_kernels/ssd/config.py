@@ -17,7 +17,8 @@ The backward reads every block's incoming state. With ``checkpoint_every`` the f
 that many positions' state, and the backward first rebuilds the block states from them with one more sequential
 pass whose segments run in parallel; a layer's block states then exist only during its own backward.
 ``default_config`` keeps every block's state while they are small (the rebuild costs time) and every
-KEEP_EVERY positions beyond KEEP_ALL_MAX_BYTES.
+KEEP_EVERY positions beyond KEEP_ALL_MAX_BYTES (every LONG_SEGMENT where its state passes are two-level from
+LONG_SEGMENT_MIN_L).
 
 With ``two_level_states`` the sequential state passes (forward states, backward state gradients) become two levels
 over segments of ``checkpoint_every`` positions (``state_segment`` where every block's state is kept): each
@@ -128,8 +129,8 @@ def default_config(
       with 64 and 128 (B2 L8192 H32 0.65 / 0.42 at N 128, 1.07 / 0.65 at N 256; B16 L512 H8 0.13 / 0.10);
     - the state kept only every KEEP_EVERY positions where every block's state for the backward
       (batch, L / block_l, H, P, N) in the inputs' dtype (``itemsize`` bytes) would exceed KEEP_ALL_MAX_BYTES: the
-      mamba2-130m and 2.7b layers at L 2048 keep all (100 and 168 MB), a 65536-long sequence of 128 heads 1/8 of
-      2 GB;
+      mamba2-130m and 2.7b layers at L 2048 keep all (100 and 168 MB), a 65536-long sequence of 128 heads 1/16 of
+      2 GB (every LONG_SEGMENT positions: its state passes are two-level, last rule);
     - the backward's per-head kernel (``ssd_bwd_dx``) on 32 head dims per program at 4 warps, not whole heads at
       8, up to N = BWD_SPLIT_MAX_DSTATE: on an H100 (``benchmarks/kernels/h100-2026-11-25-ssd-bwd-split*``) 551
       against 665 us at 130m and 890 against 1053 at 2.7b (N 128); at N 256 (B2 L8192 H32) 1289 against 1273;

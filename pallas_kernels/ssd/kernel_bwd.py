@@ -168,9 +168,9 @@ def _dx_kernel(*refs, dims: SsdDims, programs: int):
 
 def _dx_tile(prog: Program, k, *, refs, dims: SsdDims):
     """The per-head gradients of block ``k`` for ``prog``'s batch row, head and head dims."""
-    x_ref, dt_ref, A_ref, B_ref, C_ref, states_ref, dstates_ref, dout_ref, *refs = refs
+    x_ref, dt_ref, A_ref, B_ref, C_ref, states_ref, dstates_ref, dout_ref, *rest = refs
     flags = (dims.has_D, dims.has_z, dims.has_bias, dims.has_seq, dims.has_z, dims.has_scores)
-    (D_ref, z_ref, bias_ref, seq_ref, ypre_ref, scores_ref), outs = optional_refs(refs, flags)
+    (D_ref, z_ref, bias_ref, seq_ref, ypre_ref, scores_ref), outs = optional_refs(rest, flags)
     dx_ref, ddt_ref, dA_ref, *opt_outs = outs
     (dD_ref, dz_ref, dbias_ref), _ = optional_refs(opt_outs, (dims.has_D, dims.has_z, dims.has_bias))
     b, h, t0, part = prog.b, prog.h, k * dims.block_l, prog.p0 // dims.block_p
