@@ -34,6 +34,7 @@ class ScanGrads:
     u: np.ndarray
     delta: np.ndarray
     A: np.ndarray
+    A_steps: np.ndarray  # (b, L, d, n): each position's term of A (A is their sum over b and L)
     B: np.ndarray
     C: np.ndarray
     D: np.ndarray | None
@@ -74,7 +75,7 @@ def scan_backward(dout, dlast, u, delta, A, B, C, D=None, z=None, h0=None, keep=
     dD = None if D is None else np.sum(dy * u, axis=(0, 1))
     du = np.zeros_like(u) if D is None else dy * D
     ddelta = np.zeros_like(delta)
-    dA = np.zeros_like(A)
+    dA_steps = np.zeros((b, length, *A.shape))
     dB = np.zeros_like(B)
     dC = np.zeros_like(C)
     g = dlast.copy()  # cotangent of h_t, walking t backwards
@@ -85,9 +86,10 @@ def scan_backward(dout, dlast, u, delta, A, B, C, D=None, z=None, h0=None, keep=
         dB[:, t] = g * (delta[:, t] * u[:, t])[..., None]
         du[:, t] += np.sum(g * B[:, t], axis=-1) * delta[:, t]
         ddelta[:, t] = np.sum(g * (u[:, t, :, None] * B[:, t] + decay * A * states[t]), axis=-1)
-        dA += np.sum(g * decay * delta[:, t, :, None] * states[t], axis=0)
+        dA_steps[:, t] = g * decay * delta[:, t, :, None] * states[t]
         g = g * decay
-    return ScanGrads(u=du, delta=ddelta, A=dA, B=dB, C=dC, D=dD, z=dz, h0=g)
+    dA = dA_steps.sum(axis=(0, 1))
+    return ScanGrads(u=du, delta=ddelta, A=dA, A_steps=dA_steps, B=dB, C=dC, D=dD, z=dz, h0=g)
 
 
 def expand_groups(x, dim):

@@ -58,7 +58,8 @@ def keep_from_seq_idx(seq_idx, batch, seqlen):
     return (seq_idx == prev).astype(float)
 
 
-def oracle(exact, seq_idx, softplus, dt_limit, dout=None, dfinal=None):
+def _scan_args(exact, seq_idx, softplus, dt_limit):
+    """The SSD inputs as the per-channel recurrence of ``naive`` (dim = H * P channels), with pre-activation dt."""
     x = exact["x"]
     batch, seqlen, nheads, headdim = x.shape
     dstate = exact["B"].shape[-1]
@@ -78,18 +79,35 @@ def oracle(exact, seq_idx, softplus, dt_limit, dout=None, dfinal=None):
         None if exact["initial_states"] is None else exact["initial_states"].reshape(batch, dim, dstate),
         keep_from_seq_idx(seq_idx, batch, seqlen),
     )
-    out, final, _ = naive.scan_forward(*args)
-    out, final = out.reshape(x.shape), final.reshape(batch, nheads, headdim, dstate)
-    if dout is None:
-        return out, final, None
-    g = naive.scan_backward(dout.reshape(batch, seqlen, dim), dfinal.reshape(batch, dim, dstate), *args)
+    return args, pre, act
+
+
+def _scan_grads(exact, seq_idx, softplus, dt_limit, dout, dfinal):
+    """(naive.ScanGrads, d dt per (b, L, H) position) of the recurrence for cotangents (dout, dfinal)."""
+    batch, seqlen, nheads, headdim = exact["x"].shape
+    args, pre, act = _scan_args(exact, seq_idx, softplus, dt_limit)
+    dim = nheads * headdim
+    g = naive.scan_backward(dout.reshape(batch, seqlen, dim), dfinal.reshape(batch, dim, -1), *args)
     inside = (act > dt_limit[0]) & (act < dt_limit[1])
     ddt = g.delta.reshape(batch, seqlen, nheads, headdim).sum(-1) * inside * (naive.sigmoid(pre) if softplus else 1.0)
+    return g, ddt
+
+
+def oracle(exact, seq_idx, softplus, dt_limit, dout=None, dfinal=None):
+    x = exact["x"]
+    batch, _, nheads, headdim = x.shape
+    args, _, _ = _scan_args(exact, seq_idx, softplus, dt_limit)
+    out, final, _ = naive.scan_forward(*args)
+    out, final = out.reshape(x.shape), final.reshape(batch, nheads, headdim, -1)
+    if dout is None:
+        return out, final, None
+    g, ddt = _scan_grads(exact, seq_idx, softplus, dt_limit, dout, dfinal)
+    D = exact["D"]
     groups = exact["B"].shape[2]
     grads = {
         "x": g.u.reshape(x.shape),
         "dt": ddt,
-        "A": g.A.reshape(nheads, headdim, dstate).sum(axis=(1, 2)),
+        "A": g.A.reshape(nheads, -1).sum(axis=1),
         "B": naive.reduce_groups(g.B, groups),
         "C": naive.reduce_groups(g.C, groups),
         "D": None if D is None else g.D.reshape(nheads, headdim).sum(-1) if D.ndim == 1 else g.D.reshape(D.shape),
@@ -98,6 +116,20 @@ def oracle(exact, seq_idx, softplus, dt_limit, dout=None, dfinal=None):
         "initial_states": None if exact["initial_states"] is None else g.h0.reshape(final.shape),
     }
     return out, final, grads
+
+
+def oracle_spread(exact, seq_idx, softplus, dt_limit, dout, dfinal) -> dict:
+    """The spread of the gradients that sum over batch and L (dA, d dt_bias: per head): the root-sum-square of the
+    per-position terms whose sum they are. Those terms often cancel to a sum far smaller than themselves, while the
+    rounding of each term (bf16 factors in the kernels) adds up like a random walk, to about that spread times the
+    rounding; an error is then judged against max(|sum|, spread), not against the sum alone."""
+    batch, seqlen, nheads, _ = exact["x"].shape
+    g, ddt = _scan_grads(exact, seq_idx, softplus, dt_limit, dout, dfinal)
+    a_terms = g.A_steps.reshape(batch, seqlen, nheads, -1).sum(-1)
+    spread = {"A": np.sqrt(np.sum(a_terms**2, axis=(0, 1)))}
+    if exact["dt_bias"] is not None:
+        spread["dt_bias"] = np.sqrt(np.sum(ddt**2, axis=(0, 1)))
+    return spread
 
 
 def run_with_vjp(arrays, seq_idx, chunk, softplus, dt_limit, dout, dfinal, *, impl="reference", config=None):
