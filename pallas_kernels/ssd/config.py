@@ -108,6 +108,7 @@ WIDE_STATE_TILE_MIN_L = 16384  # ... and 32-dim tiles (two per head) only for wa
 TWO_LEVEL_MIN_L = 16384  # two-level state passes for walks this long without whole-head tiles' programs
 LONG_SEGMENT_MIN_L = 65536  # ... over segments of LONG_SEGMENT positions from this L on, else of KEEP_EVERY
 LONG_SEGMENT = 2048
+WIDE_TILE_MAX_DSTATE = 128  # the fused forward and 32- or 64-dim sequential tiles only up to this N (they spill past)
 
 
 def default_config(
@@ -121,7 +122,7 @@ def default_config(
     *,
     ngroups: int = 1,
 ) -> SsdConfig:
-    """``SsdConfig()`` with six rules for the shapes:
+    """``SsdConfig()`` with seven rules for the shapes:
 
     - the fused forward only where its programs (batch x heads x head-dim tiles) fill the GPU's ``sm_count``
       SMs: on an H100 (forward ms, fused / split, ``benchmarks/kernels/h100-2026-11-24-ssd-fused-vs-split*``) it
@@ -152,11 +153,19 @@ def default_config(
       1.706 / 4.765 against 0.463 / 2.136 and 0.401 / 1.970, B1 L131072 H24 4.09 / 14.66 against 2.00 / 10.02 and
       1.89 / 9.83, B1 L65536 H128 5.07 / 25.50 against 4.98 / 24.65 at 1024; neutral at B2 L8192 H32 N256
       (0.641 / 3.023 against 0.634 / 3.018) and 130m (1.204 against 1.214 forward+backward), slower with whole-head
-      tiles (B4 L16384 H64: 2.53 / 15.17 against 3.01 / 16.11)."""
+      tiles (B4 L16384 H64: 2.53 / 15.17 against 3.01 / 16.11);
+    - past N = WIDE_TILE_MAX_DSTATE no fused forward, the sequential passes on 16 head dims and the two-level and
+      rebuild kernels on 32: their float32 (head dims, N) state with the (T, N) B and C tiles outgrows the registers.
+      Compiled for sm_90 at N 256 (``benchmarks/kernels/sass/ssd-sm90-2026-11-25-dstate.txt``; not yet timed),
+      bytes spilled a thread: the fused forward 888-1008 (468-528 on 32 head dims), ``ssd_bwd_dstates`` on 64 dims
+      628 (24 on 32, none on 16), the two-level and rebuild kernels on 64 dims 328-372, none on 32."""
     config = SsdConfig(shared_scores=nheads > ngroups)
     enough = STATE_PASS_PROGRAMS_PER_SM * sm_count
     whole_heads = batch * nheads * -(-headdim // 64) >= enough
-    if whole_heads:
+    wide_tiles = dstate <= WIDE_TILE_MAX_DSTATE
+    if not wide_tiles:
+        config = dataclasses.replace(config, fused_forward_max_l=0, rebuild_block_p=32)
+    elif whole_heads:
         config = dataclasses.replace(config, state_block_p=64)
     elif seqlen >= WIDE_STATE_TILE_MIN_L and batch * nheads * -(-headdim // 32) >= enough:
         config = dataclasses.replace(config, state_block_p=32)

@@ -281,6 +281,22 @@ def test_default_config_takes_two_level_state_passes_for_long_walks_short_of_pro
     assert config.checkpoint_every == config.state_segment == LONG_SEGMENT  # the kept states are the segments'
 
 
+def test_default_config_keeps_wide_tiles_and_the_fused_forward_to_n_128():
+    """Past N 128 they spill on sm_90 (benchmarks/kernels/sass/ssd-sm90-2026-11-25-dstate.txt): the same shapes at
+    N 128 and 256."""
+    from pallas_kernels.ssd.config import default_config
+
+    assert default_config(8, 2048, 24, 64, 128, 2).fused_forward_max_l > 0
+    assert default_config(8, 2048, 24, 64, 256, 2).fused_forward_max_l == 0
+    for shape, tile in (((4, 4096, 64, 64), 64), ((1, 65536, 128, 64), 32)):
+        assert default_config(*shape, 128, 2).state_block_p == tile
+        assert default_config(*shape, 256, 2).state_block_p == SsdConfig().state_block_p == 16
+    for shape in ((1, 16384, 24, 64), (1, 65536, 128, 64)):  # two-level state passes, at 64 and 32 head dims
+        assert default_config(*shape, 128, 2).rebuild_block_p == SsdConfig().rebuild_block_p == 64
+        wide = default_config(*shape, 256, 2)
+        assert wide.two_level_states and wide.rebuild_block_p == 32
+
+
 def test_default_config_shares_scores_only_where_a_group_has_several_heads():
     """Measured on an H100 (benchmarks/kernels/h100-2026-11-25-ssd-shared*, ...-ssd-other-b)."""
     from pallas_kernels.ssd.config import default_config
