@@ -11,13 +11,13 @@ import pytest
 from compare.tolerances import assert_close
 from pallas_kernels import mamba_chunk_scan_combined
 from pallas_kernels.ssd.config import SsdConfig
-from tests.pallas_kernels.test_ssd_reference import INF, make_inputs, oracle, oracle_spread, run_with_vjp
+from tests.pallas_kernels.test_ssd_reference import INF, make_inputs, oracle, oracle_with_spread, run_with_vjp
 
 # dA, d dt_bias and dD (float32, one value per head) are sums over batch and L of products whose factors the kernels
 # round to bf16/fp16 for the dots; their bound is 3x the dtype's. dA and d dt_bias sum per-position terms that can
 # cancel to a small fraction of their size (a bf16 seed: dA 4% of the terms' absolute sum, off by 4.7% relative to
 # itself, 1.5% relative to the terms' root-sum-square), so their error is relative to max(|sum|, that spread) (see
-# oracle_spread); dD sums exact products in float32 and stays relative to itself.
+# oracle_with_spread); dD sums exact products in float32 and stays relative to itself.
 REDUCED_GRADS = ("A", "dt_bias", "D")
 REDUCED_GRAD_SCALE = 3.0
 
@@ -149,8 +149,9 @@ def test_pallas_matches_oracle_and_reference(
     )
     ref_out, ref_final, ref_grads = run_with_vjp(arrays, seq_idx, chunk, softplus, dt_limit, dout, dfinal)
     as64 = lambda t: np.asarray(t.astype(jnp.float32), np.float64)  # noqa: E731
-    want_out, want_final, want_grads = oracle(exact, seq_idx, softplus, dt_limit, as64(dout), as64(dfinal))
-    spread = oracle_spread(exact, seq_idx, softplus, dt_limit, as64(dout), as64(dfinal))
+    want_out, want_final, want_grads, spread = oracle_with_spread(
+        exact, seq_idx, softplus, dt_limit, as64(dout), as64(dfinal)
+    )
 
     assert out.dtype == dtype and final.dtype == jnp.float32
     assert_close("out", out, want_out, dtype)

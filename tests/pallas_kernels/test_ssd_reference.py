@@ -82,26 +82,34 @@ def _scan_args(exact, seq_idx, softplus, dt_limit):
     return args, pre, act
 
 
-def _scan_grads(exact, seq_idx, softplus, dt_limit, dout, dfinal):
-    """(naive.ScanGrads, d dt per (b, L, H) position) of the recurrence for cotangents (dout, dfinal)."""
-    batch, seqlen, nheads, headdim = exact["x"].shape
-    args, pre, act = _scan_args(exact, seq_idx, softplus, dt_limit)
-    dim = nheads * headdim
-    g = naive.scan_backward(dout.reshape(batch, seqlen, dim), dfinal.reshape(batch, dim, -1), *args)
-    inside = (act > dt_limit[0]) & (act < dt_limit[1])
-    ddt = g.delta.reshape(batch, seqlen, nheads, headdim).sum(-1) * inside * (naive.sigmoid(pre) if softplus else 1.0)
-    return g, ddt
+def _forward(exact, args):
+    """(out (batch, L, H, P), final_states (batch, H, P, N)) of the recurrence on ``_scan_args``'s ``args``."""
+    batch, _, nheads, headdim = exact["x"].shape
+    out, final, _ = naive.scan_forward(*args)
+    return out.reshape(exact["x"].shape), final.reshape(batch, nheads, headdim, -1)
 
 
 def oracle(exact, seq_idx, softplus, dt_limit, dout=None, dfinal=None):
-    x = exact["x"]
-    batch, _, nheads, headdim = x.shape
-    args, _, _ = _scan_args(exact, seq_idx, softplus, dt_limit)
-    out, final, _ = naive.scan_forward(*args)
-    out, final = out.reshape(x.shape), final.reshape(batch, nheads, headdim, -1)
+    """(out, final_states, {input name: gradient} or None without ``dout``), float64."""
     if dout is None:
-        return out, final, None
-    g, ddt = _scan_grads(exact, seq_idx, softplus, dt_limit, dout, dfinal)
+        return (*_forward(exact, _scan_args(exact, seq_idx, softplus, dt_limit)[0]), None)
+    return oracle_with_spread(exact, seq_idx, softplus, dt_limit, dout, dfinal)[:3]
+
+
+def oracle_with_spread(exact, seq_idx, softplus, dt_limit, dout, dfinal):
+    """``oracle``'s (out, final_states, gradients), and the spread of the gradients that sum over batch and L (dA,
+    d dt_bias: per head): the root-sum-square of the per-position terms whose sum they are. Those terms often cancel
+    to a sum far smaller than themselves, while the rounding of each term (bf16 factors in the kernels) adds up like
+    a random walk, to about that spread times the rounding; an error is then judged against max(|sum|, spread), not
+    against the sum alone."""
+    x = exact["x"]
+    batch, seqlen, nheads, headdim = x.shape
+    dim = nheads * headdim
+    args, pre, act = _scan_args(exact, seq_idx, softplus, dt_limit)
+    out, final = _forward(exact, args)
+    g = naive.scan_backward(dout.reshape(batch, seqlen, dim), dfinal.reshape(batch, dim, -1), *args)
+    inside = (act > dt_limit[0]) & (act < dt_limit[1])
+    ddt = g.delta.reshape(batch, seqlen, nheads, headdim).sum(-1) * inside * (naive.sigmoid(pre) if softplus else 1.0)
     D = exact["D"]
     groups = exact["B"].shape[2]
     grads = {
@@ -115,21 +123,11 @@ def oracle(exact, seq_idx, softplus, dt_limit, dout=None, dfinal=None):
         "dt_bias": None if exact["dt_bias"] is None else ddt.sum(axis=(0, 1)),
         "initial_states": None if exact["initial_states"] is None else g.h0.reshape(final.shape),
     }
-    return out, final, grads
-
-
-def oracle_spread(exact, seq_idx, softplus, dt_limit, dout, dfinal) -> dict:
-    """The spread of the gradients that sum over batch and L (dA, d dt_bias: per head): the root-sum-square of the
-    per-position terms whose sum they are. Those terms often cancel to a sum far smaller than themselves, while the
-    rounding of each term (bf16 factors in the kernels) adds up like a random walk, to about that spread times the
-    rounding; an error is then judged against max(|sum|, spread), not against the sum alone."""
-    batch, seqlen, nheads, _ = exact["x"].shape
-    g, ddt = _scan_grads(exact, seq_idx, softplus, dt_limit, dout, dfinal)
     a_terms = g.A_steps.reshape(batch, seqlen, nheads, -1).sum(-1)
     spread = {"A": np.sqrt(np.sum(a_terms**2, axis=(0, 1)))}
     if exact["dt_bias"] is not None:
         spread["dt_bias"] = np.sqrt(np.sum(ddt**2, axis=(0, 1)))
-    return spread
+    return out, final, grads, spread
 
 
 def run_with_vjp(arrays, seq_idx, chunk, softplus, dt_limit, dout, dfinal, *, impl="reference", config=None):
