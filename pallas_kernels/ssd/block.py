@@ -44,7 +44,6 @@ class SsdDims:
     keep_blocks: int = 1  # blocks between the states the forward keeps for the backward (1: every block's)
     block_n: int = 0  # state columns per program (the sequential passes only; 0: all N)
     has_scores: bool = False  # the per-head kernels read C·Bᵀ per block and group (``block_scores``)
-    block_cols: int = 0  # columns of a block's (T, T) tiles per block-parallel program (0: all; ``cols``)
 
     @property
     def heads_per_group(self) -> int:
@@ -76,25 +75,9 @@ class SsdDims:
     def p_blocks(self) -> int:
         return -(-self.headdim // self.block_p)
 
-    @property
-    def cols(self) -> int:
-        """Columns (positions s) of a block's (T, T) tiles a block-parallel program owns: ``block_cols``, or all T
-        where that is 0 or at least T."""
-        return self.block_l if self.block_cols == 0 else min(self.block_cols, self.block_l)
-
-    @property
-    def col_splits(self) -> int:
-        """Block-parallel programs that share one block's (T, T) tiles by columns."""
-        return self.block_l // self.cols
-
     def with_block_p(self, block_p: int) -> "SsdDims":
         """The same problem with ``block_p`` head dims per program (a power of two, at most headdim's)."""
         return dataclasses.replace(self, block_p=max(MIN_DOT, min(next_pow2(block_p), next_pow2(self.headdim))))
-
-    def with_block_cols(self, block_cols: int) -> "SsdDims":
-        """The same problem with the block-parallel programs owning ``block_cols`` columns of a block's (T, T) tiles
-        (a power of two; 0 or at least block_l: all)."""
-        return dataclasses.replace(self, block_cols=block_cols)
 
     def with_state_tiles(self, block_p: int, block_n: int) -> "SsdDims":
         """A sequential pass's tiling: ``block_p`` head dims and ``block_n`` state columns (0: all) per program."""
@@ -107,13 +90,13 @@ class SsdDims:
 
     @property
     def block_tiles(self) -> int:
-        """Block-parallel passes: one program per batch row, block, head, headdim block and column split."""
-        return self.batch * self.nblocks * self.nheads * self.p_blocks * self.col_splits
+        """Block-parallel passes: one program per batch row, block, head and headdim block."""
+        return self.batch * self.nblocks * self.nheads * self.p_blocks
 
     @property
     def block_grid(self) -> tuple[int]:
-        """The block-parallel passes' one-axis grid, launched column split fastest, then headdim block, then head,
-        then block (see ``block_program``)."""
+        """The block-parallel passes' one-axis grid, launched headdim block fastest, then head, then block (see
+        ``block_program``)."""
         return (self.block_tiles,)
 
 
@@ -194,7 +177,7 @@ class Block:
     dt: jax.Array  # (T,) dt after bias, softplus and dt_limit; 0 on padded rows
     dt_raw: jax.Array  # (T,) dt + bias, before softplus and the clamp (for the backward)
     cs: jax.Array  # (T,) cumulative dt * A from the block start
-    intra: jax.Array | None  # (T, cols) exp(cs_l - cs_s) where s <= l in one sequence, else 0 (if asked for)
+    intra: jax.Array | None  # (T, T) exp(cs_l - cs_s) where s <= l in one sequence, else 0 (if asked for)
     from_start: jax.Array  # (T,) exp(cs_l) where l is still in the incoming state's sequence, else 0
     to_end: jax.Array  # (T,) exp(cs_last - cs_s) where s is in the block's last sequence, else 0
     carry: jax.Array  # () exp(cs_last) if the incoming state survives the block, else 0
@@ -248,15 +231,11 @@ def block_program(dims: SsdDims, tile=None) -> tuple["Program", jax.Array]:
     index of its block. Tiles run headdim block fastest, then head, then (batch row, block): the programs of one
     block, which all read its B and C (G x T x N each, shared by H / G heads) and the same rows of x, run together
     and find them in L2. Block-fastest order re-read B and C from DRAM once per head at long L (H100, B1 L65536 H128:
-    L2 hit rate 20% in ``ssd_fwd_out``, which moved 11 GB where 6 were needed). Where programs split a block's
-    columns (``dims.col_splits``), a tile's column splits come first, next to each other."""
+    L2 hit rate 20% in ``ssd_fwd_out``, which moved 11 GB where 6 were needed)."""
     tile = pl.program_id(0) if tile is None else tile
-    c0 = 0
-    if dims.col_splits > 1:
-        c0, tile = (tile % dims.col_splits) * dims.cols, tile // dims.col_splits
     part, rest = tile % dims.p_blocks, tile // dims.p_blocks
     h, bk = rest % dims.nheads, rest // dims.nheads
-    return Program(dims, part * dims.block_p, b=bk // dims.nblocks, h=h, c0=c0), bk % dims.nblocks
+    return Program(dims, part * dims.block_p, b=bk // dims.nblocks, h=h), bk % dims.nblocks
 
 
 def for_each_tile(dims: SsdDims, programs: int, tile_fn) -> None:
@@ -292,7 +271,7 @@ def tile_grid(dims: SsdDims, programs: int) -> tuple[int]:
 class Program:
     """One program's view of the HBM arrays and the math that sets up a block."""
 
-    def __init__(self, dims: SsdDims, p0=0, b=None, h=None, n0=0, c0=0):
+    def __init__(self, dims: SsdDims, p0=0, b=None, h=None, n0=0):
         self.dims = dims
         self.b = pl.program_id(0) if b is None else b
         self.h = pl.program_id(1) if h is None else h
@@ -301,36 +280,29 @@ class Program:
         self.pmask = p0 + jnp.arange(dims.block_p) < dims.headdim
         self.n0 = n0
         self.nmask = n0 + jnp.arange(dims.nb) < dims.dstate
-        self.c0 = c0  # the first of the block's positions whose (T, T) tile columns this program owns
         self.rows = jnp.arange(dims.block_l)
 
-    def valid(self, t0, n=None) -> jax.Array:
-        """(n,) whether positions t0 + [0, n) exist (n: the block's T by default)."""
-        rows = self.rows if n in (None, self.dims.block_l) else jnp.arange(n)
-        return t0 + rows < self.dims.seqlen
+    def valid(self, t0) -> jax.Array:
+        return t0 + self.rows < self.dims.seqlen
 
-    def load_heads(self, ref, t0, n=None) -> jax.Array:
-        """(n, block_p) of a (batch, L, H, P) array from position t0 (n: T by default), in its dtype."""
-        n = n or self.dims.block_l
-        idx = (self.b, pl.ds(t0, n), self.h, pl.ds(self.p0, self.dims.block_p))
-        return plgpu.load(ref.at[idx], mask=self.valid(t0, n)[:, None] & self.pmask[None, :], other=0)
+    def load_heads(self, ref, t0) -> jax.Array:
+        """(T, block_p) of a (batch, L, H, P) array, in its dtype."""
+        idx = (self.b, pl.ds(t0, self.dims.block_l), self.h, pl.ds(self.p0, self.dims.block_p))
+        return plgpu.load(ref.at[idx], mask=self.valid(t0)[:, None] & self.pmask[None, :], other=0)
 
     def store_heads(self, ref, t0, value) -> None:
-        """Store (n, block_p) into a (batch, L, H, P) array from position t0."""
-        n = value.shape[0]
-        idx = (self.b, pl.ds(t0, n), self.h, pl.ds(self.p0, self.dims.block_p))
-        plgpu.store(ref.at[idx], value.astype(ref.dtype), mask=self.valid(t0, n)[:, None] & self.pmask[None, :])
+        idx = (self.b, pl.ds(t0, self.dims.block_l), self.h, pl.ds(self.p0, self.dims.block_p))
+        plgpu.store(ref.at[idx], value.astype(ref.dtype), mask=self.valid(t0)[:, None] & self.pmask[None, :])
 
     @property
     def state_mask(self) -> jax.Array:
         """(block_p, Nb): this program's head dims and state columns that exist."""
         return self.pmask[:, None] & self.nmask[None, :]
 
-    def load_group(self, ref, t0, n=None) -> jax.Array:
-        """(n, Nb) of a (batch, L, G, N) array (B or C) from position t0 (n: T by default), in its dtype."""
-        n = n or self.dims.block_l
-        idx = (self.b, pl.ds(t0, n), self.g, pl.ds(self.n0, self.dims.nb))
-        return plgpu.load(ref.at[idx], mask=self.valid(t0, n)[:, None] & self.nmask[None, :], other=0)
+    def load_group(self, ref, t0) -> jax.Array:
+        """(T, Nb) of a (batch, L, G, N) array (B or C), in its dtype."""
+        idx = (self.b, pl.ds(t0, self.dims.block_l), self.g, pl.ds(self.n0, self.dims.nb))
+        return plgpu.load(ref.at[idx], mask=self.valid(t0)[:, None] & self.nmask[None, :], other=0)
 
     def store_group(self, ref, t0, value, slot) -> None:
         """Store (T, Nb) into row ``slot`` of a (batch, L, slots, N) array (the dB or dC partials)."""
@@ -375,28 +347,8 @@ class Program:
             self.store_state(ref, state, self.b, jax.lax.div(k, kb), self.h, when=jax.lax.rem(k, kb) == 0)
 
     def load_scores(self, ref, k) -> jax.Array:
-        """(T, cols) float32 C·Bᵀ of block ``k`` and this program's group, from ``block_scores``: the program's
-        columns (all T unless ``dims.col_splits`` > 1)."""
-        if self.dims.col_splits == 1:
-            return plgpu.load(ref.at[self.b, k, self.g])
-        return plgpu.load(ref.at[self.b, k, self.g, :, pl.ds(self.c0, self.dims.cols)])
-
-    def pick(self, v: jax.Array) -> jax.Array:
-        """(cols,) the entries c0 + [0, cols) of a (T,) vector over the block's positions: ``v`` itself where the
-        program owns all T columns. A masked sum, since Triton cannot slice a vector held in registers."""
-        if self.dims.col_splits == 1:
-            return v
-        return jnp.sum(jnp.where(self._own_cols(), v[:, None], 0.0), axis=0)
-
-    def spread(self, v: jax.Array) -> jax.Array:
-        """(T,) with ``v`` (cols,) at positions c0 + [0, cols) of the block and zero elsewhere (``pick``'s adjoint)."""
-        if self.dims.col_splits == 1:
-            return v
-        return jnp.sum(jnp.where(self._own_cols(), v[None, :], 0.0), axis=1)
-
-    def _own_cols(self) -> jax.Array:
-        """(T, cols) bool: row l is the block position of the program's column j."""
-        return self.rows[:, None] == self.c0 + jnp.arange(self.dims.cols)[None, :]
+        """(T, T) float32 C·Bᵀ of block ``k`` and this program's group, from ``block_scores``."""
+        return plgpu.load(ref.at[self.b, k, self.g])
 
     def load_head_dims(self, ref) -> jax.Array:
         """(block_p,) float32 of an (H, P) array."""
@@ -416,25 +368,19 @@ class Program:
         cs = jnp.cumsum(dt * A)
         last = self.rows == dims.block_l - 1
         cs_last = jnp.sum(jnp.where(last, cs, 0.0))
-        split = dims.col_splits > 1  # the intra-block decays of the program's columns only: (T, cols)
-        cols = self.c0 + jnp.arange(dims.cols) if split else self.rows
-        causal = self.rows[:, None] >= cols[None, :]
+        causal = self.rows[:, None] >= self.rows[None, :]
         intra_mask, start_mask, end_mask, keep = causal, None, None, None
         if seq_ref is not None:
             seq = plgpu.load(seq_ref.at[self.b, pl.ds(t0, dims.block_l)], mask=valid, other=0)
-            seq_cols = seq
-            if split:
-                col_idx = self.b, pl.ds(t0 + self.c0, dims.cols)
-                seq_cols = plgpu.load(seq_ref.at[col_idx], mask=self.valid(t0 + self.c0, dims.cols), other=0)
             prev_at = jnp.maximum(t0 - 1, 0)
             seq_prev = jnp.where(t0 > 0, seq_ref[self.b, prev_at], 0)
             seq_last = jnp.max(jnp.where(valid, seq, 0))
-            intra_mask = causal & (seq[:, None] == seq_cols[None, :])
+            intra_mask = causal & (seq[:, None] == seq[None, :])
             start_mask = seq == seq_prev
             end_mask = seq == seq_last
             keep = seq_last == seq_prev
         interp = dims.interpret
-        intra = exp(jnp.where(intra_mask, cs[:, None] - self.pick(cs)[None, :], -jnp.inf), interp) if intra else None
+        intra = exp(jnp.where(intra_mask, cs[:, None] - cs[None, :], -jnp.inf), interp) if intra else None
         exp_cs = exp(cs, interp)
         from_start = exp_cs if start_mask is None else jnp.where(start_mask, exp_cs, 0.0)
         to_end_log = cs_last - cs

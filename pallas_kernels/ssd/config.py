@@ -8,10 +8,8 @@ as the quadratic (attention-like) SSD form on tensor cores: the forward output w
 sequential forward per batch row, head and ``block_p`` head dims that needs no stored states; the backward's
 per-head gradients with one program per block, head and ``bwd_block_p`` head dims (their ddt, dA and d dt_bias
 partials, linear in the head dims, summed by XLA; ``bwd_persistent_programs`` makes that kernel that many programs
-looping over the tiles, so that Triton prefetches the next tile's loads; ``bwd_block_cols`` below block_l gives each
-block's (T, T) tiles to block_l / bwd_block_cols programs by columns, so that a program holds (T, bwd_block_cols)
-tiles, its ddt, dA and d dt_bias partials too); dB and dC with ``bwd_head_splits`` programs per block and group,
-each looping over its share of the group's heads so that they sum in registers.
+looping over the tiles, so that Triton prefetches the next tile's loads); dB and dC with ``bwd_head_splits``
+programs per block and group, each looping over its share of the group's heads so that they sum in registers.
 ``block_l`` is the kernels' own chunk: it changes rounding only, never the result (mamba-ssm's ``chunk_size`` is
 accepted and checked but does not tile these kernels).
 
@@ -59,7 +57,6 @@ class SsdConfig:
     bwd_num_warps: int = 8  # backward per-head kernel (dx, dz, ddt, dA, dD, d dt_bias); whole 64-dim heads spill at 4
     bwd_block_p: int = MAX_HEADDIM  # backward per-head kernel: head dims per program (clipped to headdim)
     bwd_persistent_programs: int = 0  # backward per-head kernel: 0 one program per tile; n > 0 n programs looping
-    bwd_block_cols: int = 0  # backward per-head kernel: columns of a block's (T, T) tiles per program; 0: all
     bwd_head_splits: int = 4  # backward dB/dC kernel: programs sharing a group's heads (at most; rounded to a divisor)
     dbc_num_warps: int = 8
     bwd_num_stages: int = 2
@@ -94,10 +91,9 @@ class SsdConfig:
         for name in ("shared_scores", "two_level_states"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"SsdConfig.{name} must be a bool, got {getattr(self, name)!r}")
-        for name in ("state_block_n", "bwd_block_cols"):
-            n = getattr(self, name)
-            if not isinstance(n, int) or (n != 0 and (n < MIN_DOT or n != next_pow2(n))):
-                raise ValueError(f"SsdConfig.{name} must be 0 or a power of two >= {MIN_DOT}, got {n!r}")
+        n = self.state_block_n
+        if not isinstance(n, int) or (n != 0 and (n < MIN_DOT or n != next_pow2(n))):
+            raise ValueError(f"SsdConfig.state_block_n must be 0 or a power of two >= {MIN_DOT}, got {n!r}")
         for name in ("fused_forward_max_l", "persistent_programs", "bwd_persistent_programs"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:

@@ -60,16 +60,15 @@ def _reverse_cumsum(v: jax.Array) -> jax.Array:
     return jnp.sum(v) - jnp.cumsum(v) + v
 
 
-def _gated_dout(prog: Program, t0, dout_ref, z_ref, ypre_ref=None, dz_ref=None, n=None) -> jax.Array:
-    """dy = dout silu(z) (dout without z), float32, of positions t0 + [0, n) (n: the block's T by default); stores
-    dz = dout ypre silu'(z) there when given its refs."""
-    dy = prog.load_heads(dout_ref, t0, n).astype(jnp.float32)
+def _gated_dout(prog: Program, t0, dout_ref, z_ref, ypre_ref=None, dz_ref=None) -> jax.Array:
+    """dy = dout silu(z) (dout without z), float32; stores dz = dout ypre silu'(z) when given its refs."""
+    dy = prog.load_heads(dout_ref, t0).astype(jnp.float32)
     if z_ref is None:
         return dy
-    z = prog.load_heads(z_ref, t0, n).astype(jnp.float32)
+    z = prog.load_heads(z_ref, t0).astype(jnp.float32)
     sz = sigmoid(z, prog.dims.interpret)
     if dz_ref is not None:
-        ypre = prog.load_heads(ypre_ref, t0, n).astype(jnp.float32)
+        ypre = prog.load_heads(ypre_ref, t0).astype(jnp.float32)
         prog.store_heads(dz_ref, t0, dy * ypre * sz * (1.0 + z * (1.0 - sz)))
     return dy * z * sz
 
@@ -145,20 +144,20 @@ def _two_level_dstates(dt, A, C, dout, dfinal, z, dt_bias, seq_idx, states, dims
     return dstates, dinit
 
 
-def _head_inputs(prog: Program, k, ins, opt):
-    """One head's block for ``ssd_bwd_dbc``: its decays, dy, X = dt x (float32) and the block's incoming state and
-    the gradient of its outgoing state (dot dtype). ``ins`` = (x, dt, A, states, dstates, dout) refs, ``opt`` = (z,
-    dt_bias, seq_idx) refs or None."""
+def _head_inputs(prog: Program, k, ins, opt, dz_ref=None):
+    """One head's block: its decays, x32, dy, X = dt x (float32) and the block's incoming state and the gradient of
+    its outgoing state (dot dtype). ``ins`` = (x, dt, A, states, dstates, dout) refs, ``opt`` = (z, dt_bias, seq_idx,
+    ypre) refs or None; dz is stored when ``dz_ref`` is given."""
     x_ref, dt_ref, A_ref, states_ref, dstates_ref, dout_ref = ins
-    z_ref, bias_ref, seq_ref = opt
+    z_ref, bias_ref, seq_ref, ypre_ref = opt
     t0 = k * prog.dims.block_l
     bias = bias_ref[prog.h] if bias_ref is not None else None
     blk = prog.block(t0, dt_ref, A_ref[prog.h], bias, seq_ref)
     x32 = prog.load_heads(x_ref, t0).astype(jnp.float32)
-    dy = _gated_dout(prog, t0, dout_ref, z_ref)
+    dy = _gated_dout(prog, t0, dout_ref, z_ref, ypre_ref, dz_ref)
     S_in = prog.load_state(states_ref, prog.b, k, prog.h)
     dS = prog.load_state(dstates_ref, prog.b, k, prog.h)
-    return blk, dy, x32 * blk.dt[:, None], S_in, dS
+    return blk, x32, dy, x32 * blk.dt[:, None], S_in, dS
 
 
 def _dx_kernel(*refs, dims: SsdDims, programs: int):
@@ -168,61 +167,40 @@ def _dx_kernel(*refs, dims: SsdDims, programs: int):
 
 
 def _dx_tile(prog: Program, k, *, refs, dims: SsdDims):
-    """The per-head gradients of block ``k`` for ``prog``'s batch row, head and head dims, from the columns s of the
-    block's (T, T) tiles it owns (positions c0 + [0, cols): all T unless ``dims.col_splits`` > 1). dx and dz of
-    those positions are whole; ddt, dA and d dt_bias are partials over columns (and head dims), which XLA sums: d cs
-    is linear in the tiles' columns, and the terms of one position (its state and output terms) are taken by the
-    program that owns its column."""
+    """The per-head gradients of block ``k`` for ``prog``'s batch row, head and head dims."""
     x_ref, dt_ref, A_ref, B_ref, C_ref, states_ref, dstates_ref, dout_ref, *rest = refs
     flags = (dims.has_D, dims.has_z, dims.has_bias, dims.has_seq, dims.has_z, dims.has_scores)
     (D_ref, z_ref, bias_ref, seq_ref, ypre_ref, scores_ref), outs = optional_refs(rest, flags)
     dx_ref, ddt_ref, dA_ref, *opt_outs = outs
     (dD_ref, dz_ref, dbias_ref), _ = optional_refs(opt_outs, (dims.has_D, dims.has_z, dims.has_bias))
-    b, h, t0 = prog.b, prog.h, k * dims.block_l
-    split = dims.col_splits > 1
-    col = prog.c0 // dims.cols if split else 0
-    part = (prog.p0 // dims.block_p) * dims.col_splits + col
+    b, h, t0, part = prog.b, prog.h, k * dims.block_l, prog.p0 // dims.block_p
     f32 = jnp.float32
     mm_dtype = x_ref.dtype
-    bias = bias_ref[h] if bias_ref is not None else None
-    blk = prog.block(t0, dt_ref, A_ref[h], bias, seq_ref)
-    # the block's dy (all rows, for the columns' dM and dX) and that of the program's own positions, with their dz
-    dy = _gated_dout(prog, t0, dout_ref, z_ref, *(() if split else (ypre_ref, dz_ref)))
-    tc, n = t0 + prog.c0, dims.cols
-    dy_own = _gated_dout(prog, tc, dout_ref, z_ref, ypre_ref, dz_ref, n) if split else dy
-    x32 = prog.load_heads(x_ref, tc, n).astype(f32)
-    dt_own, to_end, from_start = prog.pick(blk.dt), prog.pick(blk.to_end), prog.pick(blk.from_start)
-    X = x32 * dt_own[:, None]
-    S_in = prog.load_state(states_ref, b, k, h)
-    dS = prog.load_state(dstates_ref, b, k, h)
-    Bm = prog.load_group(B_ref, tc, n)
-    Cm = prog.load_group(C_ref, tc, n)
+    ins = (x_ref, dt_ref, A_ref, states_ref, dstates_ref, dout_ref)
+    blk, x32, dy, X, S_in, dS = _head_inputs(prog, k, ins, (z_ref, bias_ref, seq_ref, ypre_ref), dz_ref)
+    Bm = prog.load_group(B_ref, t0)
+    Cm = prog.load_group(C_ref, t0)
     dy_mm = dy.astype(mm_dtype)
 
-    if scores_ref is not None:
-        CB = prog.load_scores(scores_ref, k)
-    else:
-        CB = mm(prog.load_group(C_ref, t0) if split else Cm, Bm, trans_b=True)
-    M = CB * blk.intra  # (T, cols)
+    CB = prog.load_scores(scores_ref, k) if scores_ref is not None else mm(Cm, Bm, trans_b=True)
+    M = CB * blk.intra
     dM = mm(dy_mm, X.astype(mm_dtype), trans_b=True)
     BdS = mm(Bm, dS, trans_b=True)
-    dX = mm(M.astype(mm_dtype), dy_mm, trans_a=True) + to_end[:, None] * BdS
-    dx = dt_own[:, None] * dX
+    dX = mm(M.astype(mm_dtype), dy_mm, trans_a=True) + blk.to_end[:, None] * BdS
+    dx = blk.dt[:, None] * dX
     if D_ref is not None:
-        dx = dx + prog.load_head_dims(D_ref)[None, :] * dy_own
-        dD_at = dD_ref.at[b, k, h, jnp.int32(col), pl.ds(prog.p0, dims.block_p)]  # a Python int fails interpret
-        plgpu.store(dD_at, jnp.sum(dy_own * x32, axis=0), mask=prog.pmask)
-    prog.store_heads(dx_ref, tc, dx)
+        dx = dx + prog.load_head_dims(D_ref)[None, :] * dy
+        plgpu.store(dD_ref.at[b, k, h, pl.ds(prog.p0, dims.block_p)], jnp.sum(dy * x32, axis=0), mask=prog.pmask)
+    prog.store_heads(dx_ref, t0, dx)
 
     W = dM * M
-    y_in = from_start[:, None] * mm(Cm, S_in, trans_b=True)
-    q = to_end * jnp.sum(X * BdS, axis=1)
-    dcs = jnp.sum(W, axis=1) + prog.spread(jnp.sum(dy_own * y_in, axis=1) - q - jnp.sum(W, axis=0))
-    state_term = blk.carry * jnp.sum(dS.astype(f32) * S_in.astype(f32))  # one column split takes it
-    last_extra = (jnp.where(col == 0, state_term, 0.0) if split else state_term) + jnp.sum(q)
+    y_in = blk.from_start[:, None] * mm(Cm, S_in, trans_b=True)
+    q = blk.to_end * jnp.sum(X * BdS, axis=1)
+    dcs = jnp.sum(W, axis=1) - jnp.sum(W, axis=0) + jnp.sum(dy * y_in, axis=1) - q
+    last_extra = blk.carry * jnp.sum(dS.astype(f32) * S_in.astype(f32)) + jnp.sum(q)
     dcs = dcs + jnp.where(prog.rows == dims.block_l - 1, last_extra, 0.0)
     da = _reverse_cumsum(dcs)
-    ddt = prog.dt_grad(blk, prog.spread(jnp.sum(x32 * dX, axis=1)) + da * A_ref[h])
+    ddt = prog.dt_grad(blk, jnp.sum(x32 * dX, axis=1) + da * A_ref[h])
     prog.store_time(ddt_ref, t0, ddt, part)
     dA_ref[b, k, h, part] = jnp.sum(da * blk.dt)
     if dbias_ref is not None:
@@ -246,7 +224,7 @@ def _dbc_kernel(x_ref, dt_ref, A_ref, B_ref, C_ref, states_ref, dstates_ref, dou
         """One head's share of the group's dCB = Σ dM ∘ decay, dC and dB."""
         dCB, dB, dC = acc
         prog = Program(dims, b=b, h=first_head + j)
-        blk, dy, X, S_in, dS = _head_inputs(prog, k, ins, (z_ref, bias_ref, seq_ref))
+        blk, _, dy, X, S_in, dS = _head_inputs(prog, k, ins, (z_ref, bias_ref, seq_ref, None))
         dy_mm = dy.astype(mm_dtype)
         X_mm = X.astype(mm_dtype)
         dCB = dCB + mm(dy_mm, X_mm, trans_b=True) * blk.intra
@@ -298,11 +276,11 @@ def ssd_backward(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, states,
 
     tensors = [x, dt, A, B, C, states, dstates, dout]
     scores = block_scores(B, C, dims.block_l) if dims.has_scores else None
-    xdims = dims.with_block_p(config.bwd_block_p).with_block_cols(config.bwd_block_cols)
-    parts = xdims.p_blocks * xdims.col_splits  # programs per head; > 1: ddt, dA, d dt_bias leave as float32 partials
+    xdims = dims.with_block_p(config.bwd_block_p)
+    parts = xdims.p_blocks  # programs per head; > 1: ddt, dA, d dt_bias leave as float32 partials
     per_block = jax.ShapeDtypeStruct((batch, dims.nblocks, nheads, parts), f32)
     optional_outs = [
-        (D is not None, jax.ShapeDtypeStruct((batch, dims.nblocks, nheads, xdims.col_splits, headdim), f32)),
+        (D is not None, jax.ShapeDtypeStruct((batch, dims.nblocks, nheads, headdim), f32)),
         (z is not None, jax.ShapeDtypeStruct(x.shape, x.dtype)),
         (dt_bias is not None, per_block),
     ]
@@ -323,7 +301,6 @@ def ssd_backward(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, states,
     (dD, dz, dbias), _ = optional_refs(rest, [flag for flag, _ in optional_outs])
     ddt = ddt.sum(axis=-1).astype(dt.dtype)
     dA = dA.sum(axis=-1)
-    dD = None if dD is None else dD.sum(axis=3)
     dbias = None if dbias is None else dbias.sum(axis=-1)
 
     splits = head_splits(dims.heads_per_group, config.bwd_head_splits)
