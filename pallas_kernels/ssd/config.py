@@ -8,7 +8,8 @@ as the quadratic (attention-like) SSD form on tensor cores: the forward output w
 sequential forward per batch row, head and ``block_p`` head dims that needs no stored states; the backward's
 per-head gradients with one program per block, head and ``bwd_block_p`` head dims (their ddt, dA and d dt_bias
 partials, linear in the head dims, summed by XLA; ``bwd_persistent_programs`` makes that kernel that many programs
-looping over the tiles, so that Triton prefetches the next tile's loads); dB and dC with ``bwd_head_splits``
+looping over the tiles, so that Triton prefetches the next tile's loads; ``bwd_rowwise_dcs`` takes its decay
+gradient from (T, P) row sums instead of the (T, T) dM's row and column sums); dB and dC with ``bwd_head_splits``
 programs per block and group, each looping over its share of the group's heads so that they sum in registers.
 ``block_l`` is the kernels' own chunk: it changes rounding only, never the result (mamba-ssm's ``chunk_size`` is
 accepted and checked but does not tile these kernels).
@@ -57,6 +58,7 @@ class SsdConfig:
     bwd_num_warps: int = 8  # backward per-head kernel (dx, dz, ddt, dA, dD, d dt_bias); whole 64-dim heads spill at 4
     bwd_block_p: int = MAX_HEADDIM  # backward per-head kernel: head dims per program (clipped to headdim)
     bwd_persistent_programs: int = 0  # backward per-head kernel: 0 one program per tile; n > 0 n programs looping
+    bwd_rowwise_dcs: bool = False  # backward per-head kernel: d cs from row sums only (no (T, T) dM, no column sums)
     bwd_head_splits: int = 4  # backward dB/dC kernel: programs sharing a group's heads (at most; rounded to a divisor)
     dbc_num_warps: int = 8
     bwd_num_stages: int = 2
@@ -88,7 +90,7 @@ class SsdConfig:
             raise ValueError(
                 f"SsdConfig.state_segment must be a positive multiple of block_l={self.block_l}, got {segment!r}"
             )
-        for name in ("shared_scores", "two_level_states"):
+        for name in ("shared_scores", "two_level_states", "bwd_rowwise_dcs"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"SsdConfig.{name} must be a bool, got {getattr(self, name)!r}")
         n = self.state_block_n

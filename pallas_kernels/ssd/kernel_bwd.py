@@ -16,6 +16,8 @@ gradient block-parallel (programs launched head and head dims fastest: see ``blo
     d dt_bias; dz from the saved pre-gate output. d cs sums over head dims and is linear in dM, dy and dS, so
     programs that split a head's dims store partial ddt, dA and d dt_bias (float32), which XLA sums. A split costs
     one more C·Bᵀ and decay per block and head and halves the (T, head dims) and state tiles a program holds.
+    With ``bwd_rowwise_dcs`` the intra-block term comes from row sums only: dy · (M X) and X · (Mᵀ dy) are W's row
+    and column sums, so no dM and no (T, T) reduction (``_dcs_rowwise``).
 
 3. ``ssd_bwd_dbc``, one program per (batch row, block, group, split): a program loops over its share (1 / splits)
    of the group's heads, summing in registers
@@ -37,6 +39,7 @@ from jax.experimental.pallas import triton as plgpu
 
 from pallas_kernels._triton import sigmoid
 from pallas_kernels.ssd.block import (
+    Block,
     Program,
     SsdDims,
     block_scores,
@@ -160,14 +163,15 @@ def _head_inputs(prog: Program, k, ins, opt, dz_ref=None):
     return blk, x32, dy, x32 * blk.dt[:, None], S_in, dS
 
 
-def _dx_kernel(*refs, dims: SsdDims, programs: int):
+def _dx_kernel(*refs, dims: SsdDims, programs: int, rowwise: bool):
     """One program per (batch row, block, head, head-dim block), or ``programs`` looping over them
     (``block.for_each_tile``)."""
-    for_each_tile(dims, programs, functools.partial(_dx_tile, refs=refs, dims=dims))
+    for_each_tile(dims, programs, functools.partial(_dx_tile, refs=refs, dims=dims, rowwise=rowwise))
 
 
-def _dx_tile(prog: Program, k, *, refs, dims: SsdDims):
-    """The per-head gradients of block ``k`` for ``prog``'s batch row, head and head dims."""
+def _dx_tile(prog: Program, k, *, refs, dims: SsdDims, rowwise: bool):
+    """The per-head gradients of block ``k`` for ``prog``'s batch row, head and head dims; d cs by ``_dcs_rowwise``
+    or ``_dcs_by_tile_sums`` (``SsdConfig.bwd_rowwise_dcs``)."""
     x_ref, dt_ref, A_ref, B_ref, C_ref, states_ref, dstates_ref, dout_ref, *rest = refs
     flags = (dims.has_D, dims.has_z, dims.has_bias, dims.has_seq, dims.has_z, dims.has_scores)
     (D_ref, z_ref, bias_ref, seq_ref, ypre_ref, scores_ref), outs = optional_refs(rest, flags)
@@ -184,20 +188,23 @@ def _dx_tile(prog: Program, k, *, refs, dims: SsdDims):
 
     CB = prog.load_scores(scores_ref, k) if scores_ref is not None else mm(Cm, Bm, trans_b=True)
     M = CB * blk.intra
-    dM = mm(dy_mm, X.astype(mm_dtype), trans_b=True)
+    dM = None if rowwise else mm(dy_mm, X.astype(mm_dtype), trans_b=True)
     BdS = mm(Bm, dS, trans_b=True)
-    dX = mm(M.astype(mm_dtype), dy_mm, trans_a=True) + blk.to_end[:, None] * BdS
+    M_dy = mm(M.astype(mm_dtype), dy_mm, trans_a=True)
+    dX = M_dy + blk.to_end[:, None] * BdS
     dx = blk.dt[:, None] * dX
     if D_ref is not None:
         dx = dx + prog.load_head_dims(D_ref)[None, :] * dy
         plgpu.store(dD_ref.at[b, k, h, pl.ds(prog.p0, dims.block_p)], jnp.sum(dy * x32, axis=0), mask=prog.pmask)
     prog.store_heads(dx_ref, t0, dx)
 
-    W = dM * M
+    W = None if rowwise else dM * M
     y_in = blk.from_start[:, None] * mm(Cm, S_in, trans_b=True)
-    q = blk.to_end * jnp.sum(X * BdS, axis=1)
-    dcs = jnp.sum(W, axis=1) - jnp.sum(W, axis=0) + jnp.sum(dy * y_in, axis=1) - q
-    last_extra = blk.carry * jnp.sum(dS.astype(f32) * S_in.astype(f32)) + jnp.sum(q)
+    if rowwise:
+        dcs, q_sum = _dcs_rowwise(blk, M.astype(mm_dtype), X, y_in, dy, dy_mm, M_dy, BdS)
+    else:
+        dcs, q_sum = _dcs_by_tile_sums(blk, W, X, y_in, dy, BdS)
+    last_extra = blk.carry * jnp.sum(dS.astype(f32) * S_in.astype(f32)) + q_sum
     dcs = dcs + jnp.where(prog.rows == dims.block_l - 1, last_extra, 0.0)
     da = _reverse_cumsum(dcs)
     ddt = prog.dt_grad(blk, jnp.sum(x32 * dX, axis=1) + da * A_ref[h])
@@ -205,6 +212,27 @@ def _dx_tile(prog: Program, k, *, refs, dims: SsdDims):
     dA_ref[b, k, h, part] = jnp.sum(da * blk.dt)
     if dbias_ref is not None:
         dbias_ref[b, k, h, part] = jnp.sum(ddt)
+
+
+def _dcs_by_tile_sums(blk: Block, W, X, y_in, dy, BdS):
+    """d cs of the block's outputs and of the state update's to_end (the state's carry aside), and the sum of the
+    to_end terms q, which the last position's d cs gets back: with W = dM ∘ M (dM = dy Xᵀ), the row minus column sums
+    of W, plus dy · y_in, minus q = to_end (X · B dSᵀ)."""
+    q = blk.to_end * jnp.sum(X * BdS, axis=1)
+    return jnp.sum(W, axis=1) - jnp.sum(W, axis=0) + jnp.sum(dy * y_in, axis=1) - q, jnp.sum(q)
+
+
+def _dcs_rowwise(blk: Block, M_mm, X, y_in, dy, dy_mm, M_dy, BdS):
+    """``_dcs_by_tile_sums`` without (T, T) sums: W's row sums are dy · (M X) and its column sums X · (Mᵀ dy) (``M_dy``,
+    dX's first term), so d cs = dy · (M X + y_in) - (X · Mᵀ dy + q). One (T, T) x (T, P) product replaces dy Xᵀ and
+    no (T, T) tile is summed. Both W sums take M, X and dy as the dots round them, so that over the block they
+    cancel as W's own row and column sums do (with dy in float32 on one side, bf16 dA drifted 3x further)."""
+    f32 = jnp.float32
+    X_mm = X.astype(M_mm.dtype)
+    outputs = dy_mm.astype(f32) * mm(M_mm, X_mm) + dy * y_in
+    to_end_terms = blk.to_end[:, None] * X * BdS
+    inputs = X_mm.astype(f32) * M_dy + to_end_terms
+    return jnp.sum(outputs, axis=1) - jnp.sum(inputs, axis=1), jnp.sum(to_end_terms)
 
 
 def _dbc_kernel(x_ref, dt_ref, A_ref, B_ref, C_ref, states_ref, dstates_ref, dout_ref, *refs, dims: SsdDims, splits):
@@ -289,7 +317,7 @@ def ssd_backward(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, states,
     shapes += [shape for flag, shape in optional_outs if flag]
     programs = long_lived_programs(xdims, config.bwd_persistent_programs)
     dx, ddt, dA, *rest = call_kernel(
-        functools.partial(_dx_kernel, dims=xdims, programs=programs),
+        functools.partial(_dx_kernel, dims=xdims, programs=programs, rowwise=config.bwd_rowwise_dcs),
         tensors + [t for t in (D, z, dt_bias, seq_idx, ypre, scores) if t is not None],
         shapes,
         tile_grid(xdims, programs),

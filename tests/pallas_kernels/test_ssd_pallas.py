@@ -56,6 +56,8 @@ STATE_COLUMNS_SPLIT = split(block_l=16, state_block_n=16)
 TWO_LEVEL_ALL_SPLIT = two_level_keep_all(fused_forward_max_l=0, rebuild_block_p=16)
 TWO_LEVEL_ALL_SHORT = two_level_keep_all(fused_forward_max_l=0)  # 3 blocks: one segment, so one level
 KEPT_COLUMNS_SPLIT = kept(32, fused_forward_max_l=0, state_block_n=16)  # the rebuild too, on 2 column blocks of N 24
+ROWWISE = dict(bwd_rowwise_dcs=True)  # the backward's d cs from row sums (no dM, no (T, T) sums)
+OWN_SCORES_PERSISTENT_ROWWISE = persistent(5, 16, shared_scores=False, bwd_persistent_programs=7, **ROWWISE)
 
 CASES = [  # batch, L, H, P, N, G, chunk, dtype, D, z, init, seq_idx, softplus, dt_limit, config
     (2, 1, 4, 16, 16, 1, 64, jnp.float32, "H", True, True, False, True, (0.0, INF), SsdConfig(block_l=16)),
@@ -130,6 +132,13 @@ CASES = [  # batch, L, H, P, N, G, chunk, dtype, D, z, init, seq_idx, softplus, 
     (2, 100, 4, 48, 16, 2, 64, jnp.bfloat16, "H", True, True, True, True, (0.0, INF), TWO_LEVEL_ALL_SPLIT),
     (1, 100, 2, 16, 40, 1, 64, jnp.float32, "HP", True, True, False, True, (0.0, INF), two_level_keep_all()),
     (1, 40, 2, 16, 16, 1, 64, jnp.bfloat16, "H", False, True, True, True, (0.0, INF), TWO_LEVEL_ALL_SHORT),
+    # d cs from row sums: split forward with head dims split in the backward (float32, seq_idx, partial last block),
+    # kept states (bf16, 3 groups), own C·Bᵀ with long-lived programs (fp16), dt_limit (bf16), one position
+    (1, 100, 4, 32, 16, 2, 64, jnp.float32, "HP", True, True, True, True, (0.0, INF), split(bwd_block_p=16, **ROWWISE)),
+    (2, 100, 6, 16, 24, 3, 64, jnp.bfloat16, "H", True, True, True, True, (0.0, INF), kept(48, **ROWWISE)),
+    (2, 37, 4, 16, 16, 2, 64, jnp.float16, "H", True, False, False, True, (0.0, INF), OWN_SCORES_PERSISTENT_ROWWISE),
+    (1, 256, 8, 16, 32, 2, 256, jnp.bfloat16, "HP", True, True, True, True, (0.0, 0.05), SsdConfig(**ROWWISE)),
+    (1, 1, 2, 16, 16, 1, 64, jnp.float32, "H", False, True, False, True, (0.0, INF), SsdConfig(block_l=16, **ROWWISE)),
 ]
 
 
@@ -346,6 +355,7 @@ def test_bf16_inputs_keep_their_dtypes_mixed_with_float32_b(rng):
         ({"config": {"block_l": 64}}, "config must be an instance of SsdConfig, got dict"),
         ({"config": SsdConfig(checkpoint_every=96)}, "checkpoint_every must be 0 or a positive multiple of block_l=64"),
         ({"config": SsdConfig(shared_scores=1)}, "SsdConfig.shared_scores must be a bool, got 1"),
+        ({"config": SsdConfig(bwd_rowwise_dcs="yes")}, "SsdConfig.bwd_rowwise_dcs must be a bool, got 'yes'"),
         ({"config": SsdConfig(bwd_persistent_programs=-1)}, "SsdConfig.bwd_persistent_programs must be an int >= 0"),
         ({"config": SsdConfig(state_segment=100)}, "state_segment must be a positive multiple of block_l=64, got 100"),
     ],
@@ -380,6 +390,7 @@ def test_pallas_refuses_what_it_does_not_tile(change, message):
             ],
         ),
         (SsdConfig(), ["ssd_fwd_fused", "ssd_bwd_dstates", "ssd_bwd_dx", "ssd_bwd_dbc"]),
+        (SsdConfig(bwd_rowwise_dcs=True), ["ssd_fwd_fused", "ssd_bwd_dstates", "ssd_bwd_dx", "ssd_bwd_dbc"]),
         (
             SsdConfig(fused_forward_max_l=0, persistent_programs=8, bwd_persistent_programs=8),
             ["ssd_fwd_states", "ssd_fwd_out_persistent", "ssd_bwd_dstates", "ssd_bwd_dx_persistent", "ssd_bwd_dbc"],

@@ -20,6 +20,7 @@ pytestmark = pytest.mark.gpu
 KEPT = SsdConfig(checkpoint_every=128)  # states kept every 2 blocks of 64, the rest rebuilt
 TWO_LEVEL = SsdConfig(checkpoint_every=128, two_level_states=True)  # state passes over segments of 2 blocks
 TWO_LEVEL_ALL = SsdConfig(fused_forward_max_l=0, state_segment=128, two_level_states=True)  # ... every state kept
+ROWWISE = SsdConfig(bwd_rowwise_dcs=True)  # the backward's d cs from row sums
 
 
 @pytest.mark.parametrize(
@@ -30,11 +31,12 @@ TWO_LEVEL_ALL = SsdConfig(fused_forward_max_l=0, state_segment=128, two_level_st
         (jnp.bfloat16, True, KEPT),
         (jnp.float32, True, TWO_LEVEL),
         (jnp.bfloat16, True, TWO_LEVEL_ALL),
+        (jnp.bfloat16, True, ROWWISE),
     ],
 )
 def test_pallas_matches_oracle_on_gpu(rng, dtype, seq, config):
     """L not a multiple of the block, headdim and N not powers of two, three groups, packed sequences; the default
-    path, kept states and the two-level state passes (states kept or not), compiled."""
+    path, kept states, the two-level state passes (states kept or not) and the row-wise d cs, compiled."""
     cpu.test_pallas_matches_oracle_and_reference(
         rng, 2, 301, 6, 48, 40, 3, 256, dtype, "HP", True, True, seq, True, (0.0, float("inf")), config
     )
