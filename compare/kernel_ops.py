@@ -254,6 +254,7 @@ class KernelOp:
     jax_calls: Callable
     torch_calls: Callable
     shape_config: Callable | None = None  # (shape, dtype) -> the Pallas config the op's API picks, where shape-aware
+    torch_extensions: bool = True  # mamba-ssm's side needs its CUDA extensions (the SSD runs on its Triton kernels)
 
 
 OPS = {
@@ -281,6 +282,7 @@ OPS = {
         ssd_jax,
         ssd_torch,
         ssd_shape_config,
+        torch_extensions=False,
     ),
     "causal_conv1d": KernelOp(
         "causal_conv1d",

@@ -161,7 +161,7 @@ def run_op(op: KernelOp, args, variants: list[Variant], ceiling: dict) -> list[d
     if args.torch:
         from torch_reference.backend import load
 
-        torch_ref = load("cuda")
+        torch_ref = load("cuda", require_extensions=op.torch_extensions)
     for shape_name in args.shapes:
         shape = op.shapes[shape_name]
         arrays, dtypes, cotangent = op.inputs(shape, args.dtype, args.seed)

@@ -59,7 +59,7 @@ def forward_call(variant: str, shape_name: str, per_sm: int):
     if variant == MAMBA_SSM:
         from torch_reference.backend import load
 
-        calls = op.torch_calls(load("cuda"), arrays, dtypes, cotangent, shape)
+        calls = op.torch_calls(load("cuda", require_extensions=op.torch_extensions), arrays, dtypes, cotangent, shape)
         return calls.forward, calls.sync
     if variant == MAMBA_SSM_FROM_JAX:
         import torch_reference.ssd_jax_triton  # noqa: F401  (registers the impl)

@@ -6,7 +6,9 @@ process-wide (mamba-ssm is imported once):
 - ``cuda``: the ``selective_scan_cuda`` and ``causal_conv1d_cuda`` extensions built by ``python -m
   torch_reference.build`` (registered before mamba-ssm is imported; a build of selective_scan_cuda alone serves
   MambaVision, and ``fast_paths`` says causal-conv1d is missing), Triton SSD and gated RMSNorm, fused add+norm and
-  the fused Mamba-2 path: what mamba-ssm users get.
+  the fused Mamba-2 path: what mamba-ssm users get. With ``require_extensions=False`` and no build on the machine,
+  mamba-ssm runs on the GPU without its CUDA extensions (a stub ``selective_scan_cuda`` that raises): enough for
+  comparisons that call only its Triton kernels (the SSD), without the minutes the build takes.
 - ``cpu``: ``selective_scan_cuda`` is a stub that raises; mamba-ssm's own reference functions stand in for the CUDA and
   Triton ops (``selective_scan_ref``, ``ssd_chunk_scan_combined_ref``, the torch RMSNorm references); models are built
   unfused (``fused_add_norm=False``, ``use_mem_eff_path=False``) and without causal-conv1d (``nn.Conv1d``).
@@ -62,11 +64,11 @@ def _load_extension(name: str, path: Path) -> types.ModuleType:
     return module
 
 
-def _stub_selective_scan_cuda() -> None:
+def _stub_selective_scan_cuda(why: str) -> None:
     stub = types.ModuleType("selective_scan_cuda")
 
     def unavailable(*_args, **_kwargs):
-        raise RuntimeError("selective_scan_cuda is not built: this is torch_reference's CPU fallback")
+        raise RuntimeError(f"selective_scan_cuda is not built: {why}")
 
     stub.fwd = stub.bwd = unavailable
     sys.modules["selective_scan_cuda"] = stub
@@ -83,14 +85,21 @@ def _ensure_importable(package: str) -> None:
         )
 
 
-def _register_cuda_extensions() -> dict[str, bool]:
+def _register_cuda_extensions(required: bool) -> dict[str, bool]:
+    """Load the extensions built for this torch/CUDA/GPU; where there is no build, raise if ``required``, else stub
+    ``selective_scan_cuda`` (mamba-ssm imports it) and report both missing."""
     import torch
 
     major, minor = torch.cuda.get_device_capability()
     folder = build_dir(torch.__version__.split("+")[0], torch.version.cuda, f"{major}{minor}")
     manifest = folder / "manifest.json"
     if not manifest.is_file():
-        raise RuntimeError(f"no CUDA build of mamba-ssm's extensions in {folder}; run: python -m torch_reference.build")
+        if required:
+            raise RuntimeError(
+                f"no CUDA build of mamba-ssm's extensions in {folder}; run: python -m torch_reference.build"
+            )
+        _stub_selective_scan_cuda("loaded with require_extensions=False on a machine without the build")
+        return {"selective_scan_cuda": False, "causal_conv1d_cuda": False}
     built = json.loads(manifest.read_text())["extensions"]
     for name, info in built.items():
         _load_extension(name, Path(info["path"]))
@@ -192,8 +201,10 @@ def _collect(device: str) -> types.SimpleNamespace:
     return ns
 
 
-def load(device: str = "auto") -> Reference:
-    """mamba-ssm for ``device`` ("cuda", "cpu" or "auto": cuda when torch sees a GPU). Once per process."""
+def load(device: str = "auto", *, require_extensions: bool = True) -> Reference:
+    """mamba-ssm for ``device`` ("cuda", "cpu" or "auto": cuda when torch sees a GPU). Once per process.
+    ``require_extensions=False``: on cuda, go on without the CUDA extensions where none are built (for callers of
+    mamba-ssm's Triton kernels only; ``fast_paths`` says what is missing)."""
     global _LOADED
     import torch
 
@@ -206,17 +217,19 @@ def load(device: str = "auto") -> Reference:
             raise RuntimeError(
                 f"mamba-ssm is already loaded for {_LOADED.device} in this process; it cannot switch to {device}"
             )
+        if device == "cuda" and require_extensions and not _LOADED.fast_paths["selective_scan_cuda"]:
+            raise RuntimeError("mamba-ssm is already loaded without its CUDA extensions in this process")
         return _LOADED
     _ensure_importable("mamba_ssm")
     if device == "cuda":
         if not torch.cuda.is_available():
             raise RuntimeError("device='cuda' but torch sees no GPU")
-        built = _register_cuda_extensions()
+        built = _register_cuda_extensions(require_extensions)
         if built["causal_conv1d_cuda"]:  # optional: without it mamba-ssm's modules take their nn.Conv1d path
             _ensure_importable("causal_conv1d")
         fast = {**built, "triton_ssd": True, "fused_add_norm": True}
     else:
-        _stub_selective_scan_cuda()
+        _stub_selective_scan_cuda("this is torch_reference's CPU fallback")
         fast = {"selective_scan_cuda": False, "causal_conv1d_cuda": False, "triton_ssd": False, "fused_add_norm": False}
     import mamba_ssm
 

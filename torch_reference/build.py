@@ -175,7 +175,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--extensions", nargs="+", default=list(EXTENSIONS), help=f"which to build (default: {' '.join(EXTENSIONS)})"
     )
+    parser.add_argument(
+        "--unpack-only",
+        action="store_true",
+        help="only unpack the sdists into the cache, so that mamba-ssm imports there without its CUDA extensions "
+        "(for comparisons of its Triton kernels: compare.kernels --op ssd); no GPU needed",
+    )
     args = parser.parse_args(argv)
+    if args.unpack_only:
+        prepare_sources(args.sdist_dir)
+        print(f"unpacked into {source_dir('mamba_ssm').parent}")
+        return 0
     build(args.sdist_dir, args.jobs, args.force, tuple(args.extensions))
     return 0
 

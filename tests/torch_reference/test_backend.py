@@ -38,3 +38,27 @@ def test_nvlabs_mambavision_runs_on_the_cpu_fallback(cpu_reference):
 
     module = nvlabs_module(cpu_reference)
     assert module.selective_scan_fn is cpu_reference.selective_scan_ref
+
+
+@pytest.mark.parametrize("required", [True, False])
+def test_a_gpu_without_the_build_stubs_the_extensions_only_when_allowed(tmp_path, monkeypatch, required):
+    """On a GPU machine with no build in the cache: an error that says how to build, or (``require_extensions=False``,
+    for comparisons of mamba-ssm's Triton kernels) a stub ``selective_scan_cuda`` that raises, and both extensions
+    reported missing."""
+    import sys
+    import types
+
+    import torch
+
+    from torch_reference import backend
+
+    monkeypatch.setenv("JAX_MAMBA_TORCH_CACHE", str(tmp_path))
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda: (9, 0))
+    monkeypatch.setitem(sys.modules, "selective_scan_cuda", types.ModuleType("selective_scan_cuda"))  # restored after
+    if required:
+        with pytest.raises(RuntimeError, match=r"no CUDA build .* run: python -m torch_reference.build"):
+            backend._register_cuda_extensions(required)
+        return
+    assert backend._register_cuda_extensions(required) == {"selective_scan_cuda": False, "causal_conv1d_cuda": False}
+    with pytest.raises(RuntimeError, match="not built: loaded with require_extensions=False"):
+        sys.modules["selective_scan_cuda"].fwd()

@@ -45,3 +45,25 @@ def test_unknown_extension_names_are_refused():
 
     with pytest.raises(ValueError, match="subset of"):
         build.build(extensions=("selective_scan", "causal_conv1d_cuda"))
+
+
+def test_unpack_only_needs_no_gpu_and_makes_mamba_ssm_importable_from_the_cache(tmp_path, monkeypatch, capsys):
+    """``--unpack-only`` unpacks the sdists of --sdist-dir into the cache (here two small stand-ins named as PyPI's)."""
+    import tarfile
+
+    from torch_reference import build
+    from torch_reference.paths import SDISTS, source_dir
+
+    sdists = tmp_path / "sdists"
+    sdists.mkdir()
+    for package, folder in SDISTS.items():
+        init = tmp_path / folder / package / "__init__.py"
+        init.parent.mkdir(parents=True)
+        init.write_text("")
+        with tarfile.open(sdists / f"{folder}.tar.gz", "w:gz") as tar:
+            tar.add(tmp_path / folder, arcname=folder)
+    monkeypatch.setenv("JAX_MAMBA_TORCH_CACHE", str(tmp_path / "cache"))
+    assert build.main(["--unpack-only", "--sdist-dir", str(sdists)]) == 0
+    assert (source_dir("mamba_ssm") / "mamba_ssm" / "__init__.py").is_file()
+    assert "unpacked into" in capsys.readouterr().out
+    assert not any((tmp_path / "cache").glob("build"))  # nothing compiled
