@@ -69,3 +69,12 @@ def cuda_reference():
     from tests.reference_fixtures import reference_for
 
     return reference_for("cuda")
+
+
+@pytest.fixture(scope="session")
+def cuda_triton_reference():
+    """mamba-ssm on the GPU for tests of its Triton kernels only (the SSD): its CUDA build where there is one, else
+    the sdist unpacked by ``python -m torch_reference.build --unpack-only`` with the extensions stubbed."""
+    from tests.reference_fixtures import reference_for
+
+    return reference_for("cuda", require_extensions=False)

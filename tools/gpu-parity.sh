@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # On a GPU machine: build (or import) mamba-ssm's CUDA extensions, then the parity checks against them.
 # Usage: tools/gpu-parity.sh OUT_DIR SDIST_DIR [STAGE ...]
-#   stages: build | export | import:DIR | layers | full | tests   (default: build layers full tests)
+#   stages: build | export | import:DIR | unpack | layers | full | tests   (default: build layers full tests)
 #   build     python -m torch_reference.build (reuses a build that exists; EXTENSIONS="selective_scan_cuda" builds
 #             only what MambaVision needs, about 100 s instead of 5-6 minutes)
 #   export    the built .so files + manifest, xz-compressed in 15 MB parts, to OUT_DIR (to carry to a fresh machine)
 #   import:D  unpack such parts from folder D into the build cache instead of building
+#   unpack    only unpack the sdists (seconds): mamba-ssm then runs its Triton SSD without the CUDA build
 #   layers    compare.parity, 2-layer 130m-width Mamba-1 and Mamba-2, bf16, batch 2 x 2048: ops, logits, loss, grads
 #   full      compare.parity --forward-only on the whole 130m models (24 layers): logits and loss, bf16 and fp32
 #   vision    compare.parity on MambaVision-T in bf16 (batch 8, 224 px; train and eval mode) against NVlabs' package
@@ -43,6 +44,7 @@ for stage in $stages; do
                    >> "$log" 2>&1 ;;
         export) (cd "$cache/build" && tar -cf - */manifest.json */*/*.so) | xz -T0 -6 \
                     | split -b 15M - "$out/torch-build.tar.xz.part-" ;;
+        unpack) python3 -m torch_reference.build --sdist-dir "$sdist" --unpack-only >> "$log" 2>&1 ;;
         import:*) mkdir -p "$cache/build" && cat "${stage#import:}"/torch-build.tar.xz.part-* | xz -d \
                     | tar -C "$cache/build" -xf - && python3 -m torch_reference.build --sdist-dir "$sdist" \
                     ${EXTENSIONS:+--extensions $EXTENSIONS} >> "$log" 2>&1 ;;

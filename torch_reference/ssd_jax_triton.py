@@ -55,7 +55,7 @@ def ssd(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, dt_s
         return_final_states):  # fmt: skip
     """mamba-ssm's kernels for ``mamba_chunk_scan_combined`` (arguments already checked there) -> out, or
     (out, final_states float32) with ``return_final_states``; differentiable in every float argument."""
-    load("cuda")  # mamba-ssm importable, with its CUDA extensions registered
+    load("cuda", require_extensions=False)  # mamba-ssm importable (its Triton kernels need no CUDA build)
     limit = (float(dt_limit[0]), float(dt_limit[1]))
     A = A.astype(jnp.float32)
     return _ssd(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, int(chunk_size), bool(dt_softplus), limit,

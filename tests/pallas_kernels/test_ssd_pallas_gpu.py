@@ -54,7 +54,7 @@ def _vjp(arrays, dtypes, cotangent, chunk, impl):
     return np.asarray(out.astype(jnp.float32)), {k: np.asarray(v.astype(jnp.float32)) for k, v in grads.items()}
 
 
-def test_pallas_matches_reference_and_mamba_ssm_at_130m(cuda_reference):
+def test_pallas_matches_reference_and_mamba_ssm_at_130m(cuda_triton_reference):
     from torch_reference.ops import run_ssd
 
     op = OPS["ssd"]
@@ -65,15 +65,15 @@ def test_pallas_matches_reference_and_mamba_ssm_at_130m(cuda_reference):
     ref_out, ref_grads = _vjp(arrays, dtypes, cotangent, chunk, "reference")
     f32 = {k: "float32" for k in dtypes}
     kw = dict(chunk_size=chunk, dt_softplus=True)
-    (cuda_out,), cuda_grads = run_ssd(cuda_reference, arrays, dtypes, cotangent, **kw)
-    (cuda_out32,), cuda_grads32 = run_ssd(cuda_reference, arrays, f32, cotangent, **kw)
+    (cuda_out,), cuda_grads = run_ssd(cuda_triton_reference, arrays, dtypes, cotangent, **kw)
+    (cuda_out32,), cuda_grads32 = run_ssd(cuda_triton_reference, arrays, f32, cotangent, **kw)
 
     assert_matches_reference_and_mamba_ssm(
         (out, grads), (ref_out, ref_grads), (cuda_out, cuda_grads), (cuda_out32, cuda_grads32), dtypes
     )
 
 
-def test_varlen_states_match_mamba_ssm(cuda_reference, rng):
+def test_varlen_states_match_mamba_ssm(cuda_triton_reference, rng):
     """Packed sequences (one of length 1, ends inside and at chunk edges) at bf16: ours (the Pallas scan, varlen
     states from its inputs) against mamba-ssm's ``return_varlen_states`` on the same values."""
     from torch_reference.ops import ssd_varlen_states
@@ -89,6 +89,6 @@ def test_varlen_states_match_mamba_ssm(cuda_reference, rng):
     )  # fmt: skip
     numpy_arrays = {k: None if v is None else np.asarray(v.astype(jnp.float32)) for k, v in arrays.items()}
     dtypes = {k: ("float32" if k in ("A", "D", "dt_bias") else "bfloat16") for k in numpy_arrays}
-    theirs = ssd_varlen_states(cuda_reference, numpy_arrays, dtypes, seq_idx, cu_seqlens, chunk_size=256)
+    theirs = ssd_varlen_states(cuda_triton_reference, numpy_arrays, dtypes, seq_idx, cu_seqlens, chunk_size=256)
     assert theirs.shape == ours.shape
     assert_close("varlen states vs mamba-ssm", np.asarray(ours), theirs, jnp.bfloat16)

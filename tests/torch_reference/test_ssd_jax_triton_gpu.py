@@ -50,7 +50,7 @@ def rel_err(a, b) -> float:
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"b{c[0]}L{c[1]}H{c[2]}P{c[3]}G{c[4]}N{c[5]}c{c[6]}")
-def test_mamba_ssm_kernels_from_jax_match_the_reference_and_pytorch(cuda_reference, rng, case, dtype):
+def test_mamba_ssm_kernels_from_jax_match_the_reference_and_pytorch(cuda_triton_reference, rng, case, dtype):
     pytest.importorskip("jax_triton")
     import torch
 
@@ -99,7 +99,7 @@ def test_mamba_ssm_kernels_from_jax_match_the_reference_and_pytorch(cuda_referen
             as_torch[k] = as_torch[k].to(getattr(torch, dtype))
     for k in differentiable:
         as_torch[k].requires_grad_(True)
-    torch_out, torch_final = cuda_reference.mamba_chunk_scan_combined(
+    torch_out, torch_final = cuda_triton_reference.mamba_chunk_scan_combined(
         *(as_torch[k] for k in ("x", "dt", "A", "B", "C")), chunk, D=as_torch.get("D"), z=as_torch.get("z"),
         dt_bias=as_torch.get("dt_bias"), initial_states=as_torch.get("initial_states"),
         seq_idx=as_torch.get("seq_idx"), dt_softplus=True, return_final_states=True,
