@@ -9,7 +9,8 @@ sequential forward per batch row, head and ``block_p`` head dims that needs no s
 per-head gradients with one program per block, head and ``bwd_block_p`` head dims (their ddt, dA and d dt_bias
 partials, linear in the head dims, summed by XLA; ``bwd_persistent_programs`` makes that kernel that many programs
 looping over the tiles, so that Triton prefetches the next tile's loads; ``bwd_rowwise_dcs`` takes its decay
-gradient from (T, P) row sums instead of the (T, T) dM's row and column sums); dB and dC with ``bwd_head_splits``
+gradient from (T, P) row sums instead of the (T, T) dM's row and column sums; ``bwd_state_chunk`` runs its products
+with the states over ``bwd_state_chunk`` of N's columns at a time); dB and dC with ``bwd_head_splits``
 programs per block and group, each looping over its share of the group's heads so that they sum in registers.
 ``block_l`` is the kernels' own chunk: it changes rounding only, never the result (mamba-ssm's ``chunk_size`` is
 accepted and checked but does not tile these kernels).
@@ -59,6 +60,7 @@ class SsdConfig:
     bwd_block_p: int = MAX_HEADDIM  # backward per-head kernel: head dims per program (clipped to headdim)
     bwd_persistent_programs: int = 0  # backward per-head kernel: 0 one program per tile; n > 0 n programs looping
     bwd_rowwise_dcs: bool = False  # backward per-head kernel: d cs from row sums only (no (T, T) dM, no column sums)
+    bwd_state_chunk: int = 0  # backward per-head kernel: state columns per step of its state products; 0: all N
     bwd_head_splits: int = 4  # backward dB/dC kernel: programs sharing a group's heads (at most; rounded to a divisor)
     dbc_num_warps: int = 8
     bwd_num_stages: int = 2
@@ -93,9 +95,10 @@ class SsdConfig:
         for name in ("shared_scores", "two_level_states", "bwd_rowwise_dcs"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"SsdConfig.{name} must be a bool, got {getattr(self, name)!r}")
-        n = self.state_block_n
-        if not isinstance(n, int) or (n != 0 and (n < MIN_DOT or n != next_pow2(n))):
-            raise ValueError(f"SsdConfig.state_block_n must be 0 or a power of two >= {MIN_DOT}, got {n!r}")
+        for name in ("state_block_n", "bwd_state_chunk"):
+            n = getattr(self, name)
+            if not isinstance(n, int) or (n != 0 and (n < MIN_DOT or n != next_pow2(n))):
+                raise ValueError(f"SsdConfig.{name} must be 0 or a power of two >= {MIN_DOT}, got {n!r}")
         for name in ("fused_forward_max_l", "persistent_programs", "bwd_persistent_programs"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:

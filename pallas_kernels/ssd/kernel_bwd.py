@@ -17,7 +17,8 @@ gradient block-parallel (programs launched head and head dims fastest: see ``blo
     programs that split a head's dims store partial ddt, dA and d dt_bias (float32), which XLA sums. A split costs
     one more C·Bᵀ and decay per block and head and halves the (T, head dims) and state tiles a program holds.
     With ``bwd_rowwise_dcs`` the intra-block term comes from row sums only: dy · (M X) and X · (Mᵀ dy) are W's row
-    and column sums, so no dM and no (T, T) reduction (``_dcs_rowwise``).
+    and column sums, so no dM and no (T, T) reduction (``_dcs_rowwise``). With ``bwd_state_chunk`` its products
+    with the states (B dSᵀ, C S_inᵀ, S_in · dS) run over that many of N's columns at a time (``_state_products``).
 
 3. ``ssd_bwd_dbc``, one program per (batch row, block, group, split): a program loops over its share (1 / splits)
    of the group's heads, summing in registers
@@ -30,6 +31,7 @@ one float32 partial per (group, split); these, and dA, d dt_bias and dD per bloc
 order, so the result is deterministic.
 """
 
+import dataclasses
 import functools
 
 import jax
@@ -163,15 +165,38 @@ def _head_inputs(prog: Program, k, ins, opt, dz_ref=None):
     return blk, x32, dy, x32 * blk.dt[:, None], S_in, dS
 
 
-def _dx_kernel(*refs, dims: SsdDims, programs: int, rowwise: bool):
+def _dx_kernel(*refs, dims: SsdDims, programs: int, rowwise: bool, state_chunk: int):
     """One program per (batch row, block, head, head-dim block), or ``programs`` looping over them
     (``block.for_each_tile``)."""
-    for_each_tile(dims, programs, functools.partial(_dx_tile, refs=refs, dims=dims, rowwise=rowwise))
+    tile = functools.partial(_dx_tile, refs=refs, dims=dims, rowwise=rowwise, state_chunk=state_chunk)
+    for_each_tile(dims, programs, tile)
 
 
-def _dx_tile(prog: Program, k, *, refs, dims: SsdDims, rowwise: bool):
+def _state_products(prog: Program, k, refs, chunk: int, scores: bool):
+    """B dSᵀ and C S_inᵀ (T, block_p), S_in · dS and, without ``scores``, C·Bᵀ (T, T) of block ``k``, float32, over
+    the state's N columns ``chunk`` at a time (``SsdConfig.bwd_state_chunk``): a program then holds (T, chunk) tiles
+    of B and C and (block_p, chunk) ones of the states instead of whole (T, N) and (block_p, N) ones."""
+    B_ref, C_ref, states_ref, dstates_ref = refs
+    dims, t0 = prog.dims, k * prog.dims.block_l
+    columns = dataclasses.replace(dims, block_n=chunk)
+    BdS = CS = CB = 0.0
+    SdS = jnp.float32(0.0)
+    for n0 in range(0, dims.dstate, chunk):  # a traced start: the last step's columns may run past N (masked)
+        part = Program(columns, prog.p0, b=prog.b, h=prog.h, n0=jnp.int32(n0))
+        B_c, C_c = part.load_group(B_ref, t0), part.load_group(C_ref, t0)
+        S_c, dS_c = part.load_state(states_ref, prog.b, k, prog.h), part.load_state(dstates_ref, prog.b, k, prog.h)
+        BdS = BdS + mm(B_c, dS_c, trans_b=True)
+        CS = CS + mm(C_c, S_c, trans_b=True)
+        SdS = SdS + jnp.sum(dS_c.astype(jnp.float32) * S_c.astype(jnp.float32))
+        if not scores:
+            CB = CB + mm(C_c, B_c, trans_b=True)
+    return BdS, CS, SdS, (None if scores else CB)
+
+
+def _dx_tile(prog: Program, k, *, refs, dims: SsdDims, rowwise: bool, state_chunk: int):
     """The per-head gradients of block ``k`` for ``prog``'s batch row, head and head dims; d cs by ``_dcs_rowwise``
-    or ``_dcs_by_tile_sums`` (``SsdConfig.bwd_rowwise_dcs``)."""
+    or ``_dcs_by_tile_sums`` (``SsdConfig.bwd_rowwise_dcs``), the state products whole or by ``_state_products``
+    (``SsdConfig.bwd_state_chunk``)."""
     x_ref, dt_ref, A_ref, B_ref, C_ref, states_ref, dstates_ref, dout_ref, *rest = refs
     flags = (dims.has_D, dims.has_z, dims.has_bias, dims.has_seq, dims.has_z, dims.has_scores)
     (D_ref, z_ref, bias_ref, seq_ref, ypre_ref, scores_ref), outs = optional_refs(rest, flags)
@@ -182,14 +207,22 @@ def _dx_tile(prog: Program, k, *, refs, dims: SsdDims, rowwise: bool):
     mm_dtype = x_ref.dtype
     ins = (x_ref, dt_ref, A_ref, states_ref, dstates_ref, dout_ref)
     blk, x32, dy, X, S_in, dS = _head_inputs(prog, k, ins, (z_ref, bias_ref, seq_ref, ypre_ref), dz_ref)
-    Bm = prog.load_group(B_ref, t0)
-    Cm = prog.load_group(C_ref, t0)
+    chunked = 0 < state_chunk < dims.np_  # else S_in and dS (whole) serve the state products, as measured
+    if chunked:
+        products = _state_products(prog, k, (B_ref, C_ref, states_ref, dstates_ref), state_chunk, dims.has_scores)
+        BdS, CS, SdS, CB = products
+    else:
+        Bm = prog.load_group(B_ref, t0)
+        Cm = prog.load_group(C_ref, t0)
     dy_mm = dy.astype(mm_dtype)
 
-    CB = prog.load_scores(scores_ref, k) if scores_ref is not None else mm(Cm, Bm, trans_b=True)
+    if scores_ref is not None:
+        CB = prog.load_scores(scores_ref, k)
+    elif not chunked:
+        CB = mm(Cm, Bm, trans_b=True)
     M = CB * blk.intra
     dM = None if rowwise else mm(dy_mm, X.astype(mm_dtype), trans_b=True)
-    BdS = mm(Bm, dS, trans_b=True)
+    BdS = BdS if chunked else mm(Bm, dS, trans_b=True)
     M_dy = mm(M.astype(mm_dtype), dy_mm, trans_a=True)
     dX = M_dy + blk.to_end[:, None] * BdS
     dx = blk.dt[:, None] * dX
@@ -199,12 +232,13 @@ def _dx_tile(prog: Program, k, *, refs, dims: SsdDims, rowwise: bool):
     prog.store_heads(dx_ref, t0, dx)
 
     W = None if rowwise else dM * M
-    y_in = blk.from_start[:, None] * mm(Cm, S_in, trans_b=True)
+    y_in = blk.from_start[:, None] * (CS if chunked else mm(Cm, S_in, trans_b=True))
     if rowwise:
         dcs, q_sum = _dcs_rowwise(blk, M.astype(mm_dtype), X, y_in, dy, dy_mm, M_dy, BdS)
     else:
         dcs, q_sum = _dcs_by_tile_sums(blk, W, X, y_in, dy, BdS)
-    last_extra = blk.carry * jnp.sum(dS.astype(f32) * S_in.astype(f32)) + q_sum
+    SdS = SdS if chunked else jnp.sum(dS.astype(f32) * S_in.astype(f32))
+    last_extra = blk.carry * SdS + q_sum
     dcs = dcs + jnp.where(prog.rows == dims.block_l - 1, last_extra, 0.0)
     da = _reverse_cumsum(dcs)
     ddt = prog.dt_grad(blk, jnp.sum(x32 * dX, axis=1) + da * A_ref[h])
@@ -317,7 +351,13 @@ def ssd_backward(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, states,
     shapes += [shape for flag, shape in optional_outs if flag]
     programs = long_lived_programs(xdims, config.bwd_persistent_programs)
     dx, ddt, dA, *rest = call_kernel(
-        functools.partial(_dx_kernel, dims=xdims, programs=programs, rowwise=config.bwd_rowwise_dcs),
+        functools.partial(
+            _dx_kernel,
+            dims=xdims,
+            programs=programs,
+            rowwise=config.bwd_rowwise_dcs,
+            state_chunk=config.bwd_state_chunk,
+        ),
         tensors + [t for t in (D, z, dt_bias, seq_idx, ypre, scores) if t is not None],
         shapes,
         tile_grid(xdims, programs),

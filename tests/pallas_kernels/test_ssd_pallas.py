@@ -58,6 +58,8 @@ TWO_LEVEL_ALL_SHORT = two_level_keep_all(fused_forward_max_l=0)  # 3 blocks: one
 KEPT_COLUMNS_SPLIT = kept(32, fused_forward_max_l=0, state_block_n=16)  # the rebuild too, on 2 column blocks of N 24
 ROWWISE = dict(bwd_rowwise_dcs=True)  # the backward's d cs from row sums (no dM, no (T, T) sums)
 OWN_SCORES_PERSISTENT_ROWWISE = persistent(5, 16, shared_scores=False, bwd_persistent_programs=7, **ROWWISE)
+STATE_CHUNKS = dict(block_l=32, bwd_state_chunk=16, bwd_block_p=16, **ROWWISE)
+OWN_SCORES_STATE_CHUNKS = split(block_l=32, bwd_state_chunk=16, bwd_block_p=16, shared_scores=False)
 
 CASES = [  # batch, L, H, P, N, G, chunk, dtype, D, z, init, seq_idx, softplus, dt_limit, config
     (2, 1, 4, 16, 16, 1, 64, jnp.float32, "H", True, True, False, True, (0.0, INF), SsdConfig(block_l=16)),
@@ -139,6 +141,10 @@ CASES = [  # batch, L, H, P, N, G, chunk, dtype, D, z, init, seq_idx, softplus, 
     (2, 37, 4, 16, 16, 2, 64, jnp.float16, "H", True, False, False, True, (0.0, INF), OWN_SCORES_PERSISTENT_ROWWISE),
     (1, 256, 8, 16, 32, 2, 256, jnp.bfloat16, "HP", True, True, True, True, (0.0, 0.05), SsdConfig(**ROWWISE)),
     (1, 1, 2, 16, 16, 1, 64, jnp.float32, "H", False, True, False, True, (0.0, INF), SsdConfig(block_l=16, **ROWWISE)),
+    # the backward's state products over 16 of N's columns at a time (N 40: 4 steps, the last one partial): shared
+    # C·Bᵀ with the row-wise d cs (bf16, seq_idx), own C·Bᵀ summed over the steps too (float32, 2 head-dim parts)
+    (2, 100, 4, 32, 40, 2, 64, jnp.bfloat16, "HP", True, True, True, True, (0.0, INF), SsdConfig(**STATE_CHUNKS)),
+    (1, 130, 4, 32, 40, 4, 64, jnp.float32, "H", True, True, False, True, (0.0, INF), OWN_SCORES_STATE_CHUNKS),
 ]
 
 
@@ -356,6 +362,7 @@ def test_bf16_inputs_keep_their_dtypes_mixed_with_float32_b(rng):
         ({"config": SsdConfig(checkpoint_every=96)}, "checkpoint_every must be 0 or a positive multiple of block_l=64"),
         ({"config": SsdConfig(shared_scores=1)}, "SsdConfig.shared_scores must be a bool, got 1"),
         ({"config": SsdConfig(bwd_rowwise_dcs="yes")}, "SsdConfig.bwd_rowwise_dcs must be a bool, got 'yes'"),
+        ({"config": SsdConfig(bwd_state_chunk=24)}, "SsdConfig.bwd_state_chunk must be 0 or a power of two >= 16"),
         ({"config": SsdConfig(bwd_persistent_programs=-1)}, "SsdConfig.bwd_persistent_programs must be an int >= 0"),
         ({"config": SsdConfig(state_segment=100)}, "state_segment must be a positive multiple of block_l=64, got 100"),
     ],
@@ -391,6 +398,7 @@ def test_pallas_refuses_what_it_does_not_tile(change, message):
         ),
         (SsdConfig(), ["ssd_fwd_fused", "ssd_bwd_dstates", "ssd_bwd_dx", "ssd_bwd_dbc"]),
         (SsdConfig(bwd_rowwise_dcs=True), ["ssd_fwd_fused", "ssd_bwd_dstates", "ssd_bwd_dx", "ssd_bwd_dbc"]),
+        (SsdConfig(bwd_state_chunk=32), ["ssd_fwd_fused", "ssd_bwd_dstates", "ssd_bwd_dx", "ssd_bwd_dbc"]),
         (
             SsdConfig(fused_forward_max_l=0, persistent_programs=8, bwd_persistent_programs=8),
             ["ssd_fwd_states", "ssd_fwd_out_persistent", "ssd_bwd_dstates", "ssd_bwd_dx_persistent", "ssd_bwd_dbc"],

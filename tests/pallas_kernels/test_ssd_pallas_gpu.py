@@ -21,6 +21,7 @@ KEPT = SsdConfig(checkpoint_every=128)  # states kept every 2 blocks of 64, the 
 TWO_LEVEL = SsdConfig(checkpoint_every=128, two_level_states=True)  # state passes over segments of 2 blocks
 TWO_LEVEL_ALL = SsdConfig(fused_forward_max_l=0, state_segment=128, two_level_states=True)  # ... every state kept
 ROWWISE = SsdConfig(bwd_rowwise_dcs=True)  # the backward's d cs from row sums
+STATE_CHUNKS = SsdConfig(bwd_rowwise_dcs=True, bwd_block_p=16, bwd_state_chunk=32)  # ... its state products by 32
 
 
 @pytest.mark.parametrize(
@@ -32,11 +33,13 @@ ROWWISE = SsdConfig(bwd_rowwise_dcs=True)  # the backward's d cs from row sums
         (jnp.float32, True, TWO_LEVEL),
         (jnp.bfloat16, True, TWO_LEVEL_ALL),
         (jnp.bfloat16, True, ROWWISE),
+        (jnp.bfloat16, True, STATE_CHUNKS),
     ],
 )
 def test_pallas_matches_oracle_on_gpu(rng, dtype, seq, config):
     """L not a multiple of the block, headdim and N not powers of two, three groups, packed sequences; the default
-    path, kept states, the two-level state passes (states kept or not) and the row-wise d cs, compiled."""
+    path, kept states, the two-level state passes (states kept or not), the row-wise d cs and the state products by
+    column chunks, compiled."""
     cpu.test_pallas_matches_oracle_and_reference(
         rng, 2, 301, 6, 48, 40, 3, 256, dtype, "HP", True, True, seq, True, (0.0, float("inf")), config
     )
