@@ -31,7 +31,6 @@ one float32 partial per (group, split); these, and dA, d dt_bias and dD per bloc
 order, so the result is deterministic.
 """
 
-import dataclasses
 import functools
 
 import jax
@@ -178,7 +177,7 @@ def _state_products(prog: Program, k, refs, chunk: int, scores: bool):
     of B and C and (block_p, chunk) ones of the states instead of whole (T, N) and (block_p, N) ones."""
     B_ref, C_ref, states_ref, dstates_ref = refs
     dims, t0 = prog.dims, k * prog.dims.block_l
-    columns = dataclasses.replace(dims, block_n=chunk)
+    columns = dims.with_state_tiles(dims.block_p, chunk)
     BdS = CS = CB = 0.0
     SdS = jnp.float32(0.0)
     for n0 in range(0, dims.dstate, chunk):  # a traced start: the last step's columns may run past N (masked)
