@@ -48,6 +48,7 @@ def run_one(
         "--eval_batches=1",
         f"--eval_every={steps}",
         f"--save_every={steps}",
+        "--save_checkpoints=false",  # time the steps only: a 2.7b checkpoint with its AdamW state is 32 GB
         "--log_every=10",
         "--progress=false",
         "--sample_tokens=0",

@@ -268,6 +268,7 @@ class TrainConfig:
     eval_every: int = 100
     eval_batches: int = 8
     save_every: int = 100
+    save_checkpoints: bool = True  # False: no checkpoint at all (throughput and scaling runs time the steps only)
     keep_checkpoints: int = 3
     run_dir: str | None = None  # None: runs/<config name>/<timestamp>
     stop_after_steps: int | None = None  # end this invocation early (preemptible jobs); continue with --resume

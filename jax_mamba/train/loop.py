@@ -276,7 +276,7 @@ def _train(cfg: RunConfig, task: Task, dataset: Dataset, resume: bool, run_dir: 
                 eval_result = _evaluate(task, eval_step, params, model_state, dataset, mesh)
                 metrics.write({"step": step, **eval_result})
                 echo(f"step {step}: " + ", ".join(f"{k} {v:.4f}" for k, v in eval_result.items()))
-            if due(t.save_every) or step == end:
+            if t.save_checkpoints and (due(t.save_every) or step == end):
                 save(step)
             if due(t.eval_every) or due(t.save_every):
                 previous_end = time.perf_counter()

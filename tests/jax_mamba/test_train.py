@@ -44,6 +44,17 @@ def test_training_writes_outputs_and_loss_falls(tmp_path):
     assert sorted(int(p.name) for p in (tmp_path / "checkpoints").iterdir()) == [12, 24]
 
 
+def test_save_checkpoints_false_writes_none(tmp_path):
+    """Throughput runs time the steps only: with ``--save_checkpoints=false`` no checkpoint is written, not even at
+    the end, while the metrics and the end record still are."""
+    cfg = load_config("mamba2-tiny", [*QUIET, "--max_steps=4", "--save_every=2", "--save_checkpoints=false"])
+    result = train(cfg, run_dir=tmp_path, echo=lambda *_: None)
+    assert result.step == 4 and np.isfinite(result.loss)
+    checkpoints = tmp_path / "checkpoints"
+    assert not checkpoints.exists() or not any(checkpoints.iterdir())
+    assert [r for r in records(tmp_path) if r.get("event") == "end"][0]["step"] == 4
+
+
 def _loop_line(stack: traceback.StackSummary) -> str:
     """The training loop's innermost line on ``stack``: its function and source text."""
     frame = [f for f in stack if f.filename.endswith("jax_mamba/train/loop.py")][-1]

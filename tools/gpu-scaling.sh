@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# On a machine with several GPUs: the multi-GPU scaling run (compare.scaling), JAX beside mamba-ssm's DDP / FSDP2.
+# Usage: tools/gpu-scaling.sh WORK_DIR SDIST_DIR [BUILD_PARTS_DIR]
+#   1. mamba-ssm's CUDA extensions: imported from BUILD_PARTS_DIR (tools/gpu-parity.sh export) or built; a build is
+#      exported to WORK_DIR/export/ (carry it to a later machine as BUILD_PARTS_DIR); BUILD_CPUS=LIST pins the build
+#      to those cores (taskset), leaving the others to work timed beside it
+#   2. with WAIT_FOR=FILE, waits (at most 10 minutes) until FILE exists: the GPUs are free of other work
+#   3. compare.scaling for each run of RUNS (default below: one per line, "name: arguments"), on GPU counts GPUS
+#      (default: 1 and every GPU), each run's .json/.md in WORK_DIR/results/ as soon as it ends
+# WORK_DIR/progress.log says what ran and how long it took. A run can take longer than one device call: start this
+# with setsid (it outlives the call) and read WORK_DIR from later calls.
+set -uo pipefail
+usage="usage: tools/gpu-scaling.sh WORK_DIR SDIST_DIR [BUILD_PARTS_DIR]"
+work=${1:?$usage}
+sdist=${2:?$usage}
+parts=${3:-}
+export PYTHONPATH=. PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
+count=$(nvidia-smi --query-gpu=name --format=csv,noheader | wc -l)
+gpus=${GPUS:-$( [ "$count" -gt 1 ] && echo "1 $count" || echo 1 )}
+default_runs="mamba2-780m-fsdp: --configs mamba2-780m --mode fsdp --per_device_batch 8 --seq_len 2048 --steps 15 --torch
+mamba1-790m-ddp: --configs mamba1-790m --mode ddp --per_device_batch 4 --seq_len 2048 --steps 15 --torch
+mamba2-130m-context: --configs mamba2-130m --mode context --per_device_batch 1 --seq_len 131072 --steps 8
+mamba2-2.7b-fsdp: --configs mamba2-2.7b --mode fsdp --per_device_batch 2 --seq_len 2048 --steps 12 --torch"
+runs=${RUNS:-$default_runs}
+mkdir -p "$work/results" "$work/export"
+log="$work/progress.log"
+say() { echo "$(date +%H:%M:%S) $*" | tee -a "$log"; }
+say "gpus: $count ($(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)); counts run: $gpus"
+began=$(date +%s)
+if [ -n "$parts" ]; then
+    bash tools/gpu-parity.sh "$work/build" "$sdist" "import:$parts" > "$work/build.log" 2>&1
+    built=$?
+else
+    ${BUILD_CPUS:+taskset -c $BUILD_CPUS} bash tools/gpu-parity.sh "$work/build" "$sdist" build export > "$work/build.log" 2>&1
+    built=$?
+    mv "$work"/build/torch-build.tar.xz.part-* "$work/export/" 2>/dev/null
+fi
+say "extensions ready: exit $built after $(( $(date +%s) - began )) s"
+if [ -n "${WAIT_FOR:-}" ]; then
+    for _ in $(seq 600); do [ -e "$WAIT_FOR" ] && break; sleep 1; done
+    say "waited for $WAIT_FOR"
+fi
+while IFS= read -r line; do
+    [ -z "$line" ] && continue
+    name=${line%%:*}
+    began=$(date +%s)
+    say "start $name"
+    # shellcheck disable=SC2086  # the run's arguments are words
+    python3 -m compare.scaling ${line#*:} --gpus $gpus --out "$work/results/$name" > "$work/results/$name.log" 2>&1
+    say "end $name: exit $? after $(( $(date +%s) - began )) s"
+done <<< "$runs"
+say "all runs done"
+touch "$work/done"
