@@ -52,7 +52,7 @@ def test_save_checkpoints_false_writes_none(tmp_path):
     assert result.step == 4 and np.isfinite(result.loss)
     checkpoints = tmp_path / "checkpoints"
     assert not checkpoints.exists() or not any(checkpoints.iterdir())
-    assert [r for r in records(tmp_path) if r.get("event") == "end"][0]["step"] == 4
+    assert next(r for r in records(tmp_path) if r.get("event") == "end")["step"] == 4
 
 
 def _loop_line(stack: traceback.StackSummary) -> str:
