@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from compare.outputs import output_path
 from jax_mamba.configs.loader import load_config, parse_args_with_overrides
 
 
@@ -122,9 +123,9 @@ def write_report(out: Path, result: dict) -> list[str]:
         + ("**the curves agree** (the framework gap is within the seed spread)." if v["agree"] else "**they do not**."),
         f"Step 1 (same weights, same batch): |JAX - mamba-ssm| = {v['first_step_difference']:.2e}.",
         "",
-        f"![curves]({out.with_suffix('.png').name})",
+        f"![curves]({output_path(out, '.png').name})",
     ]
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    output_path(out, ".md").write_text("\n".join(lines) + "\n")
     return lines
 
 
@@ -167,8 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(result, indent=2))
-    plot(out.with_suffix(".png"), curves, args.window, f"{args.config}: JAX and mamba-ssm")
+    output_path(out, ".json").write_text(json.dumps(result, indent=2))
+    plot(output_path(out, ".png"), curves, args.window, f"{args.config}: JAX and mamba-ssm")
     print("\n".join(write_report(out, result)))
     return 0
 

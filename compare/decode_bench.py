@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+from compare.outputs import output_path
 from compare.train_throughput import json_line
 from jax_mamba.configs.loader import parse_args_with_overrides
 from jax_mamba.generate.decode import STATE_DTYPES
@@ -84,7 +85,7 @@ def write_report(out: Path, header: dict, results: list[dict]) -> list[str]:
                 cells = [f"{other['tokens_per_s']:,.0f}", f"{row['tokens_per_s'] / other['tokens_per_s']:.2f}x"]
             ours = f"{row['state_dtype']} | {row['tokens_per_s']:,.0f}"
             lines.append(f"| {r['config']} | {row['batch']} | {ours} | {' | '.join(cells)} |")
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    output_path(out, ".md").write_text("\n".join(lines) + "\n")
     return lines
 
 
@@ -131,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps({**header, "results": results}, indent=2))
+    output_path(out, ".json").write_text(json.dumps({**header, "results": results}, indent=2))
     print("\n".join(write_report(out, header, results)))
     failed = [r for r in results if "rows" not in r["jax"] or ("torch" in r and "rows" not in r["torch"])]
     return 1 if failed else 0

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from compare.kernel_profile import name_every_launch, timed_device_events
+from compare.outputs import output_path
 
 
 def busy_ns(intervals: list[tuple[int, int]]) -> int:
@@ -109,7 +110,7 @@ def write_report(out: Path, result: dict, command: str, top: int) -> list[str]:
     for name, v in list(r["kernels"].items())[:top]:
         per_launch = v["us"] / max(v["launches"], 1e-9)
         lines.append(f"| `{name[:70]}` | {v['us']:.1f} | {v['launches']:.1f} | {per_launch:.2f} |")
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    output_path(out, ".md").write_text("\n".join(lines) + "\n")
     return lines
 
 
@@ -133,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     command = " ".join(["python -m compare.decode_profile", *(argv if argv is not None else sys.argv[1:])])
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps({"command": command, **result}, indent=2))
+    output_path(out, ".json").write_text(json.dumps({"command": command, **result}, indent=2))
     print("\n".join(write_report(out, result, command, args.top)))
     return 0
 

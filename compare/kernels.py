@@ -27,6 +27,7 @@ import jax.numpy as jnp
 
 from compare.kernel_ops import OPS, KernelOp, Variant
 from compare.kernel_profile import kernel_times
+from compare.outputs import output_path
 from compare.tolerances import rel_l2
 
 SFU_EXP2_PER_CLOCK_PER_SM = 16
@@ -311,9 +312,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     out = args.out or Path("benchmarks/kernels") / args.op
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    output_path(out, ".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     table = markdown(rows, meta)
-    out.with_suffix(".md").write_text(table)
+    output_path(out, ".md").write_text(table)
     print(table)
     return 0
 

@@ -22,6 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from compare.outputs import output_path
 from compare.train_throughput import json_line, run_one
 from jax_mamba.configs.loader import parse_args_with_overrides
 
@@ -109,7 +110,7 @@ def write_report(out: Path, header: dict, points: list[dict]) -> list[str]:
         ok = all(p.get(s) and not p[s].get("returncode") for s in ("jax", "torch"))
         ratio = f"{p['jax']['items_per_s'] / p['torch']['items_per_s']:.2f}x" if ok else ""
         lines.append(f"| {p['config']} | {p['devices']} | {p['batch_size']} | {' | '.join(cells)} | {ratio} |")
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    output_path(out, ".md").write_text("\n".join(lines) + "\n")
     return lines
 
 
@@ -154,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     header["torch_settings"] = next((p["torch"]["settings"] for p in points if "settings" in p.get("torch", {})), None)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps({**header, "points": points}, indent=2))
+    output_path(out, ".json").write_text(json.dumps({**header, "points": points}, indent=2))
     print("\n".join(write_report(out, header, points)))
     failed = [p for p in points if any(p[s].get("returncode") for s in ("jax", "torch") if s in p)]
     return 1 if failed else 0

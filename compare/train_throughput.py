@@ -18,7 +18,15 @@ from pathlib import Path
 
 import jax
 
+from compare.outputs import output_path
 from jax_mamba.configs.loader import parse_args_with_overrides
+
+
+def error_excerpt(stderr: str, tail_chars: int = 1500, max_lines: int = 20) -> str:
+    """What a failed run's stderr says: its lines naming an error or exception (a launcher such as torchrun prints
+    its own traceback last, after the worker's cause), then its last ``tail_chars`` characters."""
+    named = [line for line in stderr.splitlines() if "Error" in line or "Exception" in line or "error:" in line]
+    return "\n".join([*named[:max_lines], "...", stderr[-tail_chars:]]) if named else stderr[-tail_chars:]
 
 
 def json_line(command: list[str], env: dict | None = None) -> dict:
@@ -26,7 +34,7 @@ def json_line(command: list[str], env: dict | None = None) -> dict:
     ``env``: the command's whole environment (default: this process's)."""
     proc = subprocess.run(command, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
-        return {"returncode": proc.returncode, "error": proc.stderr[-2000:], "command": " ".join(command[1:])}
+        return {"returncode": proc.returncode, "error": error_excerpt(proc.stderr), "command": " ".join(command[1:])}
     return {"returncode": 0, **json.loads(proc.stdout.strip().splitlines()[-1]), "command": " ".join(command[1:])}
 
 
@@ -63,7 +71,7 @@ def run_one(
         "wall_s": round(time.time() - began, 1),
     }
     if proc.returncode != 0:
-        result["error"] = proc.stderr[-2000:]
+        result["error"] = error_excerpt(proc.stderr)
         return result
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     end = next(r for r in reversed(records) if r.get("event") == "end")
@@ -149,7 +157,7 @@ def write_report(out: Path, header: dict, rows: list[dict]) -> list[str]:
             "|---|---|---|---|---|---|",
         ]
         lines += [_row([r["config"], *_side_cells(r["inference"], r.get("torch_inference"))]) for r in inference]
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    output_path(out, ".md").write_text("\n".join(lines) + "\n")
     return lines
 
 
@@ -195,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(row), flush=True)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps({**header, "runs": rows}, indent=2))
+    output_path(out, ".json").write_text(json.dumps({**header, "runs": rows}, indent=2))
     print("\n".join(write_report(out, header, rows)))
     parts = ("torch", "inference", "torch_inference")
     failed = [r for r in rows if r["returncode"] or any(r[k]["returncode"] for k in parts if k in r)]

@@ -41,7 +41,9 @@ def start(device: str, parallel: str) -> Process:
     process = Process(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ["LOCAL_RANK"]))
     if device == "cuda":
         torch.cuda.set_device(process.local_rank)
-    dist.init_process_group("nccl" if device == "cuda" else "gloo")
+        dist.init_process_group("nccl", device_id=torch.device("cuda", process.local_rank))
+    else:
+        dist.init_process_group("gloo")
     return process
 
 

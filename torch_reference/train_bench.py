@@ -15,8 +15,13 @@ first process reports the global tokens/s (the slowest process's time) and the l
 
 import argparse
 import json
+import os
 import sys
 import time
+
+# JAX only reads configs and makes batches here; on a GPU it would also take each device's memory and leave CUDA's
+# current device at 0, so that under torchrun every process's NCCL communicator met on one GPU ("Duplicate GPU").
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import numpy as np
 import torch

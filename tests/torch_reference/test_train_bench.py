@@ -1,6 +1,9 @@
 """The PyTorch side of compare.train_throughput (mamba-ssm, NVlabs' MambaVision), run here on the CPU fallback."""
 
 import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -95,3 +98,12 @@ def test_train_bench_parallel_needs_torchrun(cpu_reference, monkeypatch):
     monkeypatch.delenv("RANK", raising=False)
     with pytest.raises(ValueError, match="needs torchrun"):
         main(["--config", "mamba2-tiny", "--steps", "2", "--device", "cpu", "--parallel", "ddp"])
+
+
+def test_train_bench_keeps_jax_off_the_gpu():
+    """JAX only reads configs and makes batches in the reference's processes: initialized on the GPU it took each
+    device's memory and left every torchrun process on GPU 0 (NCCL: "Duplicate GPU detected")."""
+    env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
+    probe = "import os, torch_reference.train_bench; print(os.environ['JAX_PLATFORMS'])"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True)
+    assert done.stdout.split() == ["cpu"]
