@@ -127,7 +127,7 @@ def default_config(
     *,
     ngroups: int = 1,
 ) -> SsdConfig:
-    """``SsdConfig()`` with seven rules for the shapes:
+    """``SsdConfig()`` with eight rules for the shapes:
 
     - the fused forward only where its programs (batch x heads x head-dim tiles) fill the GPU's ``sm_count``
       SMs: on an H100 (forward ms, fused / split, ``benchmarks/kernels/h100-2026-11-24-ssd-fused-vs-split*``) it
@@ -163,8 +163,12 @@ def default_config(
       rebuild kernels on 32: their float32 (head dims, N) state with the (T, N) B and C tiles outgrows the registers.
       Compiled for sm_90 at N 256 (``benchmarks/kernels/sass/ssd-sm90-2026-11-25-dstate.txt``; not yet timed),
       bytes spilled a thread: the fused forward 888-1008 (468-528 on 32 head dims), ``ssd_bwd_dstates`` on 64 dims
-      628 (24 on 32, none on 16), the two-level and rebuild kernels on 64 dims 328-372, none on 32."""
-    config = SsdConfig(shared_scores=nheads > ngroups)
+      628 (24 on 32, none on 16), the two-level and rebuild kernels on 64 dims 328-372, none on 32;
+    - the backward's decay gradient from row sums (``bwd_rowwise_dcs``) everywhere: on an H100
+      (``benchmarks/kernels/h100x2-2026-11-25-ssd-bwd-candidates.md``) ``ssd_bwd_dx`` took 480 against 508 us at
+      130m and 817 against 839 at 2.7b, and compiled for sm_90 it ran 10-13% fewer instructions at every shape tried
+      (N 64-256, G 1-8, L 512-131072) with no spills and no more registers."""
+    config = SsdConfig(shared_scores=nheads > ngroups, bwd_rowwise_dcs=True)
     enough = STATE_PASS_PROGRAMS_PER_SM * sm_count
     whole_heads = batch * nheads * -(-headdim // 64) >= enough
     wide_tiles = dstate <= WIDE_TILE_MAX_DSTATE

@@ -267,6 +267,14 @@ def test_default_config_splits_the_backward_head_dims_up_to_n_128():
     assert (config.bwd_block_p, config.bwd_num_warps) == (SsdConfig().bwd_block_p, SsdConfig().bwd_num_warps)
 
 
+def test_default_config_takes_the_rowwise_decay_gradient_at_every_shape():
+    from pallas_kernels.ssd.config import default_config
+
+    shapes = [(8, 2048, 24, 64, 128), (1, 65536, 128, 64, 128), (2, 8192, 32, 64, 256), (16, 512, 8, 64, 64)]
+    assert all(default_config(*shape, 2).bwd_rowwise_dcs for shape in shapes)
+    assert not SsdConfig().bwd_rowwise_dcs  # the tile sums stay reachable (and tested) by an explicit SsdConfig
+
+
 def test_default_config_state_passes_take_wider_tiles_only_where_enough_programs_remain():
     from pallas_kernels.ssd.config import default_config
 
