@@ -1,5 +1,5 @@
 """Multi-GPU scaling, JAX beside PyTorch mamba-ssm: ``python -m compare.scaling --configs NAME ... --gpus 1 2 4
---mode fsdp|ddp|context [--torch] --out PATH``.
+--mode fsdp|ddp|context [--torch] [--no-jax] --out PATH``.
 
 For each config and device count n (the first n devices: ``CUDA_VISIBLE_DEVICES``; on the CPU, n host devices):
 
@@ -55,7 +55,8 @@ def run_point(config: str, mode: str, n: int, args, extra: list[str], backend: s
     env = device_env(n, backend)
     point = {"config": config, "mode": mode, "devices": n, "batch_size": batch}
     sizes = (args.steps, batch, args.seq_len)
-    point["jax"] = run_one(config, *sizes, [*extra, *mesh_overrides(mode, n)], workdir / f"{config}-{n}", env)
+    if args.jax:
+        point["jax"] = run_one(config, *sizes, [*extra, *mesh_overrides(mode, n)], workdir / f"{config}-{n}", env)
     if args.torch and mode in TORCH_PARALLEL:
         bench = ["-m", "torch_reference.train_bench", "--config", config, f"--steps={args.steps}"]
         bench += [f"--batch_size={batch}", f"--seq_len={args.seq_len}", *extra]
@@ -123,8 +124,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seq_len", type=int, default=2048)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--torch", action="store_true", help="also the reference under torchrun (DDP or FSDP2)")
+    parser.add_argument(
+        "--jax", action=argparse.BooleanOptionalAction, default=True, help="--no-jax: the reference's side alone"
+    )
     parser.add_argument("--out", required=True, help="output path without suffix (.json, .md)")
     args, extra = parse_args_with_overrides(parser, argv)
+    if not (args.jax or args.torch):
+        parser.error("--no-jax leaves nothing to run without --torch")
     if any(n < 1 for n in args.gpus):
         parser.error(f"--gpus takes device counts >= 1, got {args.gpus}")
     if "XLA_PYTHON_CLIENT_PREALLOCATE" not in os.environ:  # the driver only asks what devices there are

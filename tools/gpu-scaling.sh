@@ -6,7 +6,8 @@
 #      to those cores (taskset), leaving the others to work timed beside it
 #   2. with WAIT_FOR=FILE, waits (at most 10 minutes) until FILE exists: the GPUs are free of other work
 #   3. compare.scaling for each run of RUNS (default below: one per line, "name: arguments"), on GPU counts GPUS
-#      (default: 1 and every GPU), each run's .json/.md in WORK_DIR/results/ as soon as it ends
+#      (default: 1, 2, 4, ... up to the GPUs present), each run's .json/.md in WORK_DIR/results/ as soon as it ends.
+#      The last run, two 131072-long sequences, is the context-parallel case one GPU cannot hold (one took 49.5 GiB)
 # WORK_DIR/progress.log says what ran and how long it took. A run can take longer than one device call: start this
 # with setsid (it outlives the call) and read WORK_DIR from later calls.
 set -uo pipefail
@@ -16,11 +17,12 @@ sdist=${2:?$usage}
 parts=${3:-}
 export PYTHONPATH=. PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
 count=$(nvidia-smi --query-gpu=name --format=csv,noheader | wc -l)
-gpus=${GPUS:-$( [ "$count" -gt 1 ] && echo "1 $count" || echo 1 )}
+gpus=${GPUS:-$(n=1; while [ "$n" -le "$count" ]; do printf '%s ' "$n"; n=$(( n * 2 )); done)}
 default_runs="mamba2-780m-fsdp: --configs mamba2-780m --mode fsdp --per_device_batch 8 --seq_len 2048 --steps 15 --torch
 mamba1-790m-ddp: --configs mamba1-790m --mode ddp --per_device_batch 4 --seq_len 2048 --steps 15 --torch
+mamba2-2.7b-fsdp: --configs mamba2-2.7b --mode fsdp --per_device_batch 2 --seq_len 2048 --steps 12 --torch
 mamba2-130m-context: --configs mamba2-130m --mode context --per_device_batch 1 --seq_len 131072 --steps 8
-mamba2-2.7b-fsdp: --configs mamba2-2.7b --mode fsdp --per_device_batch 2 --seq_len 2048 --steps 12 --torch"
+mamba2-130m-context-b2: --configs mamba2-130m --mode context --per_device_batch 2 --seq_len 131072 --steps 8"
 runs=${RUNS:-$default_runs}
 mkdir -p "$work/results" "$work/export"
 log="$work/progress.log"

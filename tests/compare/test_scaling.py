@@ -42,3 +42,18 @@ def test_scaling_runs_both_sides_on_cpu_devices(tmp_path, capsys):
         assert point["torch"]["processes"] == point["devices"]
     report = out.with_suffix(".md").read_text()
     assert "NCCL_NVLS_ENABLE=0" in report and "| mamba2-tiny | 2 | 4 |" in report and "FSDP2" in report
+
+
+def test_scaling_runs_the_reference_alone_with_no_jax(tmp_path):
+    """--no-jax reruns the PyTorch side only (a failed reference point, without repeating the JAX runs)."""
+    pytest.importorskip("torch", reason="the PyTorch side is not installed (make setup-torch)")
+    from compare.scaling import main
+
+    out = tmp_path / "mamba2-tiny-ddp"
+    argv = ["--configs", "mamba2-tiny", "--gpus", "2", "--mode", "ddp", "--torch", "--no-jax", "--steps", "3"]
+    assert main([*argv, "--per_device_batch", "1", "--seq_len", "16", f"--out={out}"]) == 0
+    (point,) = json.loads(out.with_name(out.name + ".json").read_text())["points"]
+    assert "jax" not in point and point["torch"]["items_per_s"] > 0 and point["torch"]["processes"] == 2
+    assert "| mamba2-tiny | 2 | 2 | not run |" in out.with_name(out.name + ".md").read_text()
+    with pytest.raises(SystemExit):
+        main(["--configs", "mamba2-tiny", "--no-jax", f"--out={out}"])
