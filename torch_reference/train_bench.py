@@ -19,8 +19,9 @@ import os
 import sys
 import time
 
-# JAX only reads configs and makes batches here; on a GPU it would also take each device's memory and leave CUDA's
-# current device at 0, so that under torchrun every process's NCCL communicator met on one GPU ("Duplicate GPU").
+# JAX only reads configs and makes batches here: it stays off the GPUs, which are torch's. (Under torchrun, every
+# process's NCCL communicator once landed on GPU 0, "Duplicate GPU detected"; this and binding NCCL to the process's
+# GPU in ``distributed.start`` fixed it together.)
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import numpy as np

@@ -101,8 +101,8 @@ def test_train_bench_parallel_needs_torchrun(cpu_reference, monkeypatch):
 
 
 def test_train_bench_keeps_jax_off_the_gpu():
-    """JAX only reads configs and makes batches in the reference's processes: initialized on the GPU it took each
-    device's memory and left every torchrun process on GPU 0 (NCCL: "Duplicate GPU detected")."""
+    """JAX only reads configs and makes batches in the reference's processes: it stays off the GPUs, which are
+    torch's (part of the fix for every torchrun process landing on GPU 0, NCCL: "Duplicate GPU detected")."""
     env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
     probe = "import os, torch_reference.train_bench; print(os.environ['JAX_PLATFORMS'])"
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True)
