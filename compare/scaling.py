@@ -29,6 +29,7 @@ from jax_mamba.configs.loader import parse_args_with_overrides
 MESH = {"fsdp": (1, "n", 1), "ddp": ("n", 1, 1), "context": (1, 1, "n")}
 TORCH_PARALLEL = {"fsdp": "fsdp", "ddp": "ddp"}
 NCCL_DEFAULTS = {"NCCL_NVLS_ENABLE": "0"}
+XLA_SETTINGS = ("XLA_FLAGS", "XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_PREALLOCATE")  # recorded when set
 _PARENT_ONLY: dict[str, str] = {}  # set in this (driver) process only, so that it holds no GPU memory
 
 
@@ -68,12 +69,13 @@ def run_point(config: str, mode: str, n: int, args, extra: list[str], backend: s
 
 
 def efficiencies(points: list[dict], side: str) -> dict[tuple[str, int], float]:
-    """(config, devices) -> scaling efficiency of ``side`` against its smallest device count run, per device."""
+    """(config, devices) -> scaling efficiency of ``side`` against its smallest device count run, per device. A
+    config run at one count of several devices has none (nothing to scale from)."""
     result = {}
     for config in {p["config"] for p in points}:
         done = sorted((p["devices"], p[side]["items_per_s"]) for p in points
                       if p["config"] == config and side in p and not p[side].get("returncode"))  # fmt: skip
-        if not done:
+        if not done or (len(done) == 1 and done[0][0] > 1):
             continue
         base_n, base_rate = done[0]
         for n, rate in done:
@@ -88,7 +90,9 @@ def write_report(out: Path, header: dict, points: list[dict]) -> list[str]:
         "",
         f"Mode `{header['mode']}`; {header['per_device_batch']} sequences of {header['seq_len']} per device "
         + ("(the whole batch: context parallel)" if header["mode"] == "context" else "(the global batch grows)")
-        + f"; {header['steps']} steps, mean over the steps after the first three. Environment: {header['nccl']}. "
+        + f"; {header['steps']} steps, mean over the steps after the first three. Environment: {header['nccl']}"
+        + (f", {header['xla']}" if header.get("xla") else "")
+        + ". "
         f"PyTorch: {header.get('torch_settings') or 'not run'}.",
         f"Command: `{header['command']}`",
         "",
@@ -106,8 +110,9 @@ def write_report(out: Path, header: dict, points: list[dict]) -> list[str]:
             elif r.get("returncode"):
                 cells += [f"failed (exit {r['returncode']})", "", ""]
             else:
-                peak = r.get("peak_memory_gib")
-                cells += [f"{r['items_per_s']:,.0f}", f"{eff[side].get(key, 0):.0%}", f"{peak:.1f}" if peak else ""]
+                peak, share = r.get("peak_memory_gib"), eff[side].get(key)
+                efficiency = "" if share is None else f"{share:.0%}"
+                cells += [f"{r['items_per_s']:,.0f}", efficiency, f"{peak:.1f}" if peak else ""]
         ok = all(p.get(s) and not p[s].get("returncode") for s in ("jax", "torch"))
         ratio = f"{p['jax']['items_per_s'] / p['torch']['items_per_s']:.2f}x" if ok else ""
         lines.append(f"| {p['config']} | {p['devices']} | {p['batch_size']} | {' | '.join(cells)} | {ratio} |")
@@ -150,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         "steps": args.steps,
         "date": time.strftime("%Y-%m-%d"),
         "nccl": ", ".join(f"{k}={os.environ.get(k, v)}" for k, v in NCCL_DEFAULTS.items()),
+        "xla": ", ".join(f"{k}={os.environ[k]}" for k in XLA_SETTINGS if k in os.environ and k not in _PARENT_ONLY),
         "command": " ".join(["python -m compare.scaling", *(argv if argv is not None else sys.argv[1:])]),
     }
     del device

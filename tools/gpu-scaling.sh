@@ -6,7 +6,7 @@
 #      to those cores (taskset), leaving the others to work timed beside it
 #   2. with WAIT_FOR=FILE, waits (at most 10 minutes) until FILE exists: the GPUs are free of other work
 #   3. compare.scaling for each run of RUNS (default below: one per line, "name: [NAME=value ...] arguments", the
-#      NAME=value words that run's environment), on GPU counts GPUS
+#      NAME=value words that run's environment; GPUS=2,4 among them sets that run's GPU counts), on GPU counts GPUS
 #      (default: 1, 2, 4, ... up to the GPUs present), each run's .json/.md in WORK_DIR/results/ as soon as it ends.
 #      The last run, two 131072-long sequences, is the context-parallel case one GPU cannot hold (one took 49.5 GiB)
 # WORK_DIR/progress.log says what ran and how long it took. A run can take longer than one device call: start this
@@ -24,7 +24,7 @@ mamba1-790m-ddp: --configs mamba1-790m --mode ddp --per_device_batch 4 --seq_len
 mamba1-790m-ddp-lhs: XLA_FLAGS=--xla_gpu_enable_latency_hiding_scheduler=true --configs mamba1-790m --mode ddp --per_device_batch 4 --seq_len 2048 --steps 15
 mamba2-2.7b-fsdp: --configs mamba2-2.7b --mode fsdp --per_device_batch 2 --seq_len 2048 --steps 12 --torch
 mamba2-130m-context: --configs mamba2-130m --mode context --per_device_batch 1 --seq_len 131072 --steps 8
-mamba2-130m-context-b2: --configs mamba2-130m --mode context --per_device_batch 2 --seq_len 131072 --steps 8"
+mamba2-130m-context-b2: GPUS=2 --configs mamba2-130m --mode context --per_device_batch 2 --seq_len 131072 --steps 8"
 runs=${RUNS:-$default_runs}
 mkdir -p "$work/results" "$work/export"
 log="$work/progress.log"
@@ -51,9 +51,13 @@ while IFS= read -r line; do
     say "start $name"
     read -r -a words <<< "${line#*:}"
     settings=()  # leading NAME=value words: that run's environment (XLA_FLAGS variants)
-    while [ ${#words[@]} -gt 0 ] && [[ ${words[0]} =~ ^[A-Z_]+= ]]; do settings+=("${words[0]}"); words=("${words[@]:1}"); done
+    counts=$gpus
+    while [ ${#words[@]} -gt 0 ] && [[ ${words[0]} =~ ^[A-Z_]+= ]]; do
+        case ${words[0]} in GPUS=*) counts=${words[0]#GPUS=}; counts=${counts//,/ } ;; *) settings+=("${words[0]}") ;; esac
+        words=("${words[@]:1}")
+    done
     # shellcheck disable=SC2086  # the GPU counts are words
-    env "${settings[@]}" python3 -m compare.scaling "${words[@]}" --gpus $gpus --out "$work/results/$name" \
+    env "${settings[@]}" python3 -m compare.scaling "${words[@]}" --gpus $counts --out "$work/results/$name" \
         > "$work/results/$name.log" 2>&1
     say "end $name: exit $? after $(( $(date +%s) - began )) s"
 done <<< "$runs"

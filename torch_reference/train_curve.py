@@ -16,22 +16,20 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")  # JAX only builds the initial wei
 
 import numpy as np
 import torch
-from flax import nnx
 
 from jax_mamba.configs.loader import load_config, parse_args_with_overrides
-from jax_mamba.models import ParamLayout
 from jax_mamba.tasks import task_for
 from jax_mamba.train.optim import learning_rate_schedule
+from jax_mamba.train.step import initial_variables
 from torch_reference.backend import load
 from torch_reference.convert import to_torch_state_dict
 from torch_reference.train_bench import make_runner
 
 
 def initial_state_dict(cfg) -> dict[str, torch.Tensor]:
-    """Our training loop's initial parameters for cfg (``task.build_model(nnx.Rngs(params=train.seed))``), as a
-    mamba-ssm state dict."""
-    task = task_for(cfg)
-    _, params, _ = ParamLayout.split(task.build_model(nnx.Rngs(params=cfg.train.seed)))
+    """Our training loop's initial parameters for cfg (``train.step.initial_variables``), as a mamba-ssm state
+    dict."""
+    _, params, _, _, _ = initial_variables(cfg, task_for(cfg))
     arrays = {k: np.asarray(v, np.float32) for k, v in params.items()}
     return {k: torch.from_numpy(np.array(v)) for k, v in to_torch_state_dict(arrays, cfg.model).items()}
 

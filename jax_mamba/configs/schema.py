@@ -279,6 +279,9 @@ class TrainConfig:
     loss_chunk_tokens: int = 0
 
 
+FSDP_GATHER = ("xla", "gather")
+
+
 @dataclass
 class MeshConfig:
     """How training spreads over the devices JAX sees (a ``jax.sharding.Mesh``): ``data`` replicas of the model,
@@ -289,6 +292,10 @@ class MeshConfig:
     data: int = 0
     fsdp: int = 1
     context: int = 1  # Mamba-2 language models: each sequence's positions split over this many devices
+    # How the step uses FSDP-split parameters: "xla" leaves it to XLA's partitioner (it may split the matmuls over
+    # the weights' features and move activations instead); "gather" gathers each split parameter whole before the
+    # model runs and reduce-scatters its gradient (train.sharding.gather_split_params).
+    fsdp_gather: str = "xla"
 
 
 @dataclass
@@ -493,6 +500,7 @@ def validate(cfg: RunConfig) -> RunConfig:
     _require(isinstance(m.data, int) and m.data >= 0, "mesh.data", "an integer >= 0 (0: the devices left)", m.data)
     _require(isinstance(m.fsdp, int) and m.fsdp >= 1, "mesh.fsdp", "an integer >= 1", m.fsdp)
     _require(isinstance(m.context, int) and m.context >= 1, "mesh.context", "an integer >= 1", m.context)
+    _require(m.fsdp_gather in FSDP_GATHER, "mesh.fsdp_gather", f"one of {FSDP_GATHER}", m.fsdp_gather)
     if m.context > 1:
         mixers_ok = cfg.family == "lm" and cfg.model.ssm_cfg.layer == "Mamba2" and not cfg.model.attn_layer_idx
         _require(mixers_ok, "mesh.context", "1 unless the model is a Mamba-2 language model without attention "

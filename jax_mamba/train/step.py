@@ -17,7 +17,7 @@ from jax_mamba.configs.schema import RunConfig
 from jax_mamba.models.params import ParamLayout
 from jax_mamba.tasks import Task
 from jax_mamba.train.optim import learning_rate_schedule, make_optimizer
-from jax_mamba.train.sharding import tree_shardings
+from jax_mamba.train.sharding import gather_split_params, tree_shardings
 
 
 def _training_key(seed: int, step: jax.Array, micro: jax.Array) -> jax.Array:
@@ -32,6 +32,7 @@ def make_train_step(
     seed: int = 0,
     lr_schedule: optax.Schedule | None = None,
     shardings: tuple | None = None,
+    gather_params: bool = False,
 ) -> tuple[Callable, list[int]]:
     """Returns (step, traces): ``step(params, opt_state, state, batch, step_index) -> (params, opt_state, state,
     metrics)`` with batch arrays (accum, batch, ...), params, opt_state and state donated; ``traces`` counts how often
@@ -39,11 +40,14 @@ def make_train_step(
     micro-batches; the model state passes through the micro-batches in order. With ``lr_schedule`` the metrics
     include ``lr``, the rate this step's update used: computed on the device with the step, so that logging it
     runs no eager JAX operation between steps (the first such call compiles, which stalled the loop for 0.6 s).
-    ``shardings``: (params, opt_state, state) shardings the step's results keep (a mesh's; see ``train.sharding``)."""
+    ``shardings``: (params, opt_state, state) shardings the step's results keep (a mesh's; see ``train.sharding``);
+    with ``gather_params`` the model runs on the parameters gathered whole (``sharding.gather_split_params``)."""
     traces = [0]
+    if gather_params and shardings is None:
+        raise ValueError("make_train_step: gather_params needs the parameters' shardings")
 
     def loss_fn(params, state, micro_batch, key):
-        model = layout.merge(params, state)
+        model = layout.merge(gather_split_params(params, shardings[0]) if gather_params else params, state)
         model.train()
         loss_sum, sums = task.loss_terms(model, micro_batch, train=True, rngs=nnx.Rngs(dropout=key))
         return loss_sum, (sums, layout.state_of(model))
@@ -108,17 +112,42 @@ class Training:
     traces: list[int]
 
 
+def initial_variables(cfg: RunConfig, task: Task, mesh: Mesh | None = None, make_tx: Callable | None = None):
+    """(layout, params, state, tx, opt_state) of a new run of ``cfg``: the model initialized by ``train.seed`` and,
+    with ``make_tx(abstract params) -> optax transformation``, the optimizer and its state (else None for both).
+    Built by one jit-compiled function whose results are placed FSDP-style on ``mesh`` (``train.sharding``) as they
+    are made: no device ever holds the whole model and optimizer state (eager initialization under a mesh runs on
+    every device: 30 GiB each at 2.7B parameters, which left a 2-GPU FSDP step short of memory)."""
+    captured = {}
+
+    def model_variables():
+        layout, params, state = ParamLayout.split(task.build_model(nnx.Rngs(params=cfg.train.seed)))
+        captured["layout"] = layout
+        return params, state
+
+    tx = None if make_tx is None else make_tx(jax.eval_shape(model_variables)[0])
+
+    def build():
+        params, state = model_variables()
+        return params, state, None if tx is None else tx.init(params)
+
+    shardings = None if mesh is None else tree_shardings(mesh, jax.eval_shape(build))
+    params, state, opt_state = jax.jit(build, out_shardings=shardings)()
+    return captured["layout"], params, state, tx, opt_state
+
+
 def init_training(cfg: RunConfig, task: Task, mesh: Mesh | None = None) -> Training:
-    """The model, optimizer and train step of ``cfg`` as the training loop builds them (initialization seeded by
-    ``train.seed``; weight decay where the task's mask says). With a ``mesh``, parameters, optimizer state and
-    model state are placed FSDP-style on it (``train.sharding``) and the step keeps them so."""
+    """The model, optimizer and train step of ``cfg`` as the training loop builds them (``initial_variables``;
+    weight decay where the task's mask says). With a ``mesh``, parameters, optimizer state and model state are
+    placed FSDP-style on it (``train.sharding``) and the step keeps them so."""
     t = cfg.train
-    layout, params, state = ParamLayout.split(task.build_model(nnx.Rngs(params=t.seed)))
-    tx = make_optimizer(cfg.optim, t.max_steps, task.weight_decay_mask(params))
+
+    def make_tx(params):
+        return make_optimizer(cfg.optim, t.max_steps, task.weight_decay_mask(params))
+
+    layout, params, state, tx, opt_state = initial_variables(cfg, task, mesh, make_tx)
     schedule = learning_rate_schedule(cfg.optim, t.max_steps)
-    opt_state, shardings = tx.init(params), None
-    if mesh is not None:
-        shardings = tuple(tree_shardings(mesh, tree) for tree in (params, opt_state, state))
-        params, opt_state, state = jax.device_put((params, opt_state, state), shardings)
-    train_step, traces = make_train_step(task, layout, tx, t.grad_accum_steps, t.seed, schedule, shardings)
+    shardings = None if mesh is None else tuple(tree_shardings(mesh, tree) for tree in (params, opt_state, state))
+    gather = mesh is not None and mesh.shape["fsdp"] > 1 and cfg.mesh.fsdp_gather == "gather"
+    train_step, traces = make_train_step(task, layout, tx, t.grad_accum_steps, t.seed, schedule, shardings, gather)
     return Training(layout, params, state, tx, opt_state, train_step, traces)

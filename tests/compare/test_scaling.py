@@ -22,9 +22,11 @@ def test_efficiency_is_per_device_against_the_smallest_count_run():
         {"config": "a", "devices": 4, "jax": {"returncode": 1}},  # failed: no efficiency
         {"config": "b", "devices": 2, "jax": {"items_per_s": 50.0}},
         {"config": "b", "devices": 4, "jax": {"items_per_s": 100.0}},
+        {"config": "c", "devices": 2, "jax": {"items_per_s": 80.0}},  # one count of several devices: none
+        {"config": "d", "devices": 1, "jax": {"items_per_s": 80.0}},  # one device alone: the baseline
     ]
     eff = efficiencies(points, "jax")
-    assert eff == {("a", 1): 1.0, ("a", 2): pytest.approx(0.95), ("b", 2): 1.0, ("b", 4): 1.0}
+    assert eff == {("a", 1): 1.0, ("a", 2): pytest.approx(0.95), ("b", 2): 1.0, ("b", 4): 1.0, ("d", 1): 1.0}
 
 
 def test_scaling_runs_both_sides_on_cpu_devices(tmp_path, capsys):

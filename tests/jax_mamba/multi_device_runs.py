@@ -11,11 +11,15 @@ from pathlib import Path
 os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
 
 import jax
+import numpy as np
 
 from jax_mamba.configs.loader import load_config
+from jax_mamba.tasks import task_for
 from jax_mamba.train.loop import train
 from jax_mamba.train.run_dir import CHECKPOINT_DIR
-from tests.jax_mamba.training_runs import QUIET, losses
+from jax_mamba.train.sharding import make_mesh, param_sharding
+from jax_mamba.train.step import init_training
+from tests.jax_mamba.training_runs import QUIET, losses, records
 
 STEPS = ["--max_steps=3", "--log_every=1", "--eval_every=3", "--save_every=3", "--eval_batches=1"]
 MODELS = {
@@ -24,6 +28,8 @@ MODELS = {
     "hybrid": ("hybrid-tiny", []),
     "mamba2-pallas": ("mamba2-tiny", ["--model.impl=pallas", "--n_layer=1", "--seq_len=32"]),
 }
+GATHER = ["--mesh.fsdp_gather=gather"]  # FSDP with each split parameter gathered whole before the model runs
+MODELS.update({f"{m}-gather": (MODELS[m][0], MODELS[m][1] + GATHER) for m in ("mamba2", "hybrid", "mamba2-pallas")})
 MESHES = {  # name: (model, data, fsdp, context); Mamba-2 on 1, 2, 4 (context) and 8 devices, the others on 1 and 8
     **{f"{m}-1x1x1": (m, 1, 1, 1) for m in ("mamba1", "mamba2", "hybrid")},
     **{f"{m}-2x4x1": (m, 2, 4, 1) for m in ("mamba1", "mamba2", "hybrid")},
@@ -35,6 +41,10 @@ MESHES = {  # name: (model, data, fsdp, context); Mamba-2 on 1, 2, 4 (context) a
     "mamba2-pallas-1x1x1": ("mamba2-pallas", 1, 1, 1),
     "mamba2-pallas-2x2x1": ("mamba2-pallas", 2, 2, 1),
     "mamba2-pallas-1x1x2": ("mamba2-pallas", 1, 1, 2),
+    # compared with their model's one-device run (the names start with it)
+    "mamba2-gather-1x8x1": ("mamba2-gather", 1, 8, 1),
+    "hybrid-gather-2x4x1": ("hybrid-gather", 2, 4, 1),
+    "mamba2-pallas-gather-1x2x1": ("mamba2-pallas-gather", 1, 2, 1),
 }
 
 
@@ -43,12 +53,35 @@ def run(model: str, data: int, fsdp: int, context: int, folder: Path, extra=(), 
     mesh = [f"--mesh.data={data}", f"--mesh.fsdp={fsdp}", f"--mesh.context={context}"]
     cfg = load_config(config, [*QUIET, *STEPS, *overrides, *mesh, *extra])
     result = train(cfg, run_dir=folder, resume=resume, echo=lambda *_: None)
-    return {"losses": losses(folder), "eval": result.eval.get("eval_loss"), "traces": result.traces}
+    norms = {r["step"]: r["grad_norm"] for r in records(folder) if "grad_norm" in r and "event" not in r}
+    evaluation = result.eval.get("eval_loss")
+    return {"losses": losses(folder), "grad_norms": norms, "eval": evaluation, "traces": result.traces}
+
+
+def sharded_init() -> dict:
+    """Mamba-2's initial parameters and AdamW state made on an FSDP mesh of 8 against one device: the largest
+    difference, how many arrays are not held as ``param_sharding`` says, and the largest share of a whole array any
+    device holds (1/8 where every array splits)."""
+    cfg = load_config("mamba2-tiny", [*QUIET, "--mesh.data=1", "--mesh.fsdp=8"])
+    task = task_for(cfg)
+    mesh = make_mesh(cfg.mesh)
+    with jax.set_mesh(mesh):
+        on_mesh = init_training(cfg, task, mesh)
+    alone = init_training(cfg, task)
+    trees = [(on_mesh.params, alone.params), (on_mesh.opt_state, alone.opt_state)]
+    pairs = [(a, b) for mine, ref in trees for a, b in zip(jax.tree.leaves(mine), jax.tree.leaves(ref), strict=True)]
+    split = [a for a, _ in pairs if a.ndim and param_sharding(mesh, a.shape).spec != jax.sharding.PartitionSpec()]
+    return {
+        "max_diff": max(float(np.max(np.abs(np.asarray(a) - np.asarray(b)), initial=0.0)) for a, b in pairs),
+        "misplaced": sum(a.sharding.spec != param_sharding(mesh, a.shape).spec for a, _ in pairs if a.ndim),
+        "split_arrays": len(split),
+        "largest_share": max(a.addressable_shards[0].data.size / a.size for a in split),
+    }
 
 
 def main(out: str) -> None:
     assert jax.device_count() == 8, jax.devices()
-    results = {}
+    results = {"sharded-init": sharded_init()}
     with tempfile.TemporaryDirectory() as tmp:
         for name, (model, data, fsdp, context) in MESHES.items():
             results[name] = run(model, data, fsdp, context, Path(tmp) / name)

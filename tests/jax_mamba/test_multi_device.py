@@ -1,6 +1,8 @@
 """Training on a mesh of 8 host CPU devices (a process of its own: ``multi_device_runs``): data parallel and FSDP
 meshes of 1 to 8 devices give the same per-step losses for Mamba-1, Mamba-2 and the hybrid, the Pallas kernels
-(interpreted) run per device under shard_map, and a run saved on 4 devices resumes on 2 as if never stopped.
+(interpreted) run per device under shard_map, FSDP with parameters gathered whole (`mesh.fsdp_gather=gather`)
+trains the same, FSDP's initial state is made split, and a run saved on 4 devices
+resumes on 2 as if never stopped.
 Mesh arguments are checked before anything runs."""
 
 import json
@@ -26,22 +28,58 @@ def runs(tmp_path_factory):
     return json.loads(out.read_text())
 
 
-def curve(run: dict) -> np.ndarray:
-    return np.asarray([run["losses"][k] for k in sorted(run["losses"], key=int)])
+def curve(run: dict, key: str = "losses") -> np.ndarray:
+    return np.asarray([run[key][k] for k in sorted(run[key], key=int)])
 
 
 @pytest.mark.parametrize("model", ["mamba1", "mamba2", "hybrid", "mamba2-pallas"])
 def test_every_mesh_trains_like_one_device(runs, model):
-    """Data parallel, FSDP and (Mamba-2) context parallel meshes: the same per-step losses and evaluation."""
+    """Data parallel, FSDP and (Mamba-2) context parallel meshes: the same per-step losses, gradient norms (which
+    AdamW's scale invariance would hide from the losses) and evaluation."""
     one = curve(runs[f"{model}-1x1x1"])
     pallas = model.endswith("pallas")
     others = [n for n in runs if n.startswith(f"{model}-") and n != f"{model}-1x1x1" and ("pallas" in n) == pallas]
     assert others and len(one) == 3 and one[-1] < one[0]
     for name in others:
         np.testing.assert_allclose(curve(runs[name]), one, rtol=2e-6, err_msg=name)
+        norms = curve(runs[f"{model}-1x1x1"], "grad_norms")
+        np.testing.assert_allclose(curve(runs[name], "grad_norms"), norms, rtol=2e-5, err_msg=name)
         np.testing.assert_allclose(runs[name]["eval"], runs[f"{model}-1x1x1"]["eval"], rtol=2e-6, err_msg=name)
         if not pallas:  # the interpreted Pallas step is sometimes traced twice on the CPU, mesh or not
             assert runs[name]["traces"] == 1, name
+
+
+def test_fsdp_initialization_is_sharded_and_the_same(runs):
+    """Parameters and optimizer state are made already split over the mesh (no device holds the whole model, as
+    eager initialization under a mesh did) and equal the one-device initialization."""
+    init = runs["sharded-init"]
+    assert init["max_diff"] == 0.0
+    assert init["misplaced"] == 0
+    assert init["split_arrays"] >= 10 and init["largest_share"] == 1 / 8
+
+
+def test_initialization_never_builds_the_model_eagerly():
+    """Every ``build_model`` call of ``init_training`` runs under tracing (shapes, or the jit-compiled function with
+    the mesh's output shardings): an eager build would first make the whole model on every device of the mesh."""
+    import jax.numpy as jnp
+
+    from jax_mamba.configs.loader import load_config
+    from jax_mamba.tasks import task_for
+    from jax_mamba.train.step import init_training
+
+    cfg = load_config("mamba2-tiny", [])
+    task = task_for(cfg)
+    traced = []
+    build = task.build_model
+
+    def recording_build(rngs):
+        traced.append(isinstance(jnp.zeros(()), jax.core.Tracer))
+        return build(rngs)
+
+    task.build_model = recording_build
+    setup = init_training(cfg, task)
+    assert traced and all(traced), traced
+    assert setup.params and all(isinstance(v, jax.Array) for v in setup.params.values())
 
 
 def test_resume_on_another_device_count(runs):
