@@ -31,7 +31,7 @@ def live_bytes_per_device() -> dict[str, float]:
     for array in jax.live_arrays():
         for shard in array.addressable_shards:
             held[str(shard.device)] += shard.data.nbytes
-    return {device: round(size / GIB, 3) for device, size in sorted(held.items())}
+    return {device: round(size / GIB, 4) for device, size in sorted(held.items())}
 
 
 def compiled_plan(compiled) -> dict[str, float] | None:
@@ -43,7 +43,7 @@ def compiled_plan(compiled) -> dict[str, float] | None:
     fields = ("argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_bytes", "temp_size_in_bytes")
     plan = {name.removesuffix("_size_in_bytes"): getattr(stats, name) / GIB for name in fields}
     plan["peak_estimate"] = plan["argument"] + plan["output"] - plan["alias"] + plan["temp"]
-    return {k: round(v, 3) for k, v in plan.items()}
+    return {k: round(v, 4) for k, v in plan.items()}
 
 
 def device_peaks() -> dict[str, float | None]:
@@ -52,7 +52,7 @@ def device_peaks() -> dict[str, float | None]:
     for device in jax.local_devices():
         stats = device.memory_stats() or {}
         peak = stats.get("peak_bytes_in_use")
-        peaks[str(device)] = None if peak is None else round(peak / GIB, 3)
+        peaks[str(device)] = None if peak is None else round(peak / GIB, 4)
     return peaks
 
 
