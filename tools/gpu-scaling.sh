@@ -8,7 +8,8 @@
 #   3. compare.scaling for each run of RUNS (default below: one per line, "name: [NAME=value ...] arguments", the
 #      NAME=value words that run's environment; GPUS=2,4 among them sets that run's GPU counts), on GPU counts GPUS
 #      (default: 1, 2, 4, ... up to the GPUs present), each run's .json/.md in WORK_DIR/results/ as soon as it ends.
-#      The last run, two 131072-long sequences, is the context-parallel case one GPU cannot hold (one took 49.5 GiB)
+#      The last run, two 131072-long sequences, is the context-parallel case one 80 GB GPU cannot hold (one took
+#      49.5 GiB on an H100). The -gather and -ar32m lines are this side's variants of the line before them
 # WORK_DIR/progress.log says what ran and how long it took. A run can take longer than one device call: start this
 # with setsid (it outlives the call) and read WORK_DIR from later calls.
 set -uo pipefail
@@ -19,12 +20,14 @@ parts=${3:-}
 export PYTHONPATH=. PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
 count=$(nvidia-smi --query-gpu=name --format=csv,noheader | wc -l)
 gpus=${GPUS:-$(n=1; while [ "$n" -le "$count" ]; do printf '%s ' "$n"; n=$(( n * 2 )); done)}
-default_runs="mamba2-780m-fsdp: --configs mamba2-780m --mode fsdp --per_device_batch 8 --seq_len 2048 --steps 15 --torch
-mamba1-790m-ddp: --configs mamba1-790m --mode ddp --per_device_batch 4 --seq_len 2048 --steps 15 --torch
-mamba1-790m-ddp-lhs: XLA_FLAGS=--xla_gpu_enable_latency_hiding_scheduler=true --configs mamba1-790m --mode ddp --per_device_batch 4 --seq_len 2048 --steps 15
-mamba2-2.7b-fsdp: --configs mamba2-2.7b --mode fsdp --per_device_batch 2 --seq_len 2048 --steps 12 --torch
+default_runs="mamba2-780m-fsdp: --configs mamba2-780m --mode fsdp --per_device_batch 8 --seq_len 2048 --steps 12 --torch
+mamba2-780m-fsdp-gather: --configs mamba2-780m --mode fsdp --per_device_batch 8 --seq_len 2048 --steps 12 --mesh.fsdp_gather=gather
+mamba1-790m-ddp: --configs mamba1-790m --mode ddp --per_device_batch 4 --seq_len 2048 --steps 12 --torch
+mamba1-790m-ddp-ar32m: XLA_FLAGS=--xla_gpu_all_reduce_combine_threshold_bytes=33554432 --configs mamba1-790m --mode ddp --per_device_batch 4 --seq_len 2048 --steps 12
+mamba2-2.7b-fsdp: --configs mamba2-2.7b --mode fsdp --per_device_batch 2 --seq_len 2048 --steps 10 --torch
+mamba2-2.7b-fsdp-gather: --configs mamba2-2.7b --mode fsdp --per_device_batch 2 --seq_len 2048 --steps 10 --mesh.fsdp_gather=gather
 mamba2-130m-context: --configs mamba2-130m --mode context --per_device_batch 1 --seq_len 131072 --steps 8
-mamba2-130m-context-b2: GPUS=2 --configs mamba2-130m --mode context --per_device_batch 2 --seq_len 131072 --steps 8"
+mamba2-130m-context-b2: GPUS=2,4 --configs mamba2-130m --mode context --per_device_batch 2 --seq_len 131072 --steps 8"
 runs=${RUNS:-$default_runs}
 mkdir -p "$work/results" "$work/export"
 log="$work/progress.log"
@@ -56,8 +59,11 @@ while IFS= read -r line; do
         case ${words[0]} in GPUS=*) counts=${words[0]#GPUS=}; counts=${counts//,/ } ;; *) settings+=("${words[0]}") ;; esac
         words=("${words[@]:1}")
     done
+    present=""
+    for n in $counts; do [ "$n" -le "$count" ] && present="$present $n"; done  # counts beyond this machine's: skipped
+    [ -z "$present" ] && { say "skip $name: needs more GPUs than $count"; continue; }
     # shellcheck disable=SC2086  # the GPU counts are words
-    env "${settings[@]}" python3 -m compare.scaling "${words[@]}" --gpus $counts --out "$work/results/$name" \
+    env "${settings[@]}" python3 -m compare.scaling "${words[@]}" --gpus $present --out "$work/results/$name" \
         > "$work/results/$name.log" 2>&1
     say "end $name: exit $? after $(( $(date +%s) - began )) s"
 done <<< "$runs"
