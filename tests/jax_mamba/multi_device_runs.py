@@ -29,7 +29,7 @@ MODELS = {
     "mamba2-pallas": ("mamba2-tiny", ["--model.impl=pallas", "--n_layer=1", "--seq_len=32"]),
 }
 GATHER = ["--mesh.fsdp_gather=gather"]  # FSDP with each split parameter gathered whole before the model runs
-MODELS.update({f"{m}-gather": (MODELS[m][0], MODELS[m][1] + GATHER) for m in ("mamba2", "hybrid", "mamba2-pallas")})
+MODELS.update({f"{m}-gather": (MODELS[m][0], MODELS[m][1] + GATHER) for m in ("mamba2", "hybrid")})
 MESHES = {  # name: (model, data, fsdp, context); Mamba-2 on 1, 2, 4 (context) and 8 devices, the others on 1 and 8
     **{f"{m}-1x1x1": (m, 1, 1, 1) for m in ("mamba1", "mamba2", "hybrid")},
     **{f"{m}-2x4x1": (m, 2, 4, 1) for m in ("mamba1", "mamba2", "hybrid")},
@@ -44,7 +44,6 @@ MESHES = {  # name: (model, data, fsdp, context); Mamba-2 on 1, 2, 4 (context) a
     # compared with their model's one-device run (the names start with it)
     "mamba2-gather-1x8x1": ("mamba2-gather", 1, 8, 1),
     "hybrid-gather-2x4x1": ("hybrid-gather", 2, 4, 1),
-    "mamba2-pallas-gather-1x2x1": ("mamba2-pallas-gather", 1, 2, 1),
 }
 
 
