@@ -2,10 +2,10 @@
 
 Builds the run's mesh, parameters and optimizer state as training does (``init_training``), compiles its train step
 for the run's batch shape and prints a JSON line: the bytes each device holds after initialization (and its peak
-while initializing, on GPUs) and XLA's plan
-for the compiled step (arguments, outputs, donated aliases, temporaries; per device, GiB). With ``--steps N`` a
-second line gives the peak each device reached over N real steps. Nothing is written to disk. For FSDP and other
-meshes this says where a device's memory goes before a long run finds out by running out of it."""
+while initializing, on GPUs) and XLA's plan for the compiled step (arguments, outputs, donated aliases, temporaries;
+per device, GiB). With ``--steps N`` a second line gives the peak each device reached over N real steps. Nothing is
+written to disk. For FSDP and other meshes this says where a device's memory goes before a long run finds out by
+running out of it."""
 
 import argparse
 import collections
@@ -64,23 +64,25 @@ def memory_plan(cfg, steps: int = 0, emit: Callable[[dict], None] = print) -> No
     task = task_for(cfg)
     dataset = task.make_dataset()
     report: dict = {"config": cfg.name, "mesh": dict(mesh.shape), "batch_size": cfg.train.batch_size}
-    with jax.set_mesh(mesh):
-        setup = init_training(cfg, task, mesh)
-        report["parameters"] = int(sum(np.prod(p.shape) for p in setup.params.values()))
-        report["after_init_gib"] = live_bytes_per_device()
-        report["init_peak_gib"] = device_peaks()  # what initialization itself took at its highest
-        batch = GlobalBatches(dataset, mesh, cfg.train.batch_size, cfg.train.grad_accum_steps)(0)
-        args = (setup.params, setup.opt_state, setup.state, batch, np.int32(0))
-        compiled = setup.train_step.lower(*args).compile()
-        report["step_plan_gib"] = compiled_plan(compiled)
-        emit(report)
-        params, opt_state, state, out = setup.params, setup.opt_state, setup.state, None
-        for step in range(steps):  # donated: each step's inputs are freed as it runs
-            params, opt_state, state, out = compiled(params, opt_state, state, batch, np.int32(step))
-        if out is not None:
-            emit({"config": cfg.name, "steps": steps, "loss": float(out["loss"]), "peak_gib": device_peaks()})
-    if hasattr(dataset, "close"):
-        dataset.close()
+    try:
+        with jax.set_mesh(mesh):
+            setup = init_training(cfg, task, mesh)
+            report["parameters"] = int(sum(np.prod(p.shape) for p in setup.params.values()))
+            report["after_init_gib"] = live_bytes_per_device()
+            report["init_peak_gib"] = device_peaks()  # what initialization itself took at its highest
+            batch = GlobalBatches(dataset, mesh, cfg.train.batch_size, cfg.train.grad_accum_steps)(0)
+            args = (setup.params, setup.opt_state, setup.state, batch, np.int32(0))
+            compiled = setup.train_step.lower(*args).compile()
+            report["step_plan_gib"] = compiled_plan(compiled)
+            emit(report)
+            params, opt_state, state, out = setup.params, setup.opt_state, setup.state, None
+            for step in range(steps):  # donated: each step's inputs are freed as it runs
+                params, opt_state, state, out = compiled(params, opt_state, state, batch, np.int32(step))
+            if out is not None:
+                emit({"config": cfg.name, "steps": steps, "loss": float(out["loss"]), "peak_gib": device_peaks()})
+    finally:
+        if hasattr(dataset, "close"):
+            dataset.close()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -125,13 +125,15 @@ def initial_variables(cfg: RunConfig, task: Task, mesh: Mesh | None = None, make
         captured["layout"] = layout
         return params, state
 
-    tx = None if make_tx is None else make_tx(jax.eval_shape(model_variables)[0])
+    params_shape, state_shape = jax.eval_shape(model_variables)  # the model traced once for shapes, once to build
+    tx = None if make_tx is None else make_tx(params_shape)
+    opt_shape = None if tx is None else jax.eval_shape(tx.init, params_shape)
 
     def build():
         params, state = model_variables()
         return params, state, None if tx is None else tx.init(params)
 
-    shardings = None if mesh is None else tree_shardings(mesh, jax.eval_shape(build))
+    shardings = None if mesh is None else tree_shardings(mesh, (params_shape, state_shape, opt_shape))
     params, state, opt_state = jax.jit(build, out_shardings=shardings)()
     return captured["layout"], params, state, tx, opt_state
 
