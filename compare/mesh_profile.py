@@ -1,0 +1,231 @@
+"""Where a multi-device train step's time goes, per device: ``python -m compare.mesh_profile --config NAME
+--mesh.data=2 --batch_size=8 [--steps N] [--out PATH] [--key=value ...]``.
+
+Builds the run's mesh and train step as training does (``init_training``), runs ``--steps`` batches to warm up, once
+timed by wall clock and once under ``jax.profiler.trace``, then reads each device's kernel timeline from the trace:
+
+- ``compute_ms``: the union of the device's non-collective kernels (what it spends computing, overlaps counted once);
+- ``collective_ms``: the summed duration of its NCCL kernels (all-reduce, all-gather, reduce-scatter, all-to-all,
+  send/recv), split by kind;
+- ``exposed_collective_ms``: collective time during which no compute kernel runs on that device: what overlap with
+  compute failed to hide, the part of a scaling loss that communication explains;
+- ``idle_ms``: step wall time minus the union of all its kernels (launch gaps, host work, waits).
+
+All per step, in ms. Prints a table, writes ``<out>.json`` / ``<out>.md`` with ``--out`` and the raw trace with
+``--keep_trace``. Needs GPUs for device timelines (on the CPU the trace has none and only the wall time is
+reported)."""
+
+import argparse
+import collections
+import json
+import re
+import sys
+import tempfile
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+import jax
+
+from compare.kernel_profile import DEVICE_PLANE_PREFIX, HLO_OP_STAT
+from compare.outputs import output_path
+from compare.step_profile import profile_steps
+from jax_mamba.configs.loader import ConfigError, load_config, parse_args_with_overrides
+from jax_mamba.tasks import task_for
+from jax_mamba.train.distributed import GlobalBatches
+from jax_mamba.train.sharding import check_batch, make_mesh
+from jax_mamba.train.step import init_training
+
+# collective kind -> pattern over the kernel name or its launching HLO instruction (NCCL kernels are named like
+# ncclDevKernel_AllReduce_Sum_f32_RING_LL; XLA's instructions like all-reduce-start.3)
+COLLECTIVE_KINDS = (
+    ("all-reduce", re.compile(r"all.?reduce", re.I)),
+    ("all-gather", re.compile(r"all.?gather", re.I)),
+    ("reduce-scatter", re.compile(r"reduce.?scatter", re.I)),
+    ("all-to-all", re.compile(r"all.?to.?all", re.I)),
+    ("send/recv", re.compile(r"send|recv|collective.?permute|sendrecv", re.I)),
+)
+
+
+def collective_kind(kernel: str, op: str) -> str | None:
+    """The collective a device event belongs to (``COLLECTIVE_KINDS``), "other collective" for an NCCL kernel of
+    none of them, None for a compute kernel or copy."""
+    if "nccl" not in kernel.lower():
+        return None
+    for text in (kernel, op):
+        kind = next((kind for kind, pattern in COLLECTIVE_KINDS if pattern.search(text)), None)
+        if kind is not None:
+            return kind
+    return "other collective"
+
+
+def union_ns(intervals: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sorted, merged (start, end) intervals covering the same time as ``intervals``."""
+    merged: list[list[int]] = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return [(s, e) for s, e in merged]
+
+
+def covered_ns(intervals: list[tuple[int, int]]) -> int:
+    return sum(end - start for start, end in intervals)
+
+
+def uncovered_ns(intervals: list[tuple[int, int]], cover: list[tuple[int, int]]) -> int:
+    """Time of ``intervals`` (merged) outside ``cover`` (merged): e.g. collectives while no compute runs."""
+    total, j = 0, 0
+    for start, end in intervals:
+        inside = 0
+        while j < len(cover) and cover[j][1] <= start:
+            j += 1
+        k = j
+        while k < len(cover) and cover[k][0] < end:
+            inside += min(end, cover[k][1]) - max(start, cover[k][0])
+            k += 1
+        total += end - start - inside
+    return total
+
+
+def device_breakdown(events: list[tuple[str, str, int, int]], steps: int, wall_ms: float) -> dict:
+    """One device's (kernel, launching HLO instruction, start ns, duration ns) events over ``steps`` steps -> its
+    per-step breakdown (ms; see the module docstring) and its largest collectives."""
+    compute, collective = [], []
+    by_kind: dict[str, float] = collections.defaultdict(float)
+    by_launch: dict[tuple[str, str], float] = collections.defaultdict(float)
+    for kernel, op, start, duration in events:
+        interval = (start, start + duration)
+        kind = collective_kind(kernel, op)
+        if kind is None:
+            compute.append(interval)
+            continue
+        collective.append(interval)
+        by_kind[kind] += duration
+        by_launch[kind, op or kernel] += duration
+    compute_u, collective_u = union_ns(compute), union_ns(collective)
+    busy = covered_ns(union_ns(compute + collective))
+    per_step = lambda ns: round(ns / 1e6 / steps, 3)  # noqa: E731
+    return {
+        "compute_ms": per_step(covered_ns(compute_u)),
+        "collective_ms": per_step(sum(by_kind.values())),
+        "exposed_collective_ms": per_step(uncovered_ns(collective_u, compute_u)),
+        "idle_ms": round(max(wall_ms - busy / 1e6 / steps, 0.0), 3),
+        "collective_ms_by_kind": {k: per_step(v) for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1])},
+        "largest_collectives_ms": {
+            f"{kind}: {name}": per_step(ns) for (kind, name), ns in sorted(by_launch.items(), key=lambda kv: -kv[1])[:8]
+        },
+    }
+
+
+def device_timelines(profile, plane_prefix: str = DEVICE_PLANE_PREFIX) -> dict[str, list[tuple[str, str, int, int]]]:
+    """Device plane name -> its (kernel, launching HLO instruction, start ns, duration ns) events. Where a plane has
+    CUDA stream lines, only those are read (other lines summarize the same time)."""
+    timelines = {}
+    for plane in profile.planes:
+        if not plane.name.startswith(plane_prefix):
+            continue
+        lines = list(plane.lines)
+        streams = [line for line in lines if line.name.startswith("Stream")] or lines
+        timelines[plane.name] = [
+            (event.name, next((str(v) for k, v in event.stats if k == HLO_OP_STAT), "").replace(".", "_"),
+             int(event.start_ns), int(event.duration_ns))
+            for line in streams for event in line.events
+        ]  # fmt: skip
+    return timelines
+
+
+def mesh_profile(cfg, steps: int, keep_trace: Path | None = None) -> dict:
+    """Profile ``cfg``'s train step on its mesh over ``steps`` batches (see the module docstring)."""
+    mesh = make_mesh(cfg.mesh)
+    check_batch(mesh, cfg.train.batch_size)
+    task = task_for(cfg)
+    dataset = task.make_dataset()
+    try:
+        with jax.set_mesh(mesh):
+            setup = init_training(cfg, task, mesh)
+            make_batch = GlobalBatches(dataset, mesh, cfg.train.batch_size, cfg.train.grad_accum_steps)
+            batches = [make_batch(step) for step in range(steps)]
+            with tempfile.TemporaryDirectory() as tmp:
+                trace = keep_trace or Path(tmp) / "trace.xplane.pb"
+                profile = profile_steps(setup, batches, trace)
+                timelines = device_timelines(jax.profiler.ProfileData.from_file(str(trace)))
+    finally:
+        if hasattr(dataset, "close"):
+            dataset.close()
+    items = task.items_per_batch() * cfg.train.grad_accum_steps
+    return {
+        "config": cfg.name,
+        "mesh": dict(mesh.shape),
+        "fsdp_gather": cfg.mesh.fsdp_gather,
+        "batch_size": cfg.train.batch_size,
+        "seq_len": cfg.train.seq_len,
+        "steps": steps,
+        "device": getattr(jax.devices()[0], "device_kind", str(jax.devices()[0])),
+        "step_wall_ms": round(profile.step_wall_ms, 3),
+        "items_per_s": round(items / (profile.step_wall_ms / 1e3), 1),
+        "unit": task.unit,
+        "devices": {name: device_breakdown(events, steps, profile.step_wall_ms) for name, events in timelines.items()},
+    }
+
+
+def markdown(report: dict, command: str) -> list[str]:
+    lines = [
+        f"# Train step per device: {report['config']}, mesh {report['mesh']} ({report['device']})",
+        "",
+        f"Batch {report['batch_size']} x {report['seq_len']}, fsdp_gather {report['fsdp_gather']}; "
+        f"{report['steps']} steps traced; step {report['step_wall_ms']:.1f} ms wall, "
+        f"{report['items_per_s']:,.0f} {report['unit']}/s. Per step, ms.",
+        f"Command: `{command}`",
+        "",
+        "| device | compute | collectives | exposed collectives | idle | collectives by kind |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, d in report["devices"].items():
+        kinds = ", ".join(f"{k} {v:.1f}" for k, v in d["collective_ms_by_kind"].items()) or "none"
+        lines.append(
+            f"| {name} | {d['compute_ms']:.1f} | {d['collective_ms']:.1f} | {d['exposed_collective_ms']:.1f} | "
+            f"{d['idle_ms']:.1f} | {kinds} |"
+        )
+    if not report["devices"]:
+        lines.append("| (no device timelines in the trace: not a GPU run) | | | | | |")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m compare.mesh_profile",
+        description="Per device: compute, collective, exposed collective and idle time of a config's train step on "
+        "its mesh.",
+        epilog="overrides as for python -m jax_mamba.train, e.g. --mesh.data=2 --batch_size=8 --seq_len=2048",
+    )
+    parser.add_argument("--config", default="default", help="bundled config name or YAML path")
+    parser.add_argument("--steps", type=int, default=5, help="batches per pass (warm-up, timed, traced)")
+    parser.add_argument("--out", help="output path without suffix (.json, .md)")
+    parser.add_argument("--keep_trace", help="where to copy the trace (XPlane protobuf)")
+    args, rest = parse_args_with_overrides(parser, argv)
+    if args.steps < 1:
+        parser.error(f"--steps must be >= 1, got {args.steps}")
+    try:
+        cfg = load_config(args.config, rest)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    began = time.perf_counter()
+    report = mesh_profile(cfg, args.steps, Path(args.keep_trace) if args.keep_trace else None)
+    report["seconds"] = round(time.perf_counter() - began, 1)
+    command = " ".join(["python -m compare.mesh_profile", *(argv if argv is not None else sys.argv[1:])])
+    lines = markdown(report, command)
+    print(json.dumps(report), flush=True)
+    print("\n".join(lines))
+    if args.out:
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        output_path(out, ".json").write_text(json.dumps({**report, "command": command}, indent=2))
+        output_path(out, ".md").write_text("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

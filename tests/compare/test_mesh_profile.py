@@ -1,0 +1,119 @@
+"""compare.mesh_profile: its interval arithmetic against a brute-force timeline, its split of NCCL kernels by
+collective, a per-device breakdown on a stand-in and on a real recorded GPU trace, and the command on the CPU."""
+
+import gzip
+import itertools
+import json
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from compare.mesh_profile import (
+    collective_kind,
+    covered_ns,
+    device_breakdown,
+    device_timelines,
+    main,
+    uncovered_ns,
+    union_ns,
+)
+
+
+def random_intervals(rng, count: int, span: int) -> list[tuple[int, int]]:
+    starts = rng.integers(0, span, count)
+    return [(int(s), int(s + rng.integers(0, span // 4 + 1))) for s in starts]
+
+
+def painted(intervals, span: int) -> np.ndarray:
+    """One flag per ns: is it inside any interval (the brute-force truth)."""
+    flags = np.zeros(span * 2, bool)
+    for start, end in intervals:
+        flags[start:end] = True
+    return flags
+
+
+@pytest.mark.parametrize("count", [0, 1, 7, 40])
+def test_union_and_uncovered_time_match_a_painted_timeline(count, rng):
+    span = 500
+    collectives, compute = random_intervals(rng, count, span), random_intervals(rng, rng.integers(0, 30), span)
+    merged = union_ns(collectives)
+    assert all(a[1] < b[0] for a, b in itertools.pairwise(merged))  # sorted, disjoint, not touching
+    assert covered_ns(merged) == painted(collectives, span).sum()
+    exposed = painted(collectives, span) & ~painted(compute, span)
+    assert uncovered_ns(merged, union_ns(compute)) == exposed.sum()
+
+
+def test_touching_intervals_merge_and_a_fully_covered_collective_is_hidden():
+    assert union_ns([(5, 9), (0, 5), (20, 30), (22, 25)]) == [(0, 9), (20, 30)]
+    assert uncovered_ns([(10, 20)], [(0, 12), (15, 40)]) == 3
+    assert uncovered_ns([(10, 20)], [(0, 40)]) == 0
+    assert uncovered_ns([(10, 20), (50, 60)], []) == 20
+
+
+@pytest.mark.parametrize(
+    ("kernel", "op", "kind"),
+    [
+        ("ncclDevKernel_AllReduce_Sum_f32_RING_LL", "all-reduce-start_2", "all-reduce"),
+        ("ncclKernel_AllGather_RING_LL_Sum_int8_t", "", "all-gather"),
+        ("ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL", "", "reduce-scatter"),
+        ("ncclDevKernel_SendRecv", "all-to-all_1", "send/recv"),
+        ("ncclDevKernel_Generic", "all-to-all_1", "all-to-all"),
+        ("ncclDevKernel_Generic", "", "other collective"),
+        ("loop_all_reduce_fusion", "all-reduce_fusion", None),  # an XLA kernel, not a collective
+        ("nvjet_tst_128x64", "custom-call_3", None),
+    ],
+)
+def test_collective_kind_reads_nccl_kernels_only(kernel, op, kind):
+    assert collective_kind(kernel, op) == kind
+
+
+def test_device_breakdown_counts_overlap_once_and_exposes_only_uncovered_collectives():
+    """Two steps' events: compute 0-60 and 50-100 us (union 100), an all-reduce at 80-130 (30 us not under compute)
+    and an all-gather at 140-150 (all of it exposed); all kernels cover 140 us of the 2 x 100 us wall."""
+    us = 1000
+    events = [
+        ("fusion_1", "fusion_1", 0, 60 * us),
+        ("ssd_bwd_dx", "", 50 * us, 50 * us),
+        ("ncclDevKernel_AllReduce_Sum_f32_RING_LL", "all-reduce-start_1", 80 * us, 50 * us),
+        ("ncclDevKernel_AllGather_RING_LL", "all-gather-start", 140 * us, 10 * us),
+    ]
+    got = device_breakdown(events, steps=2, wall_ms=0.1)
+    assert got["compute_ms"] == pytest.approx(0.05)
+    assert got["collective_ms"] == pytest.approx(0.03)
+    assert got["exposed_collective_ms"] == pytest.approx(0.02)
+    assert got["idle_ms"] == pytest.approx(0.1 - 0.14 / 2)
+    assert got["collective_ms_by_kind"] == {"all-reduce": 0.025, "all-gather": 0.005}
+    assert list(got["largest_collectives_ms"]) == ["all-reduce: all-reduce-start_1", "all-gather: all-gather-start"]
+
+
+def test_recorded_gpu_trace_gives_one_timeline_per_gpu_plane():
+    """The real H100 trace of compare's fixtures (two mamba2-tiny steps, one GPU): one device timeline, no
+    collectives, compute time equal to the union of its kernels."""
+    raw = gzip.decompress((Path(__file__).parent / "fixtures" / "jax-trace-mamba2-tiny.xplane.pb.gz").read_bytes())
+    timelines = device_timelines(jax.profiler.ProfileData.from_serialized_xspace(raw))
+    assert list(timelines) == ["/device:GPU:0"]
+    events = timelines["/device:GPU:0"]
+    assert len(events) > 100 and any(name == "ssd_bwd_dx" for name, *_ in events)
+    got = device_breakdown(events, steps=2, wall_ms=10.0)
+    assert got["collective_ms"] == 0 and got["exposed_collective_ms"] == 0
+    union = covered_ns(union_ns((start, start + duration) for _, _, start, duration in events))
+    assert got["compute_ms"] == pytest.approx(union / 2e6, abs=1e-3)
+    assert 0 < got["compute_ms"] < 10.0 and got["idle_ms"] == pytest.approx(10.0 - got["compute_ms"], abs=1e-3)
+
+
+def test_command_on_the_cpu_reports_the_step_and_writes_both_files(tmp_path, capsys):
+    out = tmp_path / "profile"
+    assert main(["--config", "mamba1-tiny", "--steps", "2", "--batch_size=2", "--seq_len=16", "--out", str(out)]) == 0
+    report = json.loads(out.with_suffix(".json").read_text())
+    assert report["mesh"] == {"data": 1, "fsdp": 1, "context": 1} and report["steps"] == 2
+    assert report["step_wall_ms"] > 0
+    assert report["items_per_s"] == pytest.approx(2 * 16 / report["step_wall_ms"] * 1e3, rel=1e-3)  # both rounded
+    assert report["devices"] == {}  # the CPU's trace has no device timelines
+    assert "not a GPU run" in out.with_suffix(".md").read_text()
+
+
+def test_command_refuses_a_step_count_below_one():
+    with pytest.raises(SystemExit):
+        main(["--config", "mamba1-tiny", "--steps", "0"])
