@@ -9,7 +9,8 @@ timed by wall clock and once under ``jax.profiler.trace``, then reads each devic
   send/recv), split by kind;
 - ``exposed_collective_ms``: collective time during which no compute kernel runs on that device: what overlap with
   compute failed to hide, the part of a scaling loss that communication explains;
-- ``idle_ms``: step wall time minus the union of all its kernels (launch gaps, host work, waits).
+- ``idle_ms``: step wall time minus the union of all its kernels (launch gaps, host work, waits);
+- ``compute_ms_by_kernel``: its largest compute kernels, so that two meshes' runs can be diffed kernel by kernel.
 
 All per step, in ms. Prints a table, writes ``<out>.json`` / ``<out>.md`` with ``--out`` and the raw trace with
 ``--keep_trace``. Needs GPUs for device timelines (on the CPU the trace has none and only the wall time is
@@ -45,6 +46,9 @@ COLLECTIVE_KINDS = (
     ("all-to-all", re.compile(r"all.?to.?all", re.I)),
     ("send/recv", re.compile(r"send|recv|collective.?permute|sendrecv", re.I)),
 )
+
+
+TOP_KERNELS = 60  # compute kernels listed per device, largest first
 
 
 def collective_kind(kernel: str, op: str) -> str | None:
@@ -95,11 +99,13 @@ def device_breakdown(events: list[tuple[str, str, int, int]], steps: int, wall_m
     compute, collective = [], []
     by_kind: dict[str, float] = collections.defaultdict(float)
     by_launch: dict[tuple[str, str], float] = collections.defaultdict(float)
+    by_kernel: dict[str, float] = collections.defaultdict(float)
     for kernel, op, start, duration in events:
         interval = (start, start + duration)
         kind = collective_kind(kernel, op)
         if kind is None:
             compute.append(interval)
+            by_kernel[kernel] += duration
             continue
         collective.append(interval)
         by_kind[kind] += duration
@@ -115,6 +121,9 @@ def device_breakdown(events: list[tuple[str, str, int, int]], steps: int, wall_m
         "collective_ms_by_kind": {k: per_step(v) for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1])},
         "largest_collectives_ms": {
             f"{kind}: {name}": per_step(ns) for (kind, name), ns in sorted(by_launch.items(), key=lambda kv: -kv[1])[:8]
+        },
+        "compute_ms_by_kernel": {  # summed durations (overlaps counted twice): set beside another mesh's to diff
+            name: per_step(ns) for name, ns in sorted(by_kernel.items(), key=lambda kv: -kv[1])[:TOP_KERNELS]
         },
     }
 

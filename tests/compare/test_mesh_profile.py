@@ -86,6 +86,7 @@ def test_device_breakdown_counts_overlap_once_and_exposes_only_uncovered_collect
     assert got["idle_ms"] == pytest.approx(0.1 - 0.14 / 2)
     assert got["collective_ms_by_kind"] == {"all-reduce": 0.025, "all-gather": 0.005}
     assert list(got["largest_collectives_ms"]) == ["all-reduce: all-reduce-start_1", "all-gather: all-gather-start"]
+    assert got["compute_ms_by_kernel"] == {"fusion_1": 0.03, "ssd_bwd_dx": 0.025}
 
 
 def test_recorded_gpu_trace_gives_one_timeline_per_gpu_plane():
