@@ -10,7 +10,9 @@ timed by wall clock and once under ``jax.profiler.trace``, then reads each devic
 - ``exposed_collective_ms``: collective time during which no compute kernel runs on that device: what overlap with
   compute failed to hide, the part of a scaling loss that communication explains;
 - ``idle_ms``: step wall time minus the union of all its kernels (launch gaps, host work, waits);
-- ``compute_ms_by_kernel``: its largest compute kernels, so that two meshes' runs can be diffed kernel by kernel.
+- ``compute_ms_by_class`` / ``_by_scope`` / ``_by_kernel``: its compute time by operator class, by op name scope
+  (layer numbers folded) and by kernel, so that two meshes' steps can be diffed (kernel names are numbered per
+  compilation; classes and scopes are not).
 
 All per step, in ms. Prints a table, writes ``<out>.json`` / ``<out>.md`` with ``--out`` and the raw trace with
 ``--keep_trace``. Needs GPUs for device timelines (on the CPU the trace has none and only the wall time is
@@ -28,6 +30,7 @@ from pathlib import Path
 
 import jax
 
+from compare.kernel_classes import classify
 from compare.kernel_profile import DEVICE_PLANE_PREFIX, HLO_OP_STAT
 from compare.outputs import output_path
 from compare.step_profile import profile_steps
@@ -48,7 +51,7 @@ COLLECTIVE_KINDS = (
 )
 
 
-TOP_KERNELS = 60  # compute kernels listed per device, largest first
+TOP_KERNELS = 60  # compute kernels and scope groups listed per device, largest first
 
 
 def collective_kind(kernel: str, op: str) -> str | None:
@@ -93,19 +96,37 @@ def uncovered_ns(intervals: list[tuple[int, int]], cover: list[tuple[int, int]])
     return total
 
 
-def device_breakdown(events: list[tuple[str, str, int, int]], steps: int, wall_ms: float) -> dict:
+_NUMBERED = re.compile(r"_\d+(?=/|\)|$)")
+
+
+def scope_group(scope: str) -> str:
+    """An op name scope with its numbered parts (``layers_17``, ``dot_general_3``) as ``_*``: the same op of every
+    layer, and of two differently numbered compilations, falls in one group."""
+    return _NUMBERED.sub("_*", scope.removeprefix("jit(step)/"))
+
+
+def device_breakdown(
+    events: list[tuple[str, str, int, int]], steps: int, wall_ms: float, scopes: dict[str, str] | None = None
+) -> dict:
     """One device's (kernel, launching HLO instruction, start ns, duration ns) events over ``steps`` steps -> its
-    per-step breakdown (ms; see the module docstring) and its largest collectives."""
+    per-step breakdown (ms; see the module docstring), its largest collectives and its compute time by kernel, by
+    operator class (``kernel_classes``) and by op name scope (``scopes``: HLO instruction or kernel -> scope)."""
+    scopes = scopes or {}
     compute, collective = [], []
     by_kind: dict[str, float] = collections.defaultdict(float)
     by_launch: dict[tuple[str, str], float] = collections.defaultdict(float)
     by_kernel: dict[str, float] = collections.defaultdict(float)
+    by_class: dict[str, float] = collections.defaultdict(float)
+    by_scope: dict[str, float] = collections.defaultdict(float)
     for kernel, op, start, duration in events:
         interval = (start, start + duration)
         kind = collective_kind(kernel, op)
         if kind is None:
             compute.append(interval)
+            scope = scopes.get(op) or scopes.get(kernel, "")
             by_kernel[kernel] += duration
+            by_class[classify(kernel, scope)] += duration
+            by_scope[scope_group(scope) if scope else f"(no scope) {kernel}"] += duration
             continue
         collective.append(interval)
         by_kind[kind] += duration
@@ -113,6 +134,7 @@ def device_breakdown(events: list[tuple[str, str, int, int]], steps: int, wall_m
     compute_u, collective_u = union_ns(compute), union_ns(collective)
     busy = covered_ns(union_ns(compute + collective))
     per_step = lambda ns: round(ns / 1e6 / steps, 3)  # noqa: E731
+    largest = lambda totals, top: {k: per_step(v) for k, v in sorted(totals.items(), key=lambda kv: -kv[1])[:top]}  # noqa: E731
     return {
         "compute_ms": per_step(covered_ns(compute_u)),
         "collective_ms": per_step(sum(by_kind.values())),
@@ -122,9 +144,10 @@ def device_breakdown(events: list[tuple[str, str, int, int]], steps: int, wall_m
         "largest_collectives_ms": {
             f"{kind}: {name}": per_step(ns) for (kind, name), ns in sorted(by_launch.items(), key=lambda kv: -kv[1])[:8]
         },
-        "compute_ms_by_kernel": {  # summed durations (overlaps counted twice): set beside another mesh's to diff
-            name: per_step(ns) for name, ns in sorted(by_kernel.items(), key=lambda kv: -kv[1])[:TOP_KERNELS]
-        },
+        # summed durations (overlaps counted twice), largest first: set beside another mesh's to diff
+        "compute_ms_by_class": largest(by_class, len(by_class)),
+        "compute_ms_by_scope": largest(by_scope, TOP_KERNELS),
+        "compute_ms_by_kernel": largest(by_kernel, TOP_KERNELS),
     }
 
 
@@ -175,7 +198,10 @@ def mesh_profile(cfg, steps: int, keep_trace: Path | None = None) -> dict:
         "step_wall_ms": round(profile.step_wall_ms, 3),
         "items_per_s": round(items / (profile.step_wall_ms / 1e3), 1),
         "unit": task.unit,
-        "devices": {name: device_breakdown(events, steps, profile.step_wall_ms) for name, events in timelines.items()},
+        "devices": {
+            name: device_breakdown(events, steps, profile.step_wall_ms, profile.scopes)
+            for name, events in timelines.items()
+        },
     }
 
 
@@ -199,6 +225,12 @@ def markdown(report: dict, command: str) -> list[str]:
         )
     if not report["devices"]:
         lines.append("| (no device timelines in the trace: not a GPU run) | | | | | |")
+        return lines
+    classes = list(next(iter(report["devices"].values()))["compute_ms_by_class"])
+    lines += ["", "Compute by operator class (summed kernel time, ms per step):", ""]
+    lines += [f"| device | {' | '.join(classes)} |", "|---|" + "---|" * len(classes)]
+    for name, d in report["devices"].items():
+        lines.append(f"| {name} | {' | '.join(f'{d["compute_ms_by_class"].get(c, 0):.1f}' for c in classes)} |")
     return lines
 
 

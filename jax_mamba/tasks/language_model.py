@@ -1,6 +1,7 @@
 """Language modeling (family ``lm``): mamba-ssm's ``MambaLMHeadModel`` on byte-level text or the synthetic tasks,
 next-token cross-entropy over the masked positions."""
 
+import functools
 import math
 
 import jax
@@ -10,6 +11,7 @@ from flax import nnx
 from jax_mamba.configs.schema import RunConfig
 from jax_mamba.data import Batch, DataError, Dataset, make_dataset
 from jax_mamba.models import MambaLMHeadModel
+from jax_mamba.modules.per_device import batch_axes, context_size
 from jax_mamba.tasks.losses import cross_entropy
 
 _DECAYED_SUFFIXES = (".kernel", ".embedding", "conv1d.weight")
@@ -26,6 +28,31 @@ def lm_loss_chunk(configured: int, positions: int, vocab: int) -> int:
     if configured:
         return min(configured, positions)
     return LOSS_CHUNK_TOKENS if positions * vocab * 4 > LOSS_CHUNK_ABOVE_BYTES else positions
+
+
+def loss_chunks(t: jax.Array, chunk: int, strided: bool) -> jax.Array:
+    """``t`` (rows, length, ...) as chunks of at most ``chunk`` positions (padded with zeros: mask them), stacked on a
+    new leading axis. ``strided``: chunk j holds position i * chunks + j of every row, (chunks, rows, length /
+    chunks, ...), so that rows split over devices (data, fsdp) and positions split over them (context: the outer
+    factor) stay split inside each chunk and every device computes only its share of each. Else whole rows' runs of
+    positions one after another, (chunks, chunk, ...): on a mesh each such chunk is held by few devices."""
+    rows, length = t.shape[:2]
+    if strided:
+        count, per_row = strided_chunks(rows, length, chunk)
+        padded = jnp.pad(t, [(0, 0), (0, count * per_row - length)] + [(0, 0)] * (t.ndim - 2))
+        return jnp.moveaxis(padded.reshape(rows, per_row, count, *t.shape[2:]), 2, 0)
+    flat = t.reshape(rows * length, *t.shape[2:])
+    flat = jnp.pad(flat, [(0, -(rows * length) % chunk)] + [(0, 0)] * (t.ndim - 2))
+    return flat.reshape(-1, chunk, *t.shape[2:])
+
+
+def strided_chunks(rows: int, length: int, chunk: int) -> tuple[int, int]:
+    """(chunks, positions of each row per chunk) for the LM head and loss over ``rows`` sequences of ``length`` in
+    chunks of at most ``chunk`` positions in all (at least one position of every row): as few chunks as that allows,
+    a divisor of ``length`` where one is near (up to twice as many chunks), so that no padding is needed."""
+    count = -(-length // max(1, chunk // rows))
+    count = next((n for n in range(count, min(2 * count, length) + 1) if length % n == 0), count)
+    return count, -(-length // count)
 
 
 class LanguageModeling:
@@ -60,15 +87,17 @@ class LanguageModeling:
         """Summed token NLL (label-smoothed in training if configured) over the positions where mask is 1, the
         scored count and the correct argmax predictions. Logits are float32 before the softmax. The LM head and
         the loss run over chunks of positions (``lm_loss_chunk``: train.loss_chunk_tokens), each chunk's logits
-        recomputed in the backward, so that at long context the (positions, vocab) logits never exist whole."""
+        recomputed in the backward, so that at long context the (positions, vocab) logits never exist whole. A
+        chunk takes every row's positions at a stride (``loss_chunks``), so that on a mesh each device computes its
+        own share of every chunk: whole-row chunks one after another were each held by one device of a data-parallel
+        mesh, and every device computed the LM head of the whole batch. Pure FSDP meshes keep whole-row chunks (XLA
+        splits the head over the vocabulary there)."""
         smoothing = self.cfg.train.label_smoothing if train else 0.0
         weight = model.head_weight()
         hidden = model.backbone(batch["inputs"]).astype(weight.dtype)
-        positions = hidden.shape[0] * hidden.shape[1]
-        chunk = lm_loss_chunk(self.cfg.train.loss_chunk_tokens, positions, weight.shape[1])
-        pad = -positions % chunk
-        flat = lambda t: jnp.pad(t.reshape(positions, *t.shape[2:]), [(0, pad)] + [(0, 0)] * (t.ndim - 2))  # noqa: E731
-        hidden, targets, mask = flat(hidden), flat(batch["targets"]), flat(batch["mask"].astype(jnp.float32))
+        targets, mask = batch["targets"], batch["mask"].astype(jnp.float32)
+        rows, length = hidden.shape[:2]
+        chunk = lm_loss_chunk(self.cfg.train.loss_chunk_tokens, rows * length, weight.shape[1])
 
         def chunk_sums(h, t, m):
             logits = (h @ weight).astype(jnp.float32)
@@ -76,10 +105,13 @@ class LanguageModeling:
             correct = (jnp.argmax(logits, axis=-1) == t).astype(jnp.float32)
             return jnp.sum(nll * m), jnp.sum(correct * m)
 
-        if chunk == positions:
+        if chunk == rows * length:
             nll_sum, correct_sum = chunk_sums(hidden, targets, mask)
         else:
-            split = lambda t: t.reshape(-1, chunk, *t.shape[1:])  # noqa: E731
+            # on a pure FSDP mesh XLA splits the head's matmul over the vocabulary (its weight is split): each device
+            # takes every position of a chunk, and whole-row chunks need less memory there (CPU compiles, 790m width)
+            pure_fsdp = batch_axes() == ("fsdp",) and context_size() == 1
+            split = functools.partial(loss_chunks, chunk=chunk, strided=not pure_fsdp)
             remat_sums = jax.checkpoint(chunk_sums)  # the backward recomputes each chunk's logits
             step = lambda carry, xs: (jax.tree.map(jnp.add, carry, remat_sums(*xs)), None)  # noqa: E731
             zero = jnp.zeros((), jnp.float32)

@@ -16,6 +16,7 @@ from compare.mesh_profile import (
     device_breakdown,
     device_timelines,
     main,
+    scope_group,
     uncovered_ns,
     union_ns,
 )
@@ -74,19 +75,31 @@ def test_device_breakdown_counts_overlap_once_and_exposes_only_uncovered_collect
     and an all-gather at 140-150 (all of it exposed); all kernels cover 140 us of the 2 x 100 us wall."""
     us = 1000
     events = [
-        ("fusion_1", "fusion_1", 0, 60 * us),
+        ("gemm_fusion_dot_1", "gemm_fusion_dot_1", 0, 60 * us),
         ("ssd_bwd_dx", "", 50 * us, 50 * us),
         ("ncclDevKernel_AllReduce_Sum_f32_RING_LL", "all-reduce-start_1", 80 * us, 50 * us),
         ("ncclDevKernel_AllGather_RING_LL", "all-gather-start", 140 * us, 10 * us),
     ]
-    got = device_breakdown(events, steps=2, wall_ms=0.1)
+    scopes = {"gemm_fusion_dot_1": "jit(step)/transpose(jvp(LMHeadModel))/backbone/layers_3/mixer/in_proj/dot_general"}
+    got = device_breakdown(events, steps=2, wall_ms=0.1, scopes=scopes)
     assert got["compute_ms"] == pytest.approx(0.05)
     assert got["collective_ms"] == pytest.approx(0.03)
     assert got["exposed_collective_ms"] == pytest.approx(0.02)
     assert got["idle_ms"] == pytest.approx(0.1 - 0.14 / 2)
     assert got["collective_ms_by_kind"] == {"all-reduce": 0.025, "all-gather": 0.005}
     assert list(got["largest_collectives_ms"]) == ["all-reduce: all-reduce-start_1", "all-gather: all-gather-start"]
-    assert got["compute_ms_by_kernel"] == {"fusion_1": 0.03, "ssd_bwd_dx": 0.025}
+    assert got["compute_ms_by_kernel"] == {"gemm_fusion_dot_1": 0.03, "ssd_bwd_dx": 0.025}
+    assert got["compute_ms_by_class"] == {"GEMM": 0.03, "SSM": 0.025}  # by their names
+    assert got["compute_ms_by_scope"] == {
+        "transpose(jvp(LMHeadModel))/backbone/layers_*/mixer/in_proj/dot_general": 0.03,
+        "(no scope) ssd_bwd_dx": 0.025,
+    }
+
+
+def test_scope_groups_fold_layer_and_instance_numbers_only():
+    got = scope_group("jit(step)/jvp(Model)/layers_17/mixer/dot_general_3")
+    assert got == "jvp(Model)/layers_*/mixer/dot_general_*"
+    assert scope_group("transpose(jvp(layers_2))/x1/conv2d") == "transpose(jvp(layers_*))/x1/conv2d"
 
 
 def test_recorded_gpu_trace_gives_one_timeline_per_gpu_plane():

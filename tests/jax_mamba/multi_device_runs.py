@@ -15,6 +15,7 @@ import numpy as np
 
 from jax_mamba.configs.loader import load_config
 from jax_mamba.tasks import task_for
+from jax_mamba.train.distributed import GlobalBatches
 from jax_mamba.train.loop import train
 from jax_mamba.train.run_dir import CHECKPOINT_DIR
 from jax_mamba.train.sharding import make_mesh, param_sharding
@@ -28,6 +29,8 @@ MODELS = {
     "hybrid": ("hybrid-tiny", []),
     "mamba2-pallas": ("mamba2-tiny", ["--model.impl=pallas", "--n_layer=1", "--seq_len=32"]),
 }
+CHUNKED = ["--loss_chunk_tokens=48"]  # the LM head and loss over chunks (512 positions in a batch of 8 x 64)
+MODELS["mamba2-chunked"] = ("mamba2-tiny", CHUNKED)
 GATHER = ["--mesh.fsdp_gather=gather"]  # FSDP with each split parameter gathered whole before the model runs
 MODELS.update({f"{m}-gather": (MODELS[m][0], MODELS[m][1] + GATHER) for m in ("mamba2", "hybrid")})
 MESHES = {  # name: (model, data, fsdp, context); Mamba-2 on 1, 2, 4 (context) and 8 devices, the others on 1 and 8
@@ -42,6 +45,10 @@ MESHES = {  # name: (model, data, fsdp, context); Mamba-2 on 1, 2, 4 (context) a
     "mamba2-pallas-2x2x1": ("mamba2-pallas", 2, 2, 1),
     "mamba2-pallas-1x1x2": ("mamba2-pallas", 1, 1, 2),
     # compared with their model's one-device run (the names start with it)
+    "mamba2-chunked-1x1x1": ("mamba2-chunked", 1, 1, 1),
+    "mamba2-chunked-4x1x1": ("mamba2-chunked", 4, 1, 1),  # strided chunks, rows split
+    "mamba2-chunked-1x4x1": ("mamba2-chunked", 1, 4, 1),  # pure FSDP: whole-row chunks
+    "mamba2-chunked-2x2x2": ("mamba2-chunked", 2, 2, 2),  # strided chunks, rows and positions split
     "mamba2-gather-1x8x1": ("mamba2-gather", 1, 8, 1),
     "hybrid-gather-2x4x1": ("hybrid-gather", 2, 4, 1),
 }
@@ -78,9 +85,26 @@ def sharded_init() -> dict:
     }
 
 
+def data_parallel_all_gathers() -> int:
+    """All-gathers in Mamba-2's compiled train step on a data-parallel mesh of 8 with the loss over chunks: none
+    are needed (parameters are whole on every device, rows split), and chunks of whole rows, each held by one device,
+    made every device gather and compute the LM head of the whole batch."""
+    cfg = load_config("mamba2-tiny", [*QUIET, *CHUNKED, "--mesh.data=8"])
+    task = task_for(cfg)
+    mesh = make_mesh(cfg.mesh)
+    dataset = task.make_dataset()
+    with jax.set_mesh(mesh):
+        setup = init_training(cfg, task, mesh)
+        batch = GlobalBatches(dataset, mesh, cfg.train.batch_size, cfg.train.grad_accum_steps)(0)
+        compiled = setup.train_step.lower(setup.params, setup.opt_state, setup.state, batch, np.int32(0)).compile()
+    if hasattr(dataset, "close"):
+        dataset.close()
+    return compiled.as_text().count(" all-gather(")
+
+
 def main(out: str) -> None:
     assert jax.device_count() == 8, jax.devices()
-    results = {"sharded-init": sharded_init()}
+    results = {"sharded-init": sharded_init(), "data-parallel-all-gathers": data_parallel_all_gathers()}
     with tempfile.TemporaryDirectory() as tmp:
         for name, (model, data, fsdp, context) in MESHES.items():
             results[name] = run(model, data, fsdp, context, Path(tmp) / name)

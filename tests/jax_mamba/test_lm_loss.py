@@ -1,6 +1,7 @@
 """The language model's loss over chunks of positions (train.loss_chunk_tokens): the same sums and parameter
-gradients as the whole-sequence loss, tied and untied heads, with label smoothing and a partial last chunk; the
-automatic rule; and the compiled step's temporary memory, which the chunks bound."""
+gradients as the whole-sequence loss, tied and untied heads, strided and whole-row chunks, with label smoothing and a
+partial last chunk; the chunks' layout; the automatic rule; and the compiled step's temporary memory, which the chunks
+bound."""
 
 import jax
 import jax.numpy as jnp
@@ -11,8 +12,8 @@ from flax import nnx
 from compare.tolerances import assert_close
 from jax_mamba.configs import load_config
 from jax_mamba.models import ParamLayout
-from jax_mamba.tasks import task_for
-from jax_mamba.tasks.language_model import LOSS_CHUNK_TOKENS, lm_loss_chunk
+from jax_mamba.tasks import language_model, task_for
+from jax_mamba.tasks.language_model import LOSS_CHUNK_TOKENS, lm_loss_chunk, loss_chunks, strided_chunks
 
 
 def _loss_and_grads(overrides: list[str], batch: dict) -> tuple[jax.Array, dict, dict]:
@@ -30,7 +31,10 @@ def _loss_and_grads(overrides: list[str], batch: dict) -> tuple[jax.Array, dict,
 
 
 @pytest.mark.parametrize("tied", [True, False])
-def test_chunked_loss_equals_the_whole_loss(rng, tied):
+@pytest.mark.parametrize("strided", [True, False])
+def test_chunked_loss_equals_the_whole_loss(rng, tied, strided, monkeypatch):
+    if not strided:  # whole-row chunks: what a pure FSDP mesh takes
+        monkeypatch.setattr(language_model, "batch_axes", lambda: ("fsdp",))
     batch_size, seqlen = 2, 19  # 38 positions: chunks of 7 leave a partial last chunk
     ids = rng.integers(0, 256, size=(batch_size, seqlen + 1)).astype(np.int32)
     mask = (rng.uniform(size=(batch_size, seqlen)) < 0.8).astype(np.float32)
@@ -44,6 +48,31 @@ def test_chunked_loss_equals_the_whole_loss(rng, tied):
     assert set(chunked[2]) == set(whole[2])
     for name in whole[2]:
         assert_close(f"d{name}", chunked[2][name], whole[2][name], jnp.float32)
+
+
+def test_strided_chunks_prefer_a_divisor_of_the_length_and_bound_the_chunk():
+    assert strided_chunks(4, 2048, 4096) == (2, 1024)  # one device's batch of mamba1-790m: two chunks of 4096
+    assert strided_chunks(8, 2048, 4096) == (4, 512)  # the global batch of two: each device's share halves
+    assert strided_chunks(2, 19, 7) == (7, 3)  # 19 is prime: 3 positions of each row, the last chunk padded
+    assert strided_chunks(2, 20, 7) == (10, 2)  # 7 chunks of 3 would pad; 10 of 2 divide 20
+    assert strided_chunks(64, 16, 4) == (16, 1)  # more rows than a chunk holds: one position of every row
+
+
+@pytest.mark.parametrize("strided", [True, False])
+def test_loss_chunks_hold_every_position_once_and_pad_with_zeros(rng, strided):
+    for _ in range(5):
+        rows, length = int(rng.integers(1, 6)), int(rng.integers(1, 40))
+        chunk = int(rng.integers(1, rows * length + 1))
+        ids = jnp.arange(1, rows * length + 1).reshape(rows, length)  # position ids; 0 marks padding
+        chunks = np.asarray(loss_chunks(ids[..., None], chunk, strided))[..., 0]
+        assert chunks[0].size <= max(chunk, rows), (rows, length, chunk, chunks.shape)
+        got = chunks.reshape(-1)
+        np.testing.assert_array_equal(np.sort(got[got > 0]), np.arange(1, rows * length + 1))
+        if strided:  # each chunk holds a share of every row: rows split over devices stay split
+            assert chunks.shape[1] == rows
+            for r in range(rows):
+                held = chunks[:, r][chunks[:, r] > 0]
+                assert np.all((held - 1) // length == r)
 
 
 def test_automatic_chunks_only_where_the_logits_are_large():

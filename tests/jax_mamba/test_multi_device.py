@@ -1,11 +1,12 @@
 """Training on a mesh of 8 host CPU devices (a process of its own: ``multi_device_runs``): data parallel and FSDP
-meshes of 1 to 8 devices give the same per-step losses for Mamba-1, Mamba-2 and the hybrid, the Pallas kernels
-(interpreted) run per device under shard_map, FSDP with parameters gathered whole (`mesh.fsdp_gather=gather`)
-trains the same, FSDP's initial state is made split, and a run saved on 4 devices
-resumes on 2 as if never stopped.
-Mesh arguments are checked before anything runs."""
+meshes of 1 to 8 devices give the same per-step losses for Mamba-1, Mamba-2 (its loss over chunks too) and the hybrid,
+the Pallas kernels (interpreted) run per device under shard_map, FSDP with parameters gathered whole
+(`mesh.fsdp_gather=gather`) trains the same, a data-parallel step gathers nothing, FSDP's initial state is made
+split, and a run saved on 4 devices resumes on 2 as if never stopped. Mesh arguments are checked before anything
+runs."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -32,13 +33,14 @@ def curve(run: dict, key: str = "losses") -> np.ndarray:
     return np.asarray([run[key][k] for k in sorted(run[key], key=int)])
 
 
-@pytest.mark.parametrize("model", ["mamba1", "mamba2", "hybrid", "mamba2-pallas"])
+@pytest.mark.parametrize("model", ["mamba1", "mamba2", "hybrid", "mamba2-pallas", "mamba2-chunked"])
 def test_every_mesh_trains_like_one_device(runs, model):
     """Data parallel, FSDP and (Mamba-2) context parallel meshes: the same per-step losses, gradient norms (which
     AdamW's scale invariance would hide from the losses) and evaluation."""
     one = curve(runs[f"{model}-1x1x1"])
     pallas = model.endswith("pallas")
-    others = [n for n in runs if n.startswith(f"{model}-") and n != f"{model}-1x1x1" and ("pallas" in n) == pallas]
+    mesh_run = re.compile(rf"{re.escape(model)}-(gather-)?\d+x\d+x\d+")  # this model's runs, gathered FSDP too
+    others = [n for n in runs if mesh_run.fullmatch(n) and n != f"{model}-1x1x1"]
     assert others and len(one) == 3 and one[-1] < one[0]
     for name in others:
         np.testing.assert_allclose(curve(runs[name]), one, rtol=2e-6, err_msg=name)
@@ -47,6 +49,11 @@ def test_every_mesh_trains_like_one_device(runs, model):
         np.testing.assert_allclose(runs[name]["eval"], runs[f"{model}-1x1x1"]["eval"], rtol=2e-6, err_msg=name)
         if not pallas:  # the interpreted Pallas step is sometimes traced twice on the CPU, mesh or not
             assert runs[name]["traces"] == 1, name
+
+
+def test_data_parallel_step_gathers_nothing(runs):
+    """With the loss over chunks, each device computes the LM head of its own rows only: no all-gather at all."""
+    assert runs["data-parallel-all-gathers"] == 0
 
 
 def test_fsdp_initialization_is_sharded_and_the_same(runs):
