@@ -21,7 +21,6 @@ export PYTHONPATH=. PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
 count=$(nvidia-smi --query-gpu=name --format=csv,noheader | wc -l)
 gpus=${GPUS:-$(n=1; while [ "$n" -le "$count" ]; do printf '%s ' "$n"; n=$(( n * 2 )); done)}
 default_runs="mamba2-780m-fsdp: --configs mamba2-780m --mode fsdp --per_device_batch 8 --seq_len 2048 --steps 12 --torch
-mamba2-780m-fsdp-gather: --configs mamba2-780m --mode fsdp --per_device_batch 8 --seq_len 2048 --steps 12 --mesh.fsdp_gather=gather
 mamba1-790m-ddp: --configs mamba1-790m --mode ddp --per_device_batch 4 --seq_len 2048 --steps 12 --torch
 mamba1-790m-ddp-ar4m: XLA_FLAGS=--xla_gpu_all_reduce_combine_threshold_bytes=4194304 --configs mamba1-790m --mode ddp --per_device_batch 4 --seq_len 2048 --steps 12
 mamba2-2.7b-fsdp: --configs mamba2-2.7b --mode fsdp --per_device_batch 2 --seq_len 2048 --steps 10 --torch
