@@ -33,6 +33,11 @@ XLA_SETTINGS = ("XLA_FLAGS", "XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIEN
 _PARENT_ONLY: dict[str, str] = {}  # set in this (driver) process only, so that it holds no GPU memory
 
 
+def nccl_settings() -> dict[str, str]:
+    """The NCCL settings both sides run under: ``NCCL_DEFAULTS`` unless set, and every other ``NCCL_*`` set."""
+    return {**NCCL_DEFAULTS, **{k: v for k, v in os.environ.items() if k.startswith("NCCL_")}}
+
+
 def mesh_overrides(mode: str, n: int) -> list[str]:
     sizes = [n if s == "n" else s for s in MESH[mode]]
     return [f"--mesh.{axis}={size}" for axis, size in zip(("data", "fsdp", "context"), sizes, strict=True)]
@@ -154,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         "seq_len": args.seq_len,
         "steps": args.steps,
         "date": time.strftime("%Y-%m-%d"),
-        "nccl": ", ".join(f"{k}={os.environ.get(k, v)}" for k, v in NCCL_DEFAULTS.items()),
+        "nccl": ", ".join(f"{k}={v}" for k, v in sorted(nccl_settings().items())),
         "xla": ", ".join(f"{k}={os.environ[k]}" for k in XLA_SETTINGS if k in os.environ and k not in _PARENT_ONLY),
         "command": " ".join(["python -m compare.scaling", *(argv if argv is not None else sys.argv[1:])]),
     }

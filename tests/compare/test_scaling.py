@@ -59,3 +59,13 @@ def test_scaling_runs_the_reference_alone_with_no_jax(tmp_path):
     assert "| mamba2-tiny | 2 | 2 | not run |" in out.with_name(out.name + ".md").read_text()
     with pytest.raises(SystemExit):
         main(["--configs", "mamba2-tiny", "--no-jax", f"--out={out}"])
+
+
+def test_nccl_settings_record_the_default_and_every_other_nccl_variable(monkeypatch):
+    from compare.scaling import nccl_settings
+
+    monkeypatch.delenv("NCCL_NVLS_ENABLE", raising=False)
+    monkeypatch.setenv("NCCL_MAX_NCHANNELS", "4")
+    assert nccl_settings() == {"NCCL_NVLS_ENABLE": "0", "NCCL_MAX_NCHANNELS": "4"}
+    monkeypatch.setenv("NCCL_NVLS_ENABLE", "1")  # set by the caller: kept, and recorded as set
+    assert nccl_settings()["NCCL_NVLS_ENABLE"] == "1"
