@@ -35,10 +35,7 @@ from compare.kernel_profile import DEVICE_PLANE_PREFIX, HLO_OP_STAT
 from compare.outputs import output_path
 from compare.step_profile import profile_steps
 from jax_mamba.configs.loader import ConfigError, load_config, parse_args_with_overrides
-from jax_mamba.tasks import task_for
-from jax_mamba.train.distributed import GlobalBatches
-from jax_mamba.train.sharding import check_batch, make_mesh
-from jax_mamba.train.step import init_training
+from jax_mamba.train.mesh_training import mesh_training
 
 # collective kind -> pattern over the kernel name or its launching HLO instruction (NCCL kernels are named like
 # ncclDevKernel_AllReduce_Sum_f32_RING_LL; XLA's instructions like all-reduce-start.3)
@@ -170,22 +167,10 @@ def device_timelines(profile, plane_prefix: str = DEVICE_PLANE_PREFIX) -> dict[s
 
 def mesh_profile(cfg, steps: int, keep_trace: Path | None = None) -> dict:
     """Profile ``cfg``'s train step on its mesh over ``steps`` batches (see the module docstring)."""
-    mesh = make_mesh(cfg.mesh)
-    check_batch(mesh, cfg.train.batch_size)
-    task = task_for(cfg)
-    dataset = task.make_dataset()
-    try:
-        with jax.set_mesh(mesh):
-            setup = init_training(cfg, task, mesh)
-            make_batch = GlobalBatches(dataset, mesh, cfg.train.batch_size, cfg.train.grad_accum_steps)
-            batches = [make_batch(step) for step in range(steps)]
-            with tempfile.TemporaryDirectory() as tmp:
-                trace = keep_trace or Path(tmp) / "trace.xplane.pb"
-                profile = profile_steps(setup, batches, trace)
-                timelines = device_timelines(jax.profiler.ProfileData.from_file(str(trace)))
-    finally:
-        if hasattr(dataset, "close"):
-            dataset.close()
+    with mesh_training(cfg) as (mesh, task, setup, batches), tempfile.TemporaryDirectory() as tmp:
+        trace = keep_trace or Path(tmp) / "trace.xplane.pb"
+        profile = profile_steps(setup, [batches(step) for step in range(steps)], trace)
+        timelines = device_timelines(jax.profiler.ProfileData.from_file(str(trace)))
     items = task.items_per_batch() * cfg.train.grad_accum_steps
     return {
         "config": cfg.name,

@@ -17,10 +17,7 @@ import jax
 import numpy as np
 
 from jax_mamba.configs.loader import ConfigError, load_config, parse_args_with_overrides
-from jax_mamba.tasks import task_for
-from jax_mamba.train.distributed import GlobalBatches
-from jax_mamba.train.sharding import check_batch, make_mesh
-from jax_mamba.train.step import init_training
+from jax_mamba.train.mesh_training import mesh_training
 
 GIB = 2**30
 
@@ -59,30 +56,21 @@ def device_peaks() -> dict[str, float | None]:
 def memory_plan(cfg, steps: int = 0, emit: Callable[[dict], None] = print) -> None:
     """``emit`` the report for ``cfg`` (see the module docstring): once after compiling the step, and with ``steps``
     once more after running them (so that a run out of memory still has its plan reported)."""
-    mesh = make_mesh(cfg.mesh)
-    check_batch(mesh, cfg.train.batch_size)
-    task = task_for(cfg)
-    dataset = task.make_dataset()
-    report: dict = {"config": cfg.name, "mesh": dict(mesh.shape), "batch_size": cfg.train.batch_size}
-    try:
-        with jax.set_mesh(mesh):
-            setup = init_training(cfg, task, mesh)
-            report["parameters"] = int(sum(np.prod(p.shape) for p in setup.params.values()))
-            report["after_init_gib"] = live_bytes_per_device()
-            report["init_peak_gib"] = device_peaks()  # what initialization itself took at its highest
-            batch = GlobalBatches(dataset, mesh, cfg.train.batch_size, cfg.train.grad_accum_steps)(0)
-            args = (setup.params, setup.opt_state, setup.state, batch, np.int32(0))
-            compiled = setup.train_step.lower(*args).compile()
-            report["step_plan_gib"] = compiled_plan(compiled)
-            emit(report)
-            params, opt_state, state, out = setup.params, setup.opt_state, setup.state, None
-            for step in range(steps):  # donated: each step's inputs are freed as it runs
-                params, opt_state, state, out = compiled(params, opt_state, state, batch, np.int32(step))
-            if out is not None:
-                emit({"config": cfg.name, "steps": steps, "loss": float(out["loss"]), "peak_gib": device_peaks()})
-    finally:
-        if hasattr(dataset, "close"):
-            dataset.close()
+    with mesh_training(cfg) as (mesh, _, setup, batches):
+        report: dict = {"config": cfg.name, "mesh": dict(mesh.shape), "batch_size": cfg.train.batch_size}
+        report["parameters"] = int(sum(np.prod(p.shape) for p in setup.params.values()))
+        report["after_init_gib"] = live_bytes_per_device()
+        report["init_peak_gib"] = device_peaks()  # what initialization itself took at its highest
+        batch = batches(0)
+        args = (setup.params, setup.opt_state, setup.state, batch, np.int32(0))
+        compiled = setup.train_step.lower(*args).compile()
+        report["step_plan_gib"] = compiled_plan(compiled)
+        emit(report)
+        params, opt_state, state, out = setup.params, setup.opt_state, setup.state, None
+        for step in range(steps):  # donated: each step's inputs are freed as it runs
+            params, opt_state, state, out = compiled(params, opt_state, state, batch, np.int32(step))
+        if out is not None:
+            emit({"config": cfg.name, "steps": steps, "loss": float(out["loss"]), "peak_gib": device_peaks()})
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,8 +15,8 @@ import numpy as np
 
 from jax_mamba.configs.loader import load_config
 from jax_mamba.tasks import task_for
-from jax_mamba.train.distributed import GlobalBatches
 from jax_mamba.train.loop import train
+from jax_mamba.train.mesh_training import mesh_training
 from jax_mamba.train.run_dir import CHECKPOINT_DIR
 from jax_mamba.train.sharding import make_mesh, param_sharding
 from jax_mamba.train.step import init_training
@@ -90,15 +90,9 @@ def data_parallel_all_gathers() -> int:
     are needed (parameters are whole on every device, rows split), and chunks of whole rows, each held by one device,
     made every device gather and compute the LM head of the whole batch."""
     cfg = load_config("mamba2-tiny", [*QUIET, *CHUNKED, "--mesh.data=8"])
-    task = task_for(cfg)
-    mesh = make_mesh(cfg.mesh)
-    dataset = task.make_dataset()
-    with jax.set_mesh(mesh):
-        setup = init_training(cfg, task, mesh)
-        batch = GlobalBatches(dataset, mesh, cfg.train.batch_size, cfg.train.grad_accum_steps)(0)
-        compiled = setup.train_step.lower(setup.params, setup.opt_state, setup.state, batch, np.int32(0)).compile()
-    if hasattr(dataset, "close"):
-        dataset.close()
+    with mesh_training(cfg) as (_, _, setup, batches):
+        args = (setup.params, setup.opt_state, setup.state, batches(0), np.int32(0))
+        compiled = setup.train_step.lower(*args).compile()
     return compiled.as_text().count(" all-gather(")
 
 
