@@ -29,7 +29,14 @@ from jax_mamba.configs.loader import parse_args_with_overrides
 MESH = {"fsdp": (1, "n", 1), "ddp": ("n", 1, 1), "context": (1, 1, "n")}
 TORCH_PARALLEL = {"fsdp": "fsdp", "ddp": "ddp"}
 NCCL_DEFAULTS = {"NCCL_NVLS_ENABLE": "0"}
-XLA_SETTINGS = ("XLA_FLAGS", "XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_PREALLOCATE")  # recorded when set
+# JAX and XLA settings recorded when set (PGLE: XLA's scheduler fed with the first steps' measured op times)
+XLA_SETTINGS = (
+    "XLA_FLAGS",
+    "XLA_PYTHON_CLIENT_MEM_FRACTION",
+    "XLA_PYTHON_CLIENT_PREALLOCATE",
+    "JAX_ENABLE_PGLE",
+    "JAX_PGLE_PROFILING_RUNS",
+)
 _PARENT_ONLY: dict[str, str] = {}  # set in this (driver) process only, so that it holds no GPU memory
 
 
