@@ -7,7 +7,10 @@ pass in training updates, e.g. BatchNorm running statistics; empty for the langu
 from dataclasses import dataclass
 
 import jax
+import jax.numpy as jnp
 from flax import nnx
+
+from jax_mamba.modules.layers import Linear
 
 _KINDS = {nnx.Param: "param", nnx.BatchStat: "state"}
 
@@ -39,6 +42,9 @@ class ParamLayout:
     treedef: jax.tree_util.PyTreeDef
     names: tuple[str, ...]
     state_names: frozenset[str]
+    # (name, dtype) of the parameters the model casts whole to a narrower compute dtype before using them: the
+    # kernels of ``modules.layers.Linear`` (see ``cast_for_compute``)
+    compute_casts: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def split(cls, model: nnx.Module) -> tuple["ParamLayout", dict[str, jax.Array], dict[str, jax.Array]]:
@@ -50,7 +56,12 @@ class ParamLayout:
         if others:
             raise ValueError(f"model holds state other than nnx.Param and nnx.BatchStat: {others[:5]}")
         state_names = frozenset(n for n, kind in zip(names, kinds, strict=True) if kind == "state")
-        layout = cls(graphdef, treedef, tuple(names), state_names)
+        casts = tuple(
+            (".".join(map(str, path)) + ".kernel", jnp.dtype(module.dtype).name)
+            for path, module in nnx.iter_modules(model)
+            if isinstance(module, Linear) and jnp.dtype(module.dtype).itemsize < 4
+        )
+        layout = cls(graphdef, treedef, tuple(names), state_names, casts)
         values = dict(zip(names, leaves, strict=True))
         params = {n: v for n, v in values.items() if n not in layout.state_names}
         return layout, params, {n: v for n, v in values.items() if n in layout.state_names}
@@ -64,6 +75,13 @@ class ParamLayout:
             raise KeyError(f"variables do not fit the model: missing {missing[:5]}, unexpected {extra[:5]}")
         tree = jax.tree_util.tree_unflatten(self.treedef, [values[n] for n in self.names])
         return nnx.merge(self.graphdef, tree)
+
+    def cast_for_compute(self, params: dict[str, jax.Array]) -> dict[str, jax.Array]:
+        """``params`` with ``compute_casts`` applied: the values the model computes with either way (its modules'
+        own cast is then a no-op), cast before the model runs so that on an FSDP mesh the gathers of these weights,
+        most of the parameters, move bf16 rather than float32, as mixed-precision FSDP does."""
+        casts = dict(self.compute_casts)
+        return {k: v.astype(casts[k]) if k in casts else v for k, v in params.items()}
 
     def state_of(self, model: nnx.Module) -> dict[str, jax.Array]:
         """The model's current state values (e.g. running statistics after a training forward), by name."""

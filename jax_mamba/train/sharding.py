@@ -78,7 +78,9 @@ def check_batch(mesh: Mesh, batch_size: int) -> None:
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2))
 def _gathered(value: jax.Array, split: NamedSharding, whole: NamedSharding) -> jax.Array:
-    return jax.lax.with_sharding_constraint(value, whole)
+    # pinned split first: a value cast to the compute dtype is cast on the shards and gathered in that dtype (else
+    # the partitioner may move the gather before the cast and move float32)
+    return jax.lax.with_sharding_constraint(jax.lax.with_sharding_constraint(value, split), whole)
 
 
 def _gathered_forward(value, split, whole):
@@ -98,8 +100,9 @@ def gather_split_params(params: dict[str, jax.Array], shardings: dict[str, Named
     constrained back to the split, which turns the batch-partial weight gradients into one reduce-scatter each.
     The model then runs on its own rows only, as in data parallelism. Left alone, the partitioner may instead split a
     matmul over the weight's features and move activations (all-gathers over the global batch, all-to-alls and
-    full-size gradient all-reduces; seen in the 2.7b step's partitioned program). Values are unchanged. The gather moves
-    the stored float32 values: twice the bytes of the bf16 copies the matmuls use (the modules cast them)."""
+    full-size gradient all-reduces; seen in the 2.7b step's partitioned program). Values are unchanged. Each value is
+    gathered in its own dtype: the train step passes the matmul weights already cast to the compute dtype
+    (``ParamLayout.cast_for_compute``), so that they move as bf16, and their gradients are reduce-scattered as bf16."""
     out = {}
     for name, value in params.items():
         split = shardings[name]

@@ -47,6 +47,7 @@ def make_train_step(
         raise ValueError("make_train_step: gather_params needs the parameters' shardings")
 
     def loss_fn(params, state, micro_batch, key):
+        params = layout.cast_for_compute(params)  # before any gather: FSDP moves the compute dtype's bytes
         model = layout.merge(gather_split_params(params, shardings[0]) if gather_params else params, state)
         model.train()
         loss_sum, sums = task.loss_terms(model, micro_batch, train=True, rngs=nnx.Rngs(dropout=key))

@@ -4,6 +4,7 @@ few steps on a mesh and records its per-step losses and final parameters' digest
 
 import json
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -96,9 +97,31 @@ def data_parallel_all_gathers() -> int:
     return compiled.as_text().count(" all-gather(")
 
 
+def gathered_in_bf16() -> dict:
+    """FSDP with whole-parameter gathers and bf16 compute (data 4 x fsdp 2): the (shape, dtype) of every all-gather
+    in the step's partitioned program (XLA's dump after SPMD partitioning: later CPU passes widen bf16 collectives),
+    against the shapes of the matmul weights the model computes with in bf16 (``ParamLayout.compute_casts``)."""
+    cfg = load_config("mamba2-tiny", [*QUIET, *GATHER, "--model.compute_dtype=bfloat16", "--mesh.fsdp=2"])
+    with mesh_training(cfg) as (_, _, setup, batches), tempfile.TemporaryDirectory() as dump:
+        args = (setup.params, setup.opt_state, setup.state, batches(0), np.int32(0))
+        options = {"xla_dump_to": dump, "xla_dump_hlo_pass_re": "spmd-partitioning"}
+        setup.train_step.lower(*args).compile(compiler_options=options)
+        (partitioned,) = Path(dump).glob("*after_spmd-partitioning*")
+        gathers = re.findall(r"= (\w+)\[([0-9,]*)\]\S* all-gather\(", partitioned.read_text())
+    casts = [name for name, _ in setup.layout.compute_casts]
+    return {
+        "gathers": sorted({(shape, dtype) for dtype, shape in gathers}),
+        "kernels": sorted({",".join(map(str, setup.params[n].shape)) for n in casts}),
+    }
+
+
 def main(out: str) -> None:
     assert jax.device_count() == 8, jax.devices()
-    results = {"sharded-init": sharded_init(), "data-parallel-all-gathers": data_parallel_all_gathers()}
+    results = {
+        "sharded-init": sharded_init(),
+        "data-parallel-all-gathers": data_parallel_all_gathers(),
+        "gathered-in-bf16": gathered_in_bf16(),
+    }
     with tempfile.TemporaryDirectory() as tmp:
         for name, (model, data, fsdp, context) in MESHES.items():
             results[name] = run(model, data, fsdp, context, Path(tmp) / name)

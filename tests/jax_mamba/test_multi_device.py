@@ -1,9 +1,9 @@
 """Training on a mesh of 8 host CPU devices (a process of its own: ``multi_device_runs``): data parallel and FSDP
 meshes of 1 to 8 devices give the same per-step losses for Mamba-1, Mamba-2 (its loss over chunks too) and the hybrid,
 the Pallas kernels (interpreted) run per device under shard_map, FSDP with parameters gathered whole
-(`mesh.fsdp_gather=gather`) trains the same, a data-parallel step gathers nothing, FSDP's initial state is made
-split, and a run saved on 4 devices resumes on 2 as if never stopped. Mesh arguments are checked before anything
-runs."""
+(`mesh.fsdp_gather=gather`) trains the same and gathers the matmul weights in bf16, a data-parallel step gathers
+nothing, FSDP's initial state is made split, and a run saved on 4 devices resumes on 2 as if never stopped. Mesh
+arguments are checked before anything runs."""
 
 import json
 import re
@@ -54,6 +54,16 @@ def test_every_mesh_trains_like_one_device(runs, model):
 def test_data_parallel_step_gathers_nothing(runs):
     """With the loss over chunks, each device computes the LM head of its own rows only: no all-gather at all."""
     assert runs["data-parallel-all-gathers"] == 0
+
+
+def test_gathered_fsdp_moves_the_matmul_weights_in_bf16(runs):
+    """With bf16 compute, the whole-parameter gathers take the matmul weights already cast (half the bytes of their
+    float32 values); the other parameters are gathered as stored."""
+    gathered = runs["gathered-in-bf16"]
+    gathers = {tuple(pair) for pair in gathered["gathers"]}
+    assert gathered["kernels"] and {(shape, "bf16") for shape in gathered["kernels"]} <= gathers
+    assert not {(shape, "f32") for shape in gathered["kernels"]} & gathers
+    assert {dtype for _, dtype in gathers} == {"bf16", "f32"}
 
 
 def test_fsdp_initialization_is_sharded_and_the_same(runs):

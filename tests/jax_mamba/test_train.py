@@ -210,3 +210,31 @@ def test_bf16_compute_trains_on_cpu(tmp_path):
     cfg = load_config("hybrid-tiny", [*QUIET, "--max_steps=3", "--compute_dtype=bfloat16"])
     result = train(cfg, run_dir=tmp_path, echo=lambda *_: None)
     assert np.isfinite(result.loss) and result.traces == 1
+
+
+@pytest.mark.parametrize("config", ["mamba1-tiny", "hybrid-tiny"])
+def test_matmul_weights_cast_before_the_model_change_nothing(rng, config):
+    """The step casts the Linear kernels to the compute dtype before the model runs (``ParamLayout.compute_casts``,
+    so that FSDP gathers bf16): one bf16 step gives exactly the parameters and loss of the step without that cast,
+    whose modules cast the same kernels themselves. With float32 compute nothing is listed."""
+    import dataclasses
+
+    cfg = load_config(config, ["--compute_dtype=bfloat16"])
+    task = task_for(cfg)
+    layout, params, state = ParamLayout.split(task.build_model(nnx.Rngs(0)))
+    names = [name for name, dtype in layout.compute_casts]
+    assert names and all(n.endswith(".kernel") and n in params for n in names)
+    assert {dtype for _, dtype in layout.compute_casts} == {"bfloat16"}
+    plain = dataclasses.replace(layout, compute_casts=())
+    tx = optax.adamw(1e-3)
+    ids = rng.integers(0, 256, size=(1, 2, 17)).astype(np.int32)
+    batch = {"inputs": ids[..., :-1], "targets": ids[..., 1:], "mask": np.ones((1, 2, 16), np.float32)}
+    copy = lambda t: jax.tree.map(jnp.array, t)  # noqa: E731  (the step donates its inputs)
+    results = [
+        make_train_step(task, lay, tx, 1)[0](copy(params), tx.init(params), state, batch, 0) for lay in (layout, plain)
+    ]
+    (p_cast, _, _, m_cast), (p_plain, _, _, m_plain) = results
+    assert float(m_cast["loss"]) == float(m_plain["loss"])
+    for k in params:
+        np.testing.assert_array_equal(np.asarray(p_cast[k]), np.asarray(p_plain[k]), err_msg=k)
+    assert ParamLayout.split(task_for(load_config(config)).build_model(nnx.Rngs(0)))[0].compute_casts == ()
