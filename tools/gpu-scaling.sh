@@ -24,6 +24,7 @@ export PYTHONPATH=. PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
 count=$(nvidia-smi --query-gpu=name --format=csv,noheader | wc -l)
 gpus=${GPUS:-$(n=1; while [ "$n" -le "$count" ]; do printf '%s ' "$n"; n=$(( n * 2 )); done)}
 default_runs="mamba2-780m-fsdp: --configs mamba2-780m --mode fsdp --per_device_batch 8 --seq_len 2048 --steps 12 --torch
+mamba2-780m-fsdp-gather: GPUS=2,4 --configs mamba2-780m --mode fsdp --per_device_batch 8 --seq_len 2048 --steps 12 --mesh.fsdp_gather=gather
 mamba1-790m-ddp: --configs mamba1-790m --mode ddp --per_device_batch 4 --seq_len 2048 --steps 12 --torch
 mamba1-790m-ddp-dense: --configs mamba1-790m --mode ddp --per_device_batch 4 --seq_len 2048 --steps 12 --model.scan_checkpoint_every=0
 mamba1-790m-ddp-pgle: GPUS=2,4 JAX_ENABLE_PGLE=true JAX_PGLE_PROFILING_RUNS=1 --configs mamba1-790m --mode ddp --per_device_batch 4 --seq_len 2048 --steps 12
