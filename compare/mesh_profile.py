@@ -219,6 +219,40 @@ def markdown(report: dict, command: str) -> list[str]:
     return lines
 
 
+def beside(report: dict, other: dict, label: str, top: int = 12) -> list[str]:
+    """Markdown: the first device of ``report`` against the first of ``other`` (another run's report, e.g. the same
+    config on one device), per step: the step's parts, compute by operator class, and the ``top`` op scope groups
+    whose compute time changed most. Where a scaling loss goes, kernel class by class."""
+    if not report["devices"] or not other.get("devices"):
+        return []
+    (mine, *_), (theirs, *_) = report["devices"].values(), other["devices"].values()
+    rows = [("wall", report["step_wall_ms"], other["step_wall_ms"])]
+    rows += [(k.removesuffix("_ms"), mine[k], theirs[k]) for k in ("compute_ms", "exposed_collective_ms", "idle_ms")]
+
+    def entries(key: str) -> list[tuple[str, float, float]]:  # every entry of a by-dict in either run
+        a, b = mine.get(key, {}), theirs.get(key, {})  # reports from before a breakdown existed lack it
+        return [(name, a.get(name, 0.0), b.get(name, 0.0)) for name in dict.fromkeys([*a, *b])]
+
+    rows += [(f"class: {name}", a, b) for name, a, b in entries("compute_ms_by_class")]
+    moved = sorted(entries("compute_ms_by_scope"), key=lambda row: -abs(row[1] - row[2]))[:top]
+    rows += [(f"scope: {name}", a, b) for name, a, b in moved]
+    lines = ["", f"Against {label} (mesh {other['mesh']}, batch {other['batch_size']}), first device, ms per step:", ""]
+    lines += ["| part | this run | beside | change |", "|---|---|---|---|"]
+    lines += [f"| {name} | {a:.1f} | {b:.1f} | {a - b:+.1f} |" for name, a, b in rows]
+    return lines
+
+
+def read_beside(path: str) -> dict:
+    """Another run's report (``--out``'s .json) for ``--beside``, checked before anything runs."""
+    try:
+        other = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as err:
+        raise ValueError(f"--beside {path}: not a readable compare.mesh_profile JSON report ({err})") from err
+    if not isinstance(other, dict) or not {"devices", "mesh", "step_wall_ms", "batch_size"} <= set(other):
+        raise ValueError(f"--beside {path}: not a compare.mesh_profile report (needs devices, mesh, step_wall_ms)")
+    return other
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m compare.mesh_profile",
@@ -230,9 +264,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=5, help="batches per pass (warm-up, timed, traced)")
     parser.add_argument("--out", help="output path without suffix (.json, .md)")
     parser.add_argument("--keep_trace", help="where to copy the trace (XPlane protobuf)")
+    parser.add_argument("--beside", help="another run's .json report (e.g. one device) to set this one beside")
     args, rest = parse_args_with_overrides(parser, argv)
     if args.steps < 1:
         parser.error(f"--steps must be >= 1, got {args.steps}")
+    try:
+        other = read_beside(args.beside) if args.beside else None
+    except ValueError as err:
+        parser.error(str(err))
     try:
         cfg = load_config(args.config, rest)
     except ConfigError as err:
@@ -242,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     report = mesh_profile(cfg, args.steps, Path(args.keep_trace) if args.keep_trace else None)
     report["seconds"] = round(time.perf_counter() - began, 1)
     command = " ".join(["python -m compare.mesh_profile", *(argv if argv is not None else sys.argv[1:])])
-    lines = markdown(report, command)
+    lines = markdown(report, command) + (beside(report, other, args.beside) if other else [])
     print(json.dumps(report), flush=True)
     print("\n".join(lines))
     if args.out:

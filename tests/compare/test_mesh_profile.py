@@ -1,5 +1,6 @@
 """compare.mesh_profile: its interval arithmetic against a brute-force timeline, its split of NCCL kernels by
-collective, a per-device breakdown on a stand-in and on a real recorded GPU trace, and the command on the CPU."""
+collective, a per-device breakdown on a stand-in and on a real recorded GPU trace, one run set beside another, and
+the command on the CPU."""
 
 import gzip
 import itertools
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 
 from compare.mesh_profile import (
+    beside,
     collective_kind,
     covered_ns,
     device_breakdown,
@@ -128,6 +130,30 @@ def test_command_on_the_cpu_reports_the_step_and_writes_both_files(tmp_path, cap
     assert "not a GPU run" in out.with_suffix(".md").read_text()
 
 
-def test_command_refuses_a_step_count_below_one():
+def test_command_refuses_a_step_count_below_one_and_a_beside_that_is_no_report(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["--config", "mamba1-tiny", "--steps", "0"])
+    (tmp_path / "other.json").write_text('{"points": []}')
+    for path in (tmp_path / "missing.json", tmp_path / "other.json"):
+        with pytest.raises(SystemExit):
+            main(["--config", "mamba1-tiny", "--beside", str(path)])
+        assert "--beside" in capsys.readouterr().err
+
+
+def test_beside_sets_one_run_against_another_by_part_class_and_most_changed_scopes():
+    def report(wall, compute, classes, scopes):
+        device = {"compute_ms": compute, "exposed_collective_ms": wall - compute, "idle_ms": 0.0}
+        device |= {"compute_ms_by_class": classes, "compute_ms_by_scope": scopes}
+        return {"step_wall_ms": wall, "mesh": {"data": 2}, "batch_size": 8, "devices": {"/device:GPU:0": device}}
+
+    one = report(100.0, 100.0, {"GEMM": 50.0, "SSM": 50.0}, {"head/dot": 6.0, "mixer/dot": 40.0, "norm": 4.0})
+    two = report(110.0, 106.0, {"GEMM": 56.0, "SSM": 50.0, "copy/other": 0.5}, {"head/dot": 12.0, "mixer/dot": 40.5})
+    lines = beside(two, one, "one.json", top=2)
+    table = {line.split(" | ")[0][2:]: line.split(" | ")[1:] for line in lines if line.startswith("| ")}
+    assert table["wall"] == ["110.0", "100.0", "+10.0 |"]
+    assert table["exposed_collective"] == ["4.0", "0.0", "+4.0 |"]
+    assert table["class: GEMM"] == ["56.0", "50.0", "+6.0 |"] and table["class: copy/other"][2] == "+0.5 |"
+    moved_most = ["scope: head/dot", "scope: norm"]
+    assert [k for k in table if k.startswith("scope: ")] == moved_most
+    assert table["scope: norm"] == ["0.0", "4.0", "-4.0 |"]
+    assert beside(two, {**one, "devices": {}}, "cpu.json") == []  # a CPU report has no device to set beside
