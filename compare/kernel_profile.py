@@ -43,8 +43,14 @@ def timed_device_events(profile, plane_prefix: str = DEVICE_PLANE_PREFIX):
             continue
         for line in plane.lines:
             for event in line.events:
-                op = next((str(v) for k, v in event.stats if k == HLO_OP_STAT), "")
-                yield event.name, op.replace(".", "_"), int(event.start_ns), int(event.duration_ns)
+                yield launch(event)
+
+
+def launch(event) -> tuple[str, str, int, int]:
+    """One trace event as (kernel name, launching HLO instruction with '.' as '_' or "", start in ns, duration in
+    ns)."""
+    op = next((str(v) for k, v in event.stats if k == HLO_OP_STAT), "")
+    return event.name, op.replace(".", "_"), int(event.start_ns), int(event.duration_ns)
 
 
 def device_events(profile, plane_prefix: str = DEVICE_PLANE_PREFIX):

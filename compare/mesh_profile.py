@@ -31,7 +31,7 @@ from pathlib import Path
 import jax
 
 from compare.kernel_classes import classify
-from compare.kernel_profile import DEVICE_PLANE_PREFIX, HLO_OP_STAT
+from compare.kernel_profile import DEVICE_PLANE_PREFIX, launch
 from compare.outputs import output_path
 from compare.step_profile import profile_steps
 from jax_mamba.configs.loader import ConfigError, load_config, parse_args_with_overrides
@@ -157,11 +157,7 @@ def device_timelines(profile, plane_prefix: str = DEVICE_PLANE_PREFIX) -> dict[s
             continue
         lines = list(plane.lines)
         streams = [line for line in lines if line.name.startswith("Stream")] or lines
-        timelines[plane.name] = [
-            (event.name, next((str(v) for k, v in event.stats if k == HLO_OP_STAT), "").replace(".", "_"),
-             int(event.start_ns), int(event.duration_ns))
-            for line in streams for event in line.events
-        ]  # fmt: skip
+        timelines[plane.name] = [launch(event) for line in streams for event in line.events]
     return timelines
 
 

@@ -18,13 +18,13 @@ from jax_mamba.configs.loader import config_from_dict
 from jax_mamba.configs.schema import RunConfig
 from jax_mamba.data import Dataset
 from jax_mamba.models import compute_dtype_for
-from jax_mamba.tasks import Task, task_for
+from jax_mamba.tasks import Task
 from jax_mamba.train import run_dir as runs
 from jax_mamba.train.checkpoint import CheckpointStore
 from jax_mamba.train.distributed import GlobalBatches, broadcast_text, is_leader, replicated, wait_for_all
+from jax_mamba.train.mesh_training import mesh_and_data
 from jax_mamba.train.metrics import MetricsLog, plot_loss_curve
 from jax_mamba.train.prefetch import DevicePrefetch
-from jax_mamba.train.sharding import check_batch, make_mesh
 from jax_mamba.train.step import init_training, make_eval_step
 
 # May change on resume; the architecture may not:
@@ -125,16 +125,8 @@ def train(cfg: RunConfig, *, resume: bool = False, run_dir: Path | None = None, 
         runs.prepare_resume(run_dir)
         saved = config_from_dict(yaml.safe_load((run_dir / runs.CONFIG_FILE).read_text()))
         _check_resumable(saved, cfg, echo)
-    mesh = make_mesh(cfg.mesh)
-    check_batch(mesh, cfg.train.batch_size)
-    task = task_for(cfg)
-    dataset = task.make_dataset()
-    try:
-        with jax.set_mesh(mesh):  # the modules run Pallas kernels per device under it
-            return _train(cfg, task, dataset, resume, run_dir, echo, mesh)
-    finally:
-        if hasattr(dataset, "close"):
-            dataset.close()
+    with mesh_and_data(cfg) as (mesh, task, dataset):
+        return _train(cfg, task, dataset, resume, run_dir, echo, mesh)
 
 
 def _train(cfg: RunConfig, task: Task, dataset: Dataset, resume: bool, run_dir: Path, echo, mesh) -> TrainResult:
