@@ -1,7 +1,8 @@
 """Multi-GPU scaling, JAX beside PyTorch mamba-ssm: ``python -m compare.scaling --configs NAME ... --gpus 1 2 4
 --mode fsdp|ddp|context [--torch] [--no-jax] --out PATH``.
 
-For each config and device count n (the first n devices: ``CUDA_VISIBLE_DEVICES``; on the CPU, n host devices):
+For each config and device count n (the first n GPUs this process may use: of ``CUDA_VISIBLE_DEVICES`` where it is
+set, so that runs on disjoint GPUs can go at once; on the CPU, n host devices):
 
 - JAX trains in its own process (``python -m jax_mamba.train``, the loop's own tokens/s and peak memory) on the
   mesh of the mode: ``fsdp`` -> mesh 1 x n x 1 (parameters and AdamW state split over the n devices), ``ddp`` ->
@@ -55,11 +56,19 @@ def device_env(n: int, backend: str) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in _PARENT_ONLY}
     env.update({k: os.environ.get(k, v) for k, v in NCCL_DEFAULTS.items()})
     if backend == "gpu":
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, range(n)))
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(visible_gpus(os.environ.get("CUDA_VISIBLE_DEVICES"), n))
     else:
         env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={n}".strip()
         env["JAX_PLATFORMS"] = "cpu"
     return env
+
+
+def visible_gpus(parent: str | None, n: int) -> list[str]:
+    """The first ``n`` of the GPUs the parent may use (its ``CUDA_VISIBLE_DEVICES``, ids or UUIDs), else 0..n-1."""
+    listed = [d.strip() for d in parent.split(",") if d.strip()] if parent else [str(i) for i in range(n)]
+    if len(listed) < n:
+        raise ValueError(f"--gpus {n} needs {n} GPUs; CUDA_VISIBLE_DEVICES={parent!r} lists {len(listed)}")
+    return listed[:n]
 
 
 def run_point(config: str, mode: str, n: int, args, extra: list[str], backend: str, workdir: Path) -> dict:
@@ -106,7 +115,10 @@ def write_report(out: Path, header: dict, points: list[dict]) -> list[str]:
         + (f", {header['xla']}" if header.get("xla") else "")
         + ". "
         f"PyTorch: {header.get('torch_settings') or 'not run'}.",
-        f"Command: `{header['command']}`",
+        f"Command: `{header['command']}`"
+        if isinstance(header["command"], str)
+        else "Commands:\n" + "\n".join(f"- `{c}`" for c in header["command"]),
+        *([f"\n{header['note']}"] if header.get("note") else []),
         "",
         "| config | devices | batch | JAX tokens/s | JAX efficiency | JAX peak GiB | PyTorch tokens/s | "
         "PyTorch efficiency | PyTorch peak GiB | JAX / PyTorch |",

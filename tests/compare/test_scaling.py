@@ -69,3 +69,49 @@ def test_nccl_settings_record_the_default_and_every_other_nccl_variable(monkeypa
     assert nccl_settings() == {"NCCL_NVLS_ENABLE": "0", "NCCL_MAX_NCHANNELS": "4"}
     monkeypatch.setenv("NCCL_NVLS_ENABLE", "1")  # set by the caller: kept, and recorded as set
     assert nccl_settings()["NCCL_NVLS_ENABLE"] == "1"
+
+
+def test_each_count_takes_the_first_gpus_the_parent_may_use():
+    from compare.scaling import visible_gpus
+
+    assert visible_gpus(None, 2) == ["0", "1"]
+    assert visible_gpus("2,3", 1) == ["2"] and visible_gpus("2, 3", 2) == ["2", "3"]
+    with pytest.raises(ValueError, match="CUDA_VISIBLE_DEVICES='2,3' lists 2"):
+        visible_gpus("2,3", 4)
+
+
+def _run(counts, rates, **header):
+    base = {"device": "H200", "mode": "fsdp", "per_device_batch": 8, "seq_len": 2048, "steps": 12,
+            "nccl": "NCCL_NVLS_ENABLE=0", "xla": "", "date": "2026-11-26", "torch_settings": "FSDP2"}  # fmt: skip
+    points = [{"config": "m", "devices": n, "batch_size": 8 * n, "jax": {"items_per_s": r, "peak_memory_gib": 1.0}}
+              for n, r in zip(counts, rates, strict=True)]  # fmt: skip
+    return {**base, "devices": counts, "command": f"python -m compare.scaling --gpus {counts}", **header,
+            "points": points}  # fmt: skip
+
+
+def test_join_makes_one_report_with_efficiencies_across_runs(tmp_path, capsys):
+    from compare.scaling_join import main
+
+    files = []
+    for i, (counts, rates) in enumerate([([4], [360.0]), ([1], [100.0]), ([2], [190.0])]):
+        files.append(tmp_path / f"run{i}.json")
+        files[-1].write_text(json.dumps(_run(counts, rates)))
+    out = tmp_path / "joined"
+    assert main([*map(str, files), f"--out={out}", "--note", "1 and 2 GPUs ran beside other runs"]) == 0
+    joined = json.loads(out.with_name("joined.json").read_text())
+    assert [p["devices"] for p in joined["points"]] == [1, 2, 4] and joined["devices"] == [1, 2, 4]
+    assert len(joined["command"]) == 3
+    report = out.with_name("joined.md").read_text()
+    assert "| m | 2 | 16 | 190 | 95% |" in report and "| m | 4 | 32 | 360 | 90% |" in report
+    assert "beside other runs" in report and "- `python -m compare.scaling --gpus [4]`" in report
+
+
+def test_join_refuses_runs_that_disagree_or_repeat_a_point(tmp_path):
+    from compare.scaling_join import join, main
+
+    with pytest.raises(ValueError, match="seq_len 2048 against 4096"):
+        join([_run([1], [1.0]), _run([2], [2.0], seq_len=4096)])
+    with pytest.raises(ValueError, match="m at 2 devices comes from more than one run"):
+        join([_run([1, 2], [1.0, 2.0]), _run([2], [2.0])])
+    with pytest.raises(SystemExit):
+        main([str(tmp_path / "absent.json"), f"--out={tmp_path / 'x'}"])

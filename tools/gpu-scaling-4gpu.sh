@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# On a 4-GPU machine: the issue-18 scaling points (1, 2 and 4 GPUs) in phases, runs on disjoint GPUs at once, so
+# that the whole set fits one device session. Join each config's points with compare.scaling_join afterwards.
+# Usage: tools/gpu-scaling-4gpu.sh WORK_DIR SDIST_DIR BUILD_PARTS_DIR (tools/gpu-parity.sh export's parts)
+#   phase 1, at once: each config's 1-GPU point on its own GPU (0: 780m, 1: mamba1-790m, 2: 2.7b, 3: context)
+#   phase 2, at once: 780m on GPUs 0,1 and mamba1-790m on GPUs 2,3
+#   phase 3, at once: 2.7b on GPUs 0,1 and context on GPUs 2,3
+#   phase 4, one at a time on all four: 780m, mamba1-790m, context, 2.7b
+# Every point is a compare.scaling run (JAX, then PyTorch for fsdp/ddp) whose .json/.md land in WORK_DIR/results/;
+# WORK_DIR/progress.log says what ran when. Start it with setsid: it outlasts one device call.
+set -uo pipefail
+usage="usage: tools/gpu-scaling-4gpu.sh WORK_DIR SDIST_DIR BUILD_PARTS_DIR"
+work=${1:?$usage}
+sdist=${2:?$usage}
+parts=${3:?$usage}
+export PYTHONPATH=. PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
+mkdir -p "$work/results"
+log="$work/progress.log"
+say() { echo "$(date +%H:%M:%S) $*" | tee -a "$log"; }
+declare -A args=(
+    [mamba2-780m-fsdp]="--configs mamba2-780m --mode fsdp --per_device_batch 8 --seq_len 2048 --steps 12 --torch"
+    [mamba1-790m-ddp]="--configs mamba1-790m --mode ddp --per_device_batch 4 --seq_len 2048 --steps 12 --torch"
+    [mamba2-2.7b-fsdp]="--configs mamba2-2.7b --mode fsdp --per_device_batch 2 --seq_len 2048 --steps 10 --torch"
+    [mamba2-130m-context]="--configs mamba2-130m --mode context --per_device_batch 1 --seq_len 131072 --steps 8"
+)
+point() {  # point GPU_LIST NAME: NAME's point at as many GPUs as GPU_LIST names
+    local gpus=$1 name=$2 began
+    local n=$(( $(tr -cd , <<< "$gpus" | wc -c) + 1 ))
+    began=$(date +%s)
+    say "start $name on GPUs $gpus"
+    # shellcheck disable=SC2086  # the arguments are words
+    CUDA_VISIBLE_DEVICES=$gpus python3 -m compare.scaling ${args[$name]} --gpus $n \
+        --out "$work/results/$name-$n" > "$work/results/$name-$n.log" 2>&1
+    say "end $name-$n: exit $? after $(( $(date +%s) - began )) s"
+}
+say "gpus: $(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tr '\n' ';')"
+bash tools/gpu-parity.sh "$work/build" "$sdist" "import:$parts" > "$work/build.log" 2>&1
+say "extensions ready: exit $?"
+point 0 mamba2-780m-fsdp & point 1 mamba1-790m-ddp & point 2 mamba2-2.7b-fsdp & point 3 mamba2-130m-context & wait
+say "phase 1 done"
+point 0,1 mamba2-780m-fsdp & point 2,3 mamba1-790m-ddp & wait
+say "phase 2 done"
+point 0,1 mamba2-2.7b-fsdp & point 2,3 mamba2-130m-context & wait
+say "phase 3 done"
+for name in mamba2-780m-fsdp mamba1-790m-ddp mamba2-130m-context mamba2-2.7b-fsdp; do point 0,1,2,3 "$name"; done
+say "all runs done"
+touch "$work/done"
