@@ -113,7 +113,7 @@ WIDE_STATE_TILE_MIN_L = 16384  # ... and 32-dim tiles (two per head) only for wa
 TWO_LEVEL_MIN_L = 16384  # two-level state passes for walks this long without whole-head tiles' programs
 LONG_SEGMENT_MIN_L = 65536  # ... over segments of LONG_SEGMENT positions from this L on, else of KEEP_EVERY
 LONG_SEGMENT = 2048
-WIDE_TILE_MAX_DSTATE = 128  # the fused forward and 32- or 64-dim sequential tiles only up to this N (they spill past)
+WIDE_TILE_MAX_DSTATE = 128  # the fused forward, 32- or 64-dim sequential tiles and dB/dC head splits only up to this N
 
 
 def default_config(
@@ -159,11 +159,15 @@ def default_config(
       1.89 / 9.83, B1 L65536 H128 5.07 / 25.50 against 4.98 / 24.65 at 1024; neutral at B2 L8192 H32 N256
       (0.641 / 3.023 against 0.634 / 3.018) and 130m (1.204 against 1.214 forward+backward), slower with whole-head
       tiles (B4 L16384 H64: 2.53 / 15.17 against 3.01 / 16.11);
-    - past N = WIDE_TILE_MAX_DSTATE no fused forward, the sequential passes on 16 head dims and the two-level and
-      rebuild kernels on 32: their float32 (head dims, N) state with the (T, N) B and C tiles outgrows the registers.
-      Compiled for sm_90 at N 256 (``benchmarks/kernels/sass/ssd-sm90-2026-11-25-dstate.txt``; not yet timed),
-      bytes spilled a thread: the fused forward 888-1008 (468-528 on 32 head dims), ``ssd_bwd_dstates`` on 64 dims
-      628 (24 on 32, none on 16), the two-level and rebuild kernels on 64 dims 328-372, none on 32;
+    - past N = WIDE_TILE_MAX_DSTATE no fused forward and the sequential passes on 16 head dims: their float32
+      (head dims, N) state with the (T, N) B and C tiles outgrows the registers. Compiled for sm_90 at N 256
+      (``benchmarks/kernels/sass/ssd-sm90-2026-11-25-dstate.txt``), bytes spilled a thread: the fused forward
+      888-1008 (468-528 on 32 head dims), ``ssd_bwd_dstates`` on 64 dims 628 (24 on 32, none on 16). The two-level
+      and rebuild kernels stay on 64 dims although they spill 328-372 bytes there, and dB/dC take a group's heads in
+      one program (``bwd_head_splits`` 1: no float32 partials for XLA to sum): on an H100
+      (``benchmarks/kernels/h100-2026-11-26-ssd-n256-*``, ms forward / forward+backward, both changes against 32
+      dims and 4 splits) B1 L16384 H24 0.451 / 1.620 against 0.512 / 1.889, B2 L8192 H32 G4 0.629 / 2.243 against
+      0.625 / 2.630, B8 L2048 H24 0.419 / 1.554 against 0.422 / 1.665;
     - the backward's decay gradient from row sums (``bwd_rowwise_dcs``) everywhere: on an H100
       (``benchmarks/kernels/h100x2-2026-11-25-ssd-bwd-candidates.md``) ``ssd_bwd_dx`` took 480 against 508 us at
       130m and 817 against 839 at 2.7b, and compiled for sm_90 it ran 10-13% fewer instructions at every shape tried
@@ -173,7 +177,7 @@ def default_config(
     whole_heads = batch * nheads * -(-headdim // 64) >= enough
     wide_tiles = dstate <= WIDE_TILE_MAX_DSTATE
     if not wide_tiles:
-        config = dataclasses.replace(config, fused_forward_max_l=0, rebuild_block_p=32)
+        config = dataclasses.replace(config, fused_forward_max_l=0, bwd_head_splits=1)
     elif whole_heads:
         config = dataclasses.replace(config, state_block_p=64)
     elif seqlen >= WIDE_STATE_TILE_MIN_L and batch * nheads * -(-headdim // 32) >= enough:

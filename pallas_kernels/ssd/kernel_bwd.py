@@ -308,10 +308,10 @@ def head_splits(heads_per_group: int, most: int) -> int:
 
 
 def ssd_backward(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, states, ypre, dout, dfinal, dims, config):
-    """Returns dx, ddt and dz or None in their inputs' dtypes, float32 partials dB and dC (batch, L, G * splits, N),
-    dA (batch, nblocks, H), dD (batch, nblocks, H, P) or None and d dt_bias (batch, nblocks, H) or None, and
-    d initial_states (batch, H, P, N) float32 or None. ``dims`` has whole heads (block_p >= headdim); the per-head
-    kernel splits them by ``config.bwd_block_p``."""
+    """Returns dx, ddt and dz or None in their inputs' dtypes, partials dB and dC (batch, L, G * splits, N; float32
+    where splits > 1, else in B's and C's dtypes), dA (batch, nblocks, H), dD (batch, nblocks, H, P) or None and
+    d dt_bias (batch, nblocks, H) or None, and d initial_states (batch, H, P, N) float32 or None. ``dims`` has whole
+    heads (block_p >= headdim); the per-head kernel splits them by ``config.bwd_block_p``."""
     batch, seqlen, nheads, headdim = x.shape
     f32 = jnp.float32
     segments = segment_dims(dims, config)
@@ -371,11 +371,16 @@ def ssd_backward(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, states,
     dbias = None if dbias is None else dbias.sum(axis=-1)
 
     splits = head_splits(dims.heads_per_group, config.bwd_head_splits)
-    partial_bc = jax.ShapeDtypeStruct((batch, seqlen, dims.ngroups * splits, dims.dstate), f32)
+    # float32 partials where several programs share a group's heads (XLA sums them); else dB and dC themselves, in
+    # B's and C's dtypes (the same rounding as that sum's cast, without a 66 us float32 round trip at B2 L8192 N256)
+    partial_bc = [
+        jax.ShapeDtypeStruct((batch, seqlen, dims.ngroups * splits, dims.dstate), f32 if splits > 1 else t.dtype)
+        for t in (B, C)
+    ]
     dB, dC = call_kernel(
         functools.partial(_dbc_kernel, dims=dims, splits=splits),
         tensors + [t for t in (z, dt_bias, seq_idx) if t is not None],
-        [partial_bc, partial_bc],
+        partial_bc,
         (batch * dims.nblocks * dims.ngroups * splits,),
         dims,
         config.dbc_num_warps,

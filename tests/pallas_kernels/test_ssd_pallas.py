@@ -58,6 +58,7 @@ TWO_LEVEL_ALL_SHORT = two_level_keep_all(fused_forward_max_l=0)  # 3 blocks: one
 KEPT_COLUMNS_SPLIT = kept(32, fused_forward_max_l=0, state_block_n=16)  # the rebuild too, on 2 column blocks of N 24
 ROWWISE = dict(bwd_rowwise_dcs=True)  # the backward's d cs from row sums (no dM, no (T, T) sums)
 OWN_SCORES_PERSISTENT_ROWWISE = persistent(5, 16, shared_scores=False, bwd_persistent_programs=7, **ROWWISE)
+ONE_DBC_PROGRAM = split(block_l=32, bwd_head_splits=1)  # dB and dC of a group's heads summed in one program
 STATE_CHUNKS = dict(block_l=32, bwd_state_chunk=16, bwd_block_p=16, **ROWWISE)
 OWN_SCORES_STATE_CHUNKS = split(block_l=32, bwd_state_chunk=16, bwd_block_p=16, shared_scores=False)
 
@@ -111,6 +112,8 @@ CASES = [  # batch, L, H, P, N, G, chunk, dtype, D, z, init, seq_idx, softplus, 
         (0.0, INF),
         split(block_l=32, block_p=32, bwd_head_splits=3),
     ),
+    # dB and dC from one program per group looping over its 3 heads, stored in bf16 (no float32 partials to sum)
+    (1, 97, 6, 16, 24, 2, 64, jnp.bfloat16, "H", True, True, True, True, (0.0, INF), ONE_DBC_PROGRAM),
     # States kept every 3 blocks (a partial last segment), rebuilt in the backward (3 head-dim tiles in the first):
     # fused and split forward
     (2, 100, 4, 48, 16, 2, 64, jnp.bfloat16, "H", True, True, True, True, (0.0, INF), kept(48, rebuild_block_p=16)),
@@ -306,8 +309,8 @@ def test_default_config_takes_two_level_state_passes_for_long_walks_short_of_pro
 
 
 def test_default_config_keeps_wide_tiles_and_the_fused_forward_to_n_128():
-    """Past N 128 they spill on sm_90 (benchmarks/kernels/sass/ssd-sm90-2026-11-25-dstate.txt): the same shapes at
-    N 128 and 256."""
+    """Past N 128 they spill on sm_90 (benchmarks/kernels/sass/ssd-sm90-2026-11-25-dstate.txt), and dB/dC take a
+    group's heads whole: the same shapes at N 128 and 256."""
     from pallas_kernels.ssd.config import default_config
 
     assert default_config(8, 2048, 24, 64, 128, 2).fused_forward_max_l > 0
@@ -315,10 +318,13 @@ def test_default_config_keeps_wide_tiles_and_the_fused_forward_to_n_128():
     for shape, tile in (((4, 4096, 64, 64), 64), ((1, 65536, 128, 64), 32)):
         assert default_config(*shape, 128, 2).state_block_p == tile
         assert default_config(*shape, 256, 2).state_block_p == SsdConfig().state_block_p == 16
-    for shape in ((1, 16384, 24, 64), (1, 65536, 128, 64)):  # two-level state passes, at 64 and 32 head dims
+    for shape in ((1, 16384, 24, 64), (1, 65536, 128, 64)):  # two-level state passes: their rebuild on 64 dims
         assert default_config(*shape, 128, 2).rebuild_block_p == SsdConfig().rebuild_block_p == 64
         wide = default_config(*shape, 256, 2)
-        assert wide.two_level_states and wide.rebuild_block_p == 32
+        assert wide.two_level_states and wide.rebuild_block_p == 64  # spills, and was faster (h100-2026-11-26-...)
+    for shape, groups in (((2, 8192, 32, 64), 4), ((8, 2048, 24, 64), 1)):  # dB/dC: one program per group past 128
+        assert default_config(*shape, 128, 2, ngroups=groups).bwd_head_splits == SsdConfig().bwd_head_splits == 4
+        assert default_config(*shape, 256, 2, ngroups=groups).bwd_head_splits == 1
 
 
 def test_default_config_shares_scores_only_where_a_group_has_several_heads():
