@@ -14,6 +14,10 @@ timed by wall clock and once under ``jax.profiler.trace``, then reads each devic
   (layer numbers folded) and by kernel, so that two meshes' steps can be diffed (kernel names are numbered per
   compilation; classes and scopes are not).
 
+Kernels that XLA launches inside a command buffer (CUDA graph) name the buffer, not their HLO instruction, so they
+have no scope; ``--name_launches`` turns command buffers off in the process (every launch named, scopes complete,
+at the cost of the launches the buffers saved: compare its wall time only with another such run).
+
 All per step, in ms. Prints a table, writes ``<out>.json`` / ``<out>.md`` with ``--out`` and the raw trace with
 ``--keep_trace``. Needs GPUs for device timelines (on the CPU the trace has none and only the wall time is
 reported)."""
@@ -31,7 +35,7 @@ from pathlib import Path
 import jax
 
 from compare.kernel_classes import classify
-from compare.kernel_profile import DEVICE_PLANE_PREFIX, launch
+from compare.kernel_profile import DEVICE_PLANE_PREFIX, launch, name_every_launch
 from compare.outputs import output_path
 from compare.step_profile import profile_steps
 from jax_mamba.configs.loader import ConfigError, load_config, parse_args_with_overrides
@@ -192,7 +196,12 @@ def markdown(report: dict, command: str) -> list[str]:
         "",
         f"Batch {report['batch_size']} x {report['seq_len']}, fsdp_gather {report['fsdp_gather']}; "
         f"{report['steps']} steps traced; step {report['step_wall_ms']:.1f} ms wall, "
-        f"{report['items_per_s']:,.0f} {report['unit']}/s. Per step, ms.",
+        f"{report['items_per_s']:,.0f} {report['unit']}/s. Per step, ms. "
+        + (
+            "Command buffers off (every launch named)."
+            if report.get("launches_named")
+            else "Command buffers on: kernels inside them have no scope (--name_launches)."
+        ),
         f"Command: `{command}`",
         "",
         "| device | compute | collectives | exposed collectives | idle | collectives by kind |",
@@ -261,6 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", help="output path without suffix (.json, .md)")
     parser.add_argument("--keep_trace", help="where to copy the trace (XPlane protobuf)")
     parser.add_argument("--beside", help="another run's .json report (e.g. one device) to set this one beside")
+    parser.add_argument("--name_launches", action="store_true", help="XLA command buffers off (every launch named)")
     args, rest = parse_args_with_overrides(parser, argv)
     if args.steps < 1:
         parser.error(f"--steps must be >= 1, got {args.steps}")
@@ -273,9 +283,12 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    if args.name_launches:
+        name_every_launch()  # before the backend starts (the first device query)
     began = time.perf_counter()
     report = mesh_profile(cfg, args.steps, Path(args.keep_trace) if args.keep_trace else None)
     report["seconds"] = round(time.perf_counter() - began, 1)
+    report["launches_named"] = args.name_launches
     command = " ".join(["python -m compare.mesh_profile", *(argv if argv is not None else sys.argv[1:])])
     lines = markdown(report, command) + (beside(report, other, args.beside) if other else [])
     print(json.dumps(report), flush=True)

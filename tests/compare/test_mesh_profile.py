@@ -5,6 +5,7 @@ the command on the CPU."""
 import gzip
 import itertools
 import json
+import os
 from pathlib import Path
 
 import jax
@@ -119,10 +120,15 @@ def test_recorded_gpu_trace_gives_one_timeline_per_gpu_plane():
     assert 0 < got["compute_ms"] < 10.0 and got["idle_ms"] == pytest.approx(10.0 - got["compute_ms"], abs=1e-3)
 
 
-def test_command_on_the_cpu_reports_the_step_and_writes_both_files(tmp_path, capsys):
+def test_command_on_the_cpu_reports_the_step_and_writes_both_files(tmp_path, capsys, monkeypatch):
+    """With --name_launches: XLA's command buffers off for the process (the flag set before the run), noted."""
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=1")
     out = tmp_path / "profile"
-    assert main(["--config", "mamba1-tiny", "--steps", "2", "--batch_size=2", "--seq_len=16", "--out", str(out)]) == 0
+    argv = ["--config", "mamba1-tiny", "--steps", "2", "--batch_size=2", "--seq_len=16", "--name_launches"]
+    assert main([*argv, "--out", str(out)]) == 0
+    assert os.environ["XLA_FLAGS"] == "--xla_force_host_platform_device_count=1 --xla_gpu_enable_command_buffer="
     report = json.loads(out.with_suffix(".json").read_text())
+    assert report["launches_named"] is True and "Command buffers off" in out.with_suffix(".md").read_text()
     assert report["mesh"] == {"data": 1, "fsdp": 1, "context": 1} and report["steps"] == 2
     assert report["step_wall_ms"] > 0
     assert report["items_per_s"] == pytest.approx(2 * 16 / report["step_wall_ms"] * 1e3, rel=1e-3)  # both rounded
