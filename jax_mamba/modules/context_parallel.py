@@ -4,12 +4,13 @@ own stretch of positions, with the recurrence carried across devices by the SSD'
 Per device, inside ``shard_map`` over the batch axes and ``context``:
 - the causal conv first receives the previous device's last width - 1 inputs (``ppermute``; the first device gets
   zeros, the sequence's own causal padding);
-- the SSD runs once from a zero state for its final state; the devices exchange those final states and the total
-  decay of their stretch (``all_gather``: (H, P, N) and (H,) per row, not activations); device k's incoming state is
-  sum over j < k of exp(sum of the log-decays of the devices between them) x final state j; the SSD then runs again
-  from that incoming state (``initial_states``), which gives exactly the unsplit sequence's outputs.
-The second SSD pass doubles the SSD's work (not the layer's); its result is exact. Gradients flow through both
-passes and the collectives (JAX transposes them)."""
+- each device computes the final state of its stretch from a zero state (``ssd_final_state``: one contraction
+  over time per head, no outputs); the devices exchange those final states and the total decay of their stretch
+  (``all_gather``: (H, P, N) and (H,) per row, not activations); device k's incoming state is sum over j < k of
+  exp(sum of the log-decays of the devices between them) x final state j; the SSD then runs from that incoming
+  state (``initial_states``), which gives exactly the unsplit sequence's outputs.
+Gradients flow through the scan, the final states and the collectives (JAX transposes them). The final states cost
+about one read of x and B (and their gradients two GEMMs) where a second scan, forward and backward, did before."""
 
 from collections.abc import Callable
 
@@ -19,7 +20,7 @@ from jax.ad_checkpoint import checkpoint_name
 from jax.sharding import PartitionSpec as P
 
 from jax_mamba.modules.per_device import batch_axes, context_size
-from pallas_kernels.ssd.api import SAVED_STATES_NAME
+from pallas_kernels.ssd.api import SAVED_STATES_NAME, ssd_final_state
 from pallas_kernels.ssd.reference import process_dt
 
 CONTEXT_AXIS = "context"
@@ -49,7 +50,7 @@ def causal_conv_across_context(conv: Callable, x: jax.Array, weight: jax.Array, 
 
 def ssd_across_context(scan: Callable, x, dt, A, B, C, D, z, dt_bias, dt_limit: tuple[float, float]) -> jax.Array:
     """The SSD over x (batch, L, H, P) with L split over ``context``. ``scan(x, dt, A, B, C, D, z, dt_bias,
-    initial_states, return_final_states)`` is the layer's own call (dt_softplus on)."""
+    initial_states)`` is the layer's own call (dt_softplus on, dt clamped to ``dt_limit``)."""
     n = context_size()
     seq, rep = _sequence_spec(), P()
     args = (x, dt, A, B, C, D, z, dt_bias)
@@ -61,7 +62,7 @@ def ssd_across_context(scan: Callable, x, dt, A, B, C, D, z, dt_bias, dt_limit: 
         for i, v in zip(present, values, strict=True):
             full[i] = v
         x, dt, A, B, C, D, z, dt_bias = full
-        _, final = scan(x, dt, A, B, C, D, z, dt_bias, None, True)
+        final = ssd_final_state(x, dt, A, B, dt_bias, dt_softplus=True, dt_limit=dt_limit)
         log_decay = jnp.sum(process_dt(dt, dt_bias, True, dt_limit), axis=1) * A  # (batch, H)
         finals = jax.lax.all_gather(final, CONTEXT_AXIS)  # (n, batch, H, P, N)
         ends = jnp.cumsum(jax.lax.all_gather(log_decay, CONTEXT_AXIS), axis=0)  # ends[i]: decay through device i
@@ -69,8 +70,8 @@ def ssd_across_context(scan: Callable, x, dt, A, B, C, D, z, dt_bias, dt_limit: 
         before = (jnp.arange(n) < k)[:, None, None]
         exponent = jnp.where(before, ends[jnp.maximum(k - 1, 0)][None] - ends, -jnp.inf)  # devices j < i < k
         incoming = jnp.einsum("jbh,jbhpn->bhpn", jnp.exp(exponent), finals)
-        incoming = checkpoint_name(incoming, SAVED_STATES_NAME)  # kept by the layer's remat: no first pass rerun
-        return scan(x, dt, A, B, C, D, z, dt_bias, incoming, False)
+        incoming = checkpoint_name(incoming, SAVED_STATES_NAME)  # kept by the layer's remat: not recomputed
+        return scan(x, dt, A, B, C, D, z, dt_bias, incoming)
 
     in_specs = tuple(specs[i] for i in present)
     return jax.shard_map(local, in_specs=in_specs, out_specs=seq, check_vma=False)(*(args[i] for i in present))

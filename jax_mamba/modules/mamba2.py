@@ -127,10 +127,8 @@ class Mamba2(nnx.Module):
             if seq_idx is not None or return_final_states:
                 raise ValueError("context parallelism takes neither packed sequences (seq_idx) nor final states")
 
-            def scan_from(x, dt, A, B, C, D, z, dt_bias, initial_states, final):  # on one device's stretch
-                return scan(
-                    x, dt, A, B, C, D=D, z=z, dt_bias=dt_bias, initial_states=initial_states, return_final_states=final
-                )
+            def scan_from(x, dt, A, B, C, D, z, dt_bias, initial_states):  # on one device's stretch
+                return scan(x, dt, A, B, C, D=D, z=z, dt_bias=dt_bias, initial_states=initial_states)
 
             y = ssd_across_context(scan_from, x, dt, A, B, C, D, gate, self.dt_bias[...], self.dt_limit)
             return y.reshape(batch, seqlen, self.d_ssm)

@@ -51,6 +51,49 @@ def pallas_config(
 
 
 @jax.named_scope("ssd")  # the op's XLA-side work is attributed to it in profiles
+def ssd_final_state(
+    x: jax.Array,
+    dt: jax.Array,
+    A: jax.Array,
+    B: jax.Array,
+    dt_bias: jax.Array | None = None,
+    dt_softplus: bool = False,
+    dt_limit: tuple[float, float] = (0.0, float("inf")),
+) -> jax.Array:
+    """The final state ``mamba_chunk_scan_combined(..., return_final_states=True)`` returns from a zero initial
+    state, without computing the outputs (pure JAX, differentiable): what a stretch of a sequence hands the next one
+    (context parallelism), at about one read of x and B instead of a whole scan forward and backward.
+
+    Same layout and dt processing as ``mamba_chunk_scan_combined``: x (batch, L, H, P); dt (batch, L, H); A (H,)
+    float32; B (batch, L, G, N), head h reads group h // (H // G); dt_bias (H,). Returns (batch, H, P, N) float32.
+    C, D and z do not enter the state, and packed sequences (seq_idx) are not taken."""
+    _check_state_inputs(x, dt, A, B, dt_bias, dt_limit)
+    processed = reference.process_dt(dt, dt_bias, bool(dt_softplus), (float(dt_limit[0]), float(dt_limit[1])))
+    return reference.final_state(x, processed, A, B)
+
+
+def _check_state_inputs(x, dt, A, B, dt_bias, dt_limit) -> tuple[int, ...]:
+    """The checks of the arguments that make the state (shared by both public functions); x's shape."""
+    check_array("x", x, 4)
+    batch, seqlen, nheads, _ = x.shape
+    check_array("dt", dt, 3)
+    check_shape("dt", dt, (batch, seqlen, nheads), "(batch, L, H)")
+    check_array("A", A, 1)
+    check_shape("A", A, (nheads,), "(H,)")
+    if A.dtype != jnp.float32:
+        raise ValueError(f"A must be float32, got {A.dtype}")
+    check_array("B", B, 4)
+    if B.shape[:2] != (batch, seqlen):
+        raise ValueError(f"B must have shape (batch, L, G, N) with batch={batch}, L={seqlen}, got {tuple(B.shape)}")
+    check_divides("B groups (G)", nheads, B.shape[2], "H")
+    if dt_bias is not None:
+        check_array("dt_bias", dt_bias, 1)
+        check_shape("dt_bias", dt_bias, (nheads,), "(H,)")
+    if len(dt_limit) != 2 or not dt_limit[0] <= dt_limit[1]:
+        raise ValueError(f"dt_limit must be a pair (min, max) with min <= max, got {dt_limit!r}")
+    return tuple(x.shape)
+
+
 def mamba_chunk_scan_combined(
     x: jax.Array,
     dt: jax.Array,
@@ -106,19 +149,8 @@ def mamba_chunk_scan_combined(
         )
     if impl not in _REGISTERED:
         check_impl("mamba_chunk_scan_combined", impl, _AVAILABLE_IMPLS)
-    check_array("x", x, 4)
-    batch, seqlen, nheads, headdim = x.shape
+    batch, seqlen, nheads, headdim = _check_state_inputs(x, dt, A, B, dt_bias, dt_limit)
     check_positive_int("chunk_size", chunk_size)
-    check_array("dt", dt, 3)
-    check_shape("dt", dt, (batch, seqlen, nheads), "(batch, L, H)")
-    check_array("A", A, 1)
-    check_shape("A", A, (nheads,), "(H,)")
-    if A.dtype != jnp.float32:
-        raise ValueError(f"A must be float32, got {A.dtype}")
-    check_array("B", B, 4)
-    if B.shape[:2] != (batch, seqlen):
-        raise ValueError(f"B must have shape (batch, L, G, N) with batch={batch}, L={seqlen}, got {tuple(B.shape)}")
-    check_divides("B groups (G)", nheads, B.shape[2], "H")
     check_array("C", C, 4)
     check_shape("C", C, B.shape, "(batch, L, G, N) like B")
     if D is not None:
@@ -128,16 +160,11 @@ def mamba_chunk_scan_combined(
     if z is not None:
         check_array("z", z, 4)
         check_shape("z", z, x.shape, "(batch, L, H, P) like x")
-    if dt_bias is not None:
-        check_array("dt_bias", dt_bias, 1)
-        check_shape("dt_bias", dt_bias, (nheads,), "(H,)")
     if initial_states is not None:
         check_array("initial_states", initial_states, 4)
         check_shape("initial_states", initial_states, (batch, nheads, headdim, B.shape[3]), "(batch, H, P, N)")
     if seq_idx is not None:
         check_seq_idx(seq_idx, batch, seqlen)
-    if len(dt_limit) != 2 or not dt_limit[0] <= dt_limit[1]:
-        raise ValueError(f"dt_limit must be a pair (min, max) with min <= max, got {dt_limit!r}")
     if return_varlen_states:
         check_cu_seqlens(cu_seqlens, batch, seqlen)
 

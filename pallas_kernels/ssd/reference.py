@@ -105,6 +105,29 @@ def incoming_states(ch: Chunks, initial_states: jax.Array | None) -> tuple[jax.A
     return jnp.moveaxis(incoming, 0, 1), final
 
 
+def final_state(x: jax.Array, dt: jax.Array, A: jax.Array, B: jax.Array) -> jax.Array:
+    """The state after the last position from a zero state, without the outputs: per head h,
+    final = sum_t exp(A_h sum_{s > t} dt_s) dt_t x_t ⊗ B_t, with dt already processed (``process_dt``, float32).
+
+    One contraction over time per head (tensor-core GEMMs, operands in x's dtype, float32 accumulation), where the
+    scan would also compute every output and, differentiated, their gradients. The decay sums run from the end
+    (reversed cumulative sums), so the weights near the end, the largest, are the most exact. Returns (batch, H, P,
+    N) float32."""
+    batch, seqlen, nheads, headdim = x.shape
+    ngroups, dstate = B.shape[2], B.shape[3]
+    after = jnp.flip(jnp.cumsum(jnp.flip(dt, axis=1), axis=1), axis=1) - dt  # sum over s > t, (batch, L, H)
+    weighted = (x.astype(jnp.float32) * (jnp.exp(after * A) * dt)[..., None]).astype(x.dtype)
+    hpg = nheads // ngroups
+    state = jnp.einsum(
+        "blghp,blgn->bghpn",
+        weighted.reshape(batch, seqlen, ngroups, hpg, headdim),
+        B.astype(x.dtype),
+        precision=HIGHEST,
+        preferred_element_type=jnp.float32,
+    )
+    return state.reshape(batch, nheads, headdim, dstate)
+
+
 def chunk_scan(
     x: jax.Array,
     dt: jax.Array,

@@ -115,12 +115,25 @@ def gathered_in_bf16() -> dict:
     }
 
 
+def ssd_forward_kernels(context: int) -> int:
+    """The Pallas SSD forward kernels in Mamba-2's train step (one layer) with each sequence over ``context``
+    devices, counted in its jaxpr: a context-parallel step runs the scan once, as one device's does (each stretch's
+    final state comes from ``ssd_final_state``, not from a second scan)."""
+    model, extra = MODELS["mamba2-pallas"]
+    cfg = load_config(model, [*QUIET, *extra, "--mesh.data=1", f"--mesh.context={context}"])
+    with mesh_training(cfg) as (_, _, setup, batches):
+        args = (setup.params, setup.opt_state, setup.state, batches(0), np.int32(0))
+        program = str(jax.make_jaxpr(setup.train_step)(*args))
+    return len(re.findall(r"name=ssd_fwd\w*", program))
+
+
 def main(out: str) -> None:
     assert jax.device_count() == 8, jax.devices()
     results = {
         "sharded-init": sharded_init(),
         "data-parallel-all-gathers": data_parallel_all_gathers(),
         "gathered-in-bf16": gathered_in_bf16(),
+        "ssd-forward-kernels": {str(n): ssd_forward_kernels(n) for n in (1, 2)},
     }
     with tempfile.TemporaryDirectory() as tmp:
         for name, (model, data, fsdp, context) in MESHES.items():

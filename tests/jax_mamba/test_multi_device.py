@@ -56,6 +56,13 @@ def test_data_parallel_step_gathers_nothing(runs):
     assert runs["data-parallel-all-gathers"] == 0
 
 
+def test_context_parallel_step_runs_the_scan_once(runs):
+    """Each stretch's final state is a contraction (``ssd_final_state``), not a second scan: as many SSD forward
+    kernels as on one device (the scan's own, and its recomputation under the layer's remat)."""
+    kernels = runs["ssd-forward-kernels"]
+    assert kernels["1"] > 0 and kernels["2"] == kernels["1"]
+
+
 def test_gathered_fsdp_moves_the_matmul_weights_in_bf16(runs):
     """With bf16 compute, the whole-parameter gathers take the matmul weights already cast (half the bytes of their
     float32 values); the other parameters are gathered as stored."""

@@ -1,0 +1,71 @@
+"""``ssd_final_state`` (the SSD's final state without its outputs, for context parallelism) against the float64
+recurrence oracle, forward and every gradient, on shapes with one position, odd lengths and several groups; and its
+argument checks."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from compare.tolerances import assert_close
+from pallas_kernels.ssd.api import ssd_final_state
+from tests.pallas_kernels.test_ssd_reference import make_inputs, oracle_with_spread
+
+INF = float("inf")
+STATE_INPUTS = ("x", "dt", "A", "B", "dt_bias")
+
+CASES = [  # batch, L, H, P, N, G, dtype, softplus, dt_limit
+    (2, 1, 4, 8, 16, 1, jnp.float32, True, (0.0, INF)),
+    (1, 100, 4, 4, 8, 2, jnp.float32, True, (0.0, INF)),
+    (2, 256, 2, 8, 16, 1, jnp.float32, True, (0.01, 0.3)),
+    (1, 97, 6, 4, 4, 3, jnp.bfloat16, True, (0.0, INF)),
+    (2, 64, 4, 4, 8, 4, jnp.bfloat16, False, (0.0, INF)),
+    (3, 37, 4, 2, 4, 2, jnp.float16, True, (0.0, INF)),
+]
+
+
+@pytest.mark.parametrize("batch,seqlen,nheads,headdim,dstate,groups,dtype,softplus,dt_limit", CASES)
+def test_final_state_and_its_gradients_match_the_oracle(
+    rng, batch, seqlen, nheads, headdim, dstate, groups, dtype, softplus, dt_limit
+):
+    arrays, exact, _ = make_inputs(
+        rng, batch, seqlen, nheads, headdim, dstate, groups, dtype, D=None, z=False, init=False, softplus=softplus
+    )
+    names = [k for k in STATE_INPUTS if arrays[k] is not None]
+    dfinal = rng.normal(size=(batch, nheads, headdim, dstate))
+
+    def run(*values):
+        inputs = dict(zip(names, values, strict=True))
+        return ssd_final_state(**inputs, dt_softplus=softplus, dt_limit=dt_limit)
+
+    final, vjp = jax.vjp(jax.jit(run), *[arrays[k] for k in names])
+    grads = dict(zip(names, vjp(jnp.asarray(dfinal, jnp.float32)), strict=True))
+    no_outputs = np.zeros((batch, seqlen, nheads, headdim))  # the state alone: the outputs' cotangent is zero
+    _, want_final, want_grads, spread = oracle_with_spread(exact, None, softplus, dt_limit, no_outputs, dfinal)
+    assert final.dtype == jnp.float32 and final.shape == (batch, nheads, headdim, dstate)
+    assert_close("final_states", final, want_final, dtype)  # operands in the inputs' dtype, as the kernels'
+    for name, grad in grads.items():
+        assert grad.dtype == arrays[name].dtype, name
+        want = want_grads[name]
+        floor = float(np.max(spread[name])) if name in spread else 0.0  # sums over batch and L (dA, d dt_bias)
+        assert_close(f"d{name}", grad, want, dtype, floor=floor)  # dA, d dt_bias: float32 from dtype operands
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (dict(x=jnp.zeros((2, 8, 4))), r"x must have rank 4"),
+        (dict(dt=jnp.zeros((2, 9, 4))), r"dt must have shape \(batch, L, H\)"),
+        (dict(A=jnp.zeros((4,), jnp.bfloat16)), r"A must be float32"),
+        (dict(B=jnp.zeros((2, 8, 3, 16))), r"B groups \(G\)"),
+        (dict(dt_bias=jnp.zeros((5,))), r"dt_bias must have shape \(H,\)"),
+        (dict(dt_limit=(1.0, 0.0)), r"dt_limit must be a pair"),
+    ],
+)
+def test_refuses_bad_arguments_by_name(change, message):
+    args = dict(
+        x=jnp.zeros((2, 8, 4, 8)), dt=jnp.zeros((2, 8, 4)), A=-jnp.ones((4,)), B=jnp.zeros((2, 8, 2, 16)),
+        dt_bias=jnp.zeros((4,)), dt_limit=(0.0, INF),
+    )  # fmt: skip
+    with pytest.raises(ValueError, match=message):
+        ssd_final_state(**{**args, **change})
