@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Issue 15's open SSD checks on one GPU, each shape beside mamba-ssm's Triton SSD in the same process (median of 10):
 # run from the repository root as the device command, `bash tools/gpu-issue15-probe.sh [RUN ...]` (default: all four
-# below, about 12 minutes: name n256c n256a n128 in one call and long in another), files in $OUT/issue15-probe.tgz. Needs mamba-ssm's sdist in .sdist/ (its
-# Triton SSD only: the `unpack` stage of tools/gpu-parity.sh, no CUDA build).
+# below, about 12 minutes: name n256c n256a n128 in one call and long in another), files in $OUT/issue15-probe.tgz.
+# Needs mamba-ssm's sdist in .sdist/ (its Triton SSD only: the `unpack` stage of tools/gpu-parity.sh, no CUDA build).
 #   n256c: B2 L8192 H32 N256 G4, today's default (one dB/dC program per group, dB/dC stored in bf16) against the
 #          fused forward on 16 head dims (60 bytes of spills compiled for sm_90, where 32 and 64 spill 468-1008):
 #          the split forward's two passes cost 277 + 274 us there, against mamba-ssm's 546 for the whole forward
