@@ -116,6 +116,10 @@ class ModelConfig:
     # state-rebuild kernel in the backward, 8.5 of 111 ms per 130m step on an H100, for (batch, L / 8, 16,
     # d_inner) float32 more per layer)
     scan_checkpoint_every: int = 256
+    # Mamba-2's Pallas SSD: positions between the states its forward keeps for the backward (None: the kernels'
+    # choice, every 64-position block's state while a layer's are under 256 MiB, e.g. 201 MB a layer at 780m, L 2048
+    # x 8; 0: every block's; a multiple of 64: float32 states that often, the others rebuilt in the backward)
+    ssd_checkpoint_every: int | None = None
     # With the Pallas kernels: the backward recomputes each Mamba mixer's conv, projections and gated norm from
     # in_proj's output, keeping only the scan's or SSD's named states (and Mamba-2's SSD output), as mamba-ssm's fused
     # layers do. False keeps those activations instead: more memory, less recomputation.
@@ -333,6 +337,13 @@ def validate_model(m: ModelConfig) -> ModelConfig:
         "model.scan_checkpoint_every",
         "0 or a power of two >= 16",
         every,
+    )
+    kept = m.ssd_checkpoint_every
+    _require(
+        kept is None or (kept >= 0 and kept % 64 == 0),
+        "model.ssd_checkpoint_every",
+        "null, 0 or a positive multiple of 64",
+        kept,
     )
     bad_idx = [i for i in m.attn_layer_idx if not 0 <= i < m.n_layer]
     _require(not bad_idx, "model.attn_layer_idx", f"layer indices in [0, n_layer={m.n_layer})", m.attn_layer_idx)

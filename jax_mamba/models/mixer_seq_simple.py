@@ -35,7 +35,7 @@ def _mixer(cfg: ModelConfig, layer_idx: int, dtype, rngs: nnx.Rngs) -> nnx.Modul
     if cfg.ssm_cfg.layer == "Mamba1":
         kept = cfg.scan_checkpoint_every
         return Mamba(cfg.d_model, **ssm_layer_kwargs(cfg.ssm_cfg), scan_checkpoint_every=kept, **run)
-    return Mamba2(cfg.d_model, **ssm_layer_kwargs(cfg.ssm_cfg), **run)
+    return Mamba2(cfg.d_model, **ssm_layer_kwargs(cfg.ssm_cfg), ssd_checkpoint_every=cfg.ssd_checkpoint_every, **run)
 
 
 class MixerModel(nnx.Module):

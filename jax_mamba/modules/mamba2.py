@@ -54,6 +54,7 @@ class Mamba2(nnx.Module):
         dtype=jnp.float32,
         impl: str = "auto",
         mixer_remat: bool = True,
+        ssd_checkpoint_every: int | None = None,
         rngs: nnx.Rngs,
     ):
         self.d_model, self.d_state, self.d_conv, self.expand = d_model, d_state, d_conv, expand
@@ -65,6 +66,7 @@ class Mamba2(nnx.Module):
         self.dt_limit = tuple(dt_limit)
         self.chunk_size = chunk_size
         self.impl, self.mixer_remat = impl, mixer_remat
+        self.ssd_checkpoint_every = ssd_checkpoint_every  # the Pallas SSD's kept states (None: its default)
         d_in_proj = 2 * self.d_inner + 2 * ngroups * d_state + self.nheads
         self.in_proj = linear(d_model, d_in_proj, bias=bias, dtype=dtype, rngs=rngs, impl=impl)
         conv_dim = self.d_ssm + 2 * ngroups * d_state
@@ -121,7 +123,12 @@ class Mamba2(nnx.Module):
         D = self._D_by_head() if self.D_has_hdim else self.D[...]
         gate = None if self.rmsnorm else z.reshape(x.shape)
         scan = functools.partial(
-            mamba_chunk_scan_combined, chunk_size=self.chunk_size, dt_softplus=True, dt_limit=self.dt_limit, impl=impl
+            mamba_chunk_scan_combined,
+            chunk_size=self.chunk_size,
+            dt_softplus=True,
+            dt_limit=self.dt_limit,
+            impl=impl,
+            checkpoint_every=self.ssd_checkpoint_every,
         )
         if context_size() > 1:  # the sequence split over devices (training; checked by the config)
             if seq_idx is not None or return_final_states:

@@ -28,7 +28,7 @@ from jax_mamba.train.prefetch import DevicePrefetch
 from jax_mamba.train.step import init_training, make_eval_step
 
 # May change on resume; the architecture may not:
-_RUNTIME_FIELDS = ("impl", "compute_dtype", "remat", "scan_checkpoint_every", "mixer_remat")
+_RUNTIME_FIELDS = ("impl", "compute_dtype", "remat", "scan_checkpoint_every", "ssd_checkpoint_every", "mixer_remat")
 # Steps of an invocation left out of its mean throughput (compilation, autotuning, first kernel loads), at most all
 # but one: the same warm-up as the PyTorch side's benchmark (torch_reference.train_bench --warmup).
 TIMING_WARMUP_STEPS = 3

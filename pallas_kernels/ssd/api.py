@@ -18,7 +18,7 @@ from pallas_kernels._checks import (
 from pallas_kernels._triton import gpu_sm_count, interpret_mode
 from pallas_kernels.ssd import pallas, reference
 from pallas_kernels.ssd.block import ssd_dims
-from pallas_kernels.ssd.config import MAX_DSTATE, MAX_HEADDIM, SsdConfig, default_config
+from pallas_kernels.ssd.config import MAX_DSTATE, MAX_HEADDIM, SsdConfig, default_config, keeping_states_every
 
 _AVAILABLE_IMPLS = ("reference", "pallas")
 SAVED_STATES_NAME = pallas.STATES_NAME  # what a jax.checkpoint policy names to keep the Pallas SSD's states
@@ -114,6 +114,7 @@ def mamba_chunk_scan_combined(
     *,
     impl: str = "reference",
     config: SsdConfig | None = None,
+    checkpoint_every: int | None = None,
 ) -> jax.Array | tuple[jax.Array, jax.Array]:
     """SSD scan, per head h: state_t = exp(dt_t A_h) state_{t-1} + dt_t x_t ⊗ B_t,  y_t = state_t C_t + D x_t.
 
@@ -141,7 +142,10 @@ def mamba_chunk_scan_combined(
     ``impl="pallas"`` runs the Pallas Triton kernels (interpreted when JAX has no GPU) for headdim <= 128 and
     N <= 256. They walk time in blocks of ``config.block_l`` (``SsdConfig``, default 64) whatever ``chunk_size``
     is: like mamba-ssm's chunk size, that block changes rounding only. Dot operands take x's dtype (bf16 in
-    training, as mamba-ssm's kernels), accumulation and the state are float32.
+    training, as mamba-ssm's kernels), accumulation and the state are float32. ``checkpoint_every`` sets only the
+    default tiling's positions between the states the forward keeps for the backward (None: its own choice, every
+    block's state while a call's are under 256 MiB; 0: every block's; else a multiple of 64, rebuilt in the backward
+    from float32 states kept that often: less memory, one more pass); it has no effect on the other impls.
     """
     if impl == MAMBA_SSM_TRITON and impl not in _REGISTERED:
         raise NotImplementedError(
@@ -167,10 +171,16 @@ def mamba_chunk_scan_combined(
         check_seq_idx(seq_idx, batch, seqlen)
     if return_varlen_states:
         check_cu_seqlens(cu_seqlens, batch, seqlen)
+    if checkpoint_every is not None:
+        if config is not None:
+            raise ValueError("pass either config or checkpoint_every (SsdConfig.checkpoint_every), not both")
+        block = SsdConfig.block_l  # the default tiling's block (default_config keeps it)
+        if not isinstance(checkpoint_every, int) or checkpoint_every < 0 or checkpoint_every % block:
+            raise ValueError(f"checkpoint_every must be None, 0 or a multiple of {block} > 0, got {checkpoint_every}")
 
     out, final_states = _scan(
         x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, dt_softplus, dt_limit,
-        return_final_states, impl, config,
+        return_final_states, impl, config, checkpoint_every,
     )  # fmt: skip
     results = (out, final_states) if return_final_states else (out,)
     if return_varlen_states:
@@ -181,7 +191,7 @@ def mamba_chunk_scan_combined(
 
 
 def _scan(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, dt_softplus, dt_limit,
-          return_final_states, impl, config):  # fmt: skip
+          return_final_states, impl, config, checkpoint_every=None):  # fmt: skip
     """(out, final_states) of the checked arguments by ``impl``; a registered impl is asked for the final states
     only with ``return_final_states`` (None otherwise)."""
     nheads, headdim = x.shape[2:]
@@ -194,7 +204,10 @@ def _scan(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, dt
 
     if impl == "pallas":
         _check_pallas_supported(headdim, B.shape[3], config)
-        config = config or pallas_config(*x.shape, B.shape[3], x.dtype, B.shape[2])
+        if config is None:
+            config = pallas_config(*x.shape, B.shape[3], x.dtype, B.shape[2])
+            if checkpoint_every is not None:
+                config = keeping_states_every(config, checkpoint_every)
         dims = ssd_dims(
             x,
             B,

@@ -116,6 +116,16 @@ LONG_SEGMENT = 2048
 WIDE_TILE_MAX_DSTATE = 128  # the fused forward, 32- or 64-dim sequential tiles and dB/dC head splits only up to this N
 
 
+def keeping_states_every(config: SsdConfig, every: int) -> SsdConfig:
+    """``config`` with the forward keeping, for the backward, the state every ``every`` positions (0: every block's),
+    the two-level passes' segments matched to it where they run: trades the kept states' memory, (batch,
+    L / every, H, P, N) float32 against (batch, L / block_l, H, P, N) in x's dtype, for a rebuild in the backward."""
+    if every == 0:
+        return dataclasses.replace(config, checkpoint_every=0)
+    segment = {"state_segment": every} if config.two_level_states else {}
+    return dataclasses.replace(config, checkpoint_every=every, **segment)
+
+
 def default_config(
     batch: int,
     seqlen: int,

@@ -104,6 +104,7 @@ BAD = [
     (["--model.ssm_cfg.ngroups=3"], "model.ssm_cfg.ngroups"),
     (["--model.attn_layer_idx=[5]"], "model.attn_layer_idx"),
     (["--model.scan_checkpoint_every=48"], "model.scan_checkpoint_every: expected 0 or a power of two >= 16"),
+    (["--model.ssd_checkpoint_every=100"], "model.ssd_checkpoint_every: expected null, 0 or a positive multiple of 64"),
     (["--model.attn_layer_idx=[0]"], "model.attn_cfg.num_heads"),
     (["--optim.min_lr=1.0"], "optim.min_lr"),
     (["--data.kind=audio"], "data.kind"),

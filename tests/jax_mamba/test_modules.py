@@ -330,6 +330,9 @@ def test_ssm_cfg_fields_reach_the_mixers():
     assert p["backbone.layers.0.mixer.D"].shape == (96,)
     mixer = model.backbone.layers[0].mixer
     assert (mixer.chunk_size, mixer.dt_limit, mixer.ngroups, mixer.headdim) == (4, (0.0, 0.2), 2, 8)
+    assert mixer.ssd_checkpoint_every is None
+    m2.ssd_checkpoint_every = 128
+    assert MambaLMHeadModel(m2, rngs=nnx.Rngs(0)).backbone.layers[0].mixer.ssd_checkpoint_every == 128
 
 
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32])

@@ -239,6 +239,41 @@ def test_kept_states_are_all_the_forward_saves(rng, fused):
     )  # 10 blocks of 16, kept every 4: blocks 0, 4, 8
 
 
+def test_checkpoint_every_sets_only_the_kept_states_of_the_default_tiling(rng):
+    """checkpoint_every=128 keeps float32 states every 2 blocks of 64 (the rest rebuilt in the backward) where the
+    default keeps every block's in x's dtype; outputs and gradients agree with the default's; 0 keeps every block's."""
+    arrays, _, _ = make_inputs(rng, 2, 200, 4, 16, 16, 2, jnp.float32, D="H", z=True, init=False)
+    inputs = [arrays[k] for k in ("x", "dt", "A", "B", "C")]
+    dout = jnp.asarray(rng.normal(size=inputs[0].shape), jnp.float32)
+
+    def states_and_grads(every):
+        def run(x, dt, A, B, C):
+            return mamba_chunk_scan_combined(x, dt, A, B, C, 64, impl="pallas", checkpoint_every=every)
+
+        out, vjp = jax.vjp(run, *inputs)
+        kept = {(tuple(r.shape), r.dtype) for r in jax.tree.leaves(vjp) if r.ndim == 5}
+        return kept, out, vjp(dout)
+
+    default_kept, out, grads = states_and_grads(None)
+    assert default_kept == states_and_grads(0)[0] == {((2, 4, 4, 16, 16), np.dtype(np.float32))}  # 4 blocks of 64
+    kept, every_out, every_grads = states_and_grads(128)
+    assert kept == {((2, 2, 4, 16, 16), np.dtype(np.float32))}  # blocks 0 and 2
+    assert_close("out", every_out, out, jnp.float32)
+    for name, got, want in zip("x dt A B C".split(), every_grads, grads, strict=True):
+        assert_close(f"d{name}", got, want, jnp.float32)
+
+
+def test_keeping_states_every_matches_the_two_level_segments():
+    from pallas_kernels.ssd.config import default_config, keeping_states_every
+
+    two_level = default_config(1, 65536, 24, 64, 128, 2)
+    assert two_level.two_level_states
+    assert keeping_states_every(two_level, 512).state_segment == keeping_states_every(two_level, 512).checkpoint_every
+    assert keeping_states_every(two_level, 0).state_segment == two_level.state_segment  # every block's: segments kept
+    one_level = default_config(8, 2048, 24, 64, 128, 2)
+    assert keeping_states_every(one_level, 1024).state_segment == one_level.state_segment
+
+
 def test_default_config_keeps_every_block_state_only_while_they_are_small():
     from pallas_kernels.ssd.config import KEEP_EVERY, LONG_SEGMENT, default_config
 
@@ -379,6 +414,8 @@ def test_bf16_inputs_keep_their_dtypes_mixed_with_float32_b(rng):
         ({"config": SsdConfig(bwd_state_chunk=24)}, "SsdConfig.bwd_state_chunk must be 0 or a power of two >= 16"),
         ({"config": SsdConfig(bwd_persistent_programs=-1)}, "SsdConfig.bwd_persistent_programs must be an int >= 0"),
         ({"config": SsdConfig(state_segment=100)}, "state_segment must be a positive multiple of block_l=64, got 100"),
+        ({"checkpoint_every": 100}, "checkpoint_every must be None, 0 or a multiple of 64 > 0, got 100"),
+        ({"checkpoint_every": 128, "config": SsdConfig()}, "pass either config or checkpoint_every"),
     ],
 )
 def test_pallas_refuses_what_it_does_not_tile(change, message):
@@ -387,8 +424,9 @@ def test_pallas_refuses_what_it_does_not_tile(change, message):
     B = jnp.zeros((1, 8, 1, dstate))
     with pytest.raises(ValueError, match=message):
         mamba_chunk_scan_combined(
-            x, jnp.zeros((1, 8, 2)), -jnp.ones(2), B, B, 64, impl="pallas", config=change.get("config")
-        )
+            x, jnp.zeros((1, 8, 2)), -jnp.ones(2), B, B, 64, impl="pallas", config=change.get("config"),
+            checkpoint_every=change.get("checkpoint_every"),
+        )  # fmt: skip
 
 
 @pytest.mark.parametrize(
