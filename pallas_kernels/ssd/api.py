@@ -94,6 +94,7 @@ def _check_state_inputs(x, dt, A, B, dt_bias, dt_limit) -> tuple[int, ...]:
     return tuple(x.shape)
 
 
+@jax.named_scope("ssd")  # the op's XLA-side work is attributed to it in profiles
 def mamba_chunk_scan_combined(
     x: jax.Array,
     dt: jax.Array,
