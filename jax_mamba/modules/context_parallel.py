@@ -4,9 +4,10 @@ own stretch of positions, with the recurrence carried across devices by the SSD'
 Per device, inside ``shard_map`` over the batch axes and ``context``:
 - the causal conv first receives the previous device's last width - 1 inputs (``ppermute``; the first device gets
   zeros, the sequence's own causal padding);
-- each device computes the final state of its stretch from a zero state (``ssd_final_state``: one contraction
-  over time per head, no outputs); the devices exchange those final states and the total decay of their stretch
-  (``all_gather``: (H, P, N) and (H,) per row, not activations); device k's incoming state is sum over j < k of
+- each device computes the final state of its stretch from a zero state (``ssd_final_state``'s contraction over
+  time per head, no outputs; dt processed once for it and for the stretch's total decay); the devices exchange
+  those final states and total decays (``all_gather``: (H, P, N) and (H,) per row, not activations); device k's
+  incoming state is sum over j < k of
   exp(sum of the log-decays of the devices between them) x final state j; the SSD then runs from that incoming
   state (``initial_states``), which gives exactly the unsplit sequence's outputs.
 Gradients flow through the scan, the final states and the collectives (JAX transposes them). The final states cost
@@ -20,8 +21,8 @@ from jax.ad_checkpoint import checkpoint_name
 from jax.sharding import PartitionSpec as P
 
 from jax_mamba.modules.per_device import batch_axes, context_size
-from pallas_kernels.ssd.api import SAVED_STATES_NAME, ssd_final_state
-from pallas_kernels.ssd.reference import process_dt
+from pallas_kernels.ssd.api import SAVED_STATES_NAME
+from pallas_kernels.ssd.reference import final_state, process_dt
 
 CONTEXT_AXIS = "context"
 
@@ -62,8 +63,9 @@ def ssd_across_context(scan: Callable, x, dt, A, B, C, D, z, dt_bias, dt_limit: 
         for i, v in zip(present, values, strict=True):
             full[i] = v
         x, dt, A, B, C, D, z, dt_bias = full
-        final = ssd_final_state(x, dt, A, B, dt_bias, dt_softplus=True, dt_limit=dt_limit)
-        log_decay = jnp.sum(process_dt(dt, dt_bias, True, dt_limit), axis=1) * A  # (batch, H)
+        processed = process_dt(dt, dt_bias, True, dt_limit)  # (batch, L, H) float32, as the layer's scan takes it
+        final = final_state(x, processed, A, B)  # ssd_final_state's math: the layer has checked the inputs
+        log_decay = jnp.sum(processed, axis=1) * A  # (batch, H)
         finals = jax.lax.all_gather(final, CONTEXT_AXIS)  # (n, batch, H, P, N)
         ends = jnp.cumsum(jax.lax.all_gather(log_decay, CONTEXT_AXIS), axis=0)  # ends[i]: decay through device i
         k = jax.lax.axis_index(CONTEXT_AXIS)

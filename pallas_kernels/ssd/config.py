@@ -175,7 +175,7 @@ def default_config(
       888-1008 (468-528 on 32 head dims), ``ssd_bwd_dstates`` on 64 dims 628 (24 on 32, none on 16). The two-level
       and rebuild kernels stay on 64 dims although they spill 328-372 bytes there, and dB/dC take a group's heads in
       one program (``bwd_head_splits`` 1: no float32 partials for XLA to sum): on an H100
-      (``benchmarks/kernels/h100-2026-11-26-ssd-n256-*``, ms forward / forward+backward, both changes against 32
+      (``benchmarks/kernels/h100-2026-11-26b-ssd-n256-*``, ms forward / forward+backward, both changes against 32
       dims and 4 splits) B1 L16384 H24 0.451 / 1.620 against 0.512 / 1.889, B2 L8192 H32 G4 0.629 / 2.243 against
       0.625 / 2.630, B8 L2048 H24 0.419 / 1.554 against 0.422 / 1.665;
     - the backward's decay gradient from row sums (``bwd_rowwise_dcs``) everywhere: on an H100

@@ -356,7 +356,7 @@ def test_default_config_keeps_wide_tiles_and_the_fused_forward_to_n_128():
     for shape in ((1, 16384, 24, 64), (1, 65536, 128, 64)):  # two-level state passes: their rebuild on 64 dims
         assert default_config(*shape, 128, 2).rebuild_block_p == SsdConfig().rebuild_block_p == 64
         wide = default_config(*shape, 256, 2)
-        assert wide.two_level_states and wide.rebuild_block_p == 64  # spills, and was faster (h100-2026-11-26-...)
+        assert wide.two_level_states and wide.rebuild_block_p == 64  # spills, and was faster (h100-2026-11-26b-...)
     for shape, groups in (((2, 8192, 32, 64), 4), ((8, 2048, 24, 64), 1)):  # dB/dC: one program per group past 128
         assert default_config(*shape, 128, 2, ngroups=groups).bwd_head_splits == SsdConfig().bwd_head_splits == 4
         assert default_config(*shape, 256, 2, ngroups=groups).bwd_head_splits == 1
