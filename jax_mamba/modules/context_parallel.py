@@ -7,9 +7,8 @@ Per device, inside ``shard_map`` over the batch axes and ``context``:
 - each device computes the final state of its stretch from a zero state (``ssd_final_state``'s contraction over
   time per head, no outputs; dt processed once for it and for the stretch's total decay); the devices exchange
   those final states and total decays (``all_gather``: (H, P, N) and (H,) per row, not activations); device k's
-  incoming state is sum over j < k of
-  exp(sum of the log-decays of the devices between them) x final state j; the SSD then runs from that incoming
-  state (``initial_states``), which gives exactly the unsplit sequence's outputs.
+  incoming state is sum over j < k of exp(sum of the log-decays of the devices between them) x final state j; the
+  SSD then runs from that incoming state (``initial_states``), which gives exactly the unsplit sequence's outputs.
 Gradients flow through the scan, the final states and the collectives (JAX transposes them). The final states cost
 about one read of x and B (and their gradients two GEMMs) where a second scan, forward and backward, did before."""
 
