@@ -278,8 +278,9 @@ class TrainConfig:
     stop_after_steps: int | None = None  # end this invocation early (preemptible jobs); continue with --resume
     progress: bool = True  # progress bar on stderr
     label_smoothing: float = 0.0  # cross-entropy targets: 1 - eps on the label, eps spread over all classes
-    # Language models: positions whose logits exist at once in the LM head and loss, recomputed in the backward
-    # (0: automatic, LOSS_CHUNK_TOKENS positions where a micro-batch's float32 logits would exceed 4 GiB, else all)
+    # Language models: positions whose logits exist at once on each device in the LM head and loss, recomputed in
+    # the backward (0: automatic, LOSS_CHUNK_TOKENS positions where a device's share of a micro-batch would have more
+    # than 4 GiB of float32 logits, else all)
     loss_chunk_tokens: int = 0
 
 

@@ -5,6 +5,7 @@ or with one device, or for the pure-JAX reference ops (which XLA partitions itse
 ``context`` axis (Mamba-2's context parallelism, ``modules.context_parallel``) the arrays' positions are split over
 it as well."""
 
+import math
 from collections.abc import Callable
 
 import jax
@@ -25,6 +26,13 @@ def context_size() -> int:
     """The current mesh's ``context`` axis size (1 without one): sequences split over that many devices."""
     mesh = jax.sharding.get_abstract_mesh()
     return 1 if mesh.empty or "context" not in mesh.axis_names else mesh.shape["context"]
+
+
+def batch_devices() -> int:
+    """How many devices a batch's positions are spread over under the current mesh: the batch axes' sizes times the
+    context axis' (1 without a mesh)."""
+    mesh = jax.sharding.get_abstract_mesh()
+    return 1 if mesh.empty else math.prod(mesh.shape[a] for a in batch_axes()) * context_size()
 
 
 def per_device(fn: Callable, impl: str, batched: tuple[bool, ...], out_batched, *args):

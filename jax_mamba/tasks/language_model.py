@@ -7,11 +7,12 @@ import math
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from jax.sharding import PartitionSpec as P
 
 from jax_mamba.configs.schema import RunConfig
 from jax_mamba.data import Batch, DataError, Dataset, make_dataset
 from jax_mamba.models import MambaLMHeadModel
-from jax_mamba.modules.per_device import batch_axes, context_size
+from jax_mamba.modules.per_device import batch_axes, batch_devices, context_size
 from jax_mamba.tasks.losses import cross_entropy
 
 _DECAYED_SUFFIXES = (".kernel", ".embedding", "conv1d.weight")
@@ -21,13 +22,18 @@ LOSS_CHUNK_TOKENS = 8192  # positions per chunk of the LM head and loss when chu
 LOSS_CHUNK_ABOVE_BYTES = 4 * 2**30  # automatic chunking where a micro-batch's float32 logits would exceed this
 
 
-def lm_loss_chunk(configured: int, positions: int, vocab: int) -> int:
-    """Positions per chunk of the LM head and loss: ``configured`` (train.loss_chunk_tokens) if set, else
-    LOSS_CHUNK_TOKENS where the float32 (positions, vocab) logits would exceed LOSS_CHUNK_ABOVE_BYTES, else all
-    (one chunk: mamba2-130m at batch 8 x 2048 has 3.3 GB of them). Never more than ``positions``."""
+def lm_loss_chunk(configured: int, positions: int, vocab: int, devices: int = 1) -> int:
+    """Positions per chunk of the LM head and loss, over all ``devices`` that share the ``positions``: each device's
+    share is ``configured`` (train.loss_chunk_tokens) if set, else LOSS_CHUNK_TOKENS where its float32 (positions,
+    vocab) logits would exceed LOSS_CHUNK_ABOVE_BYTES, else all of its positions (one chunk: mamba2-130m at batch
+    8 x 2048 has 3.3 GB of them). So a device computes the same chunks on a mesh as alone with its own batch. Never
+    more than ``positions``."""
+    own = -(-positions // devices)
     if configured:
-        return min(configured, positions)
-    return LOSS_CHUNK_TOKENS if positions * vocab * 4 > LOSS_CHUNK_ABOVE_BYTES else positions
+        share = configured
+    else:
+        share = LOSS_CHUNK_TOKENS if own * vocab * 4 > LOSS_CHUNK_ABOVE_BYTES else own
+    return min(share * devices, positions)
 
 
 def loss_chunks(t: jax.Array, chunk: int, strided: bool) -> jax.Array:
@@ -53,6 +59,40 @@ def strided_chunks(rows: int, length: int, chunk: int) -> tuple[int, int]:
     count = -(-length // max(1, chunk // rows))
     count = next((n for n in range(count, min(2 * count, length) + 1) if length % n == 0), count)
     return count, -(-length // count)
+
+
+def head_loss_sums(
+    hidden: jax.Array,
+    targets: jax.Array,
+    mask: jax.Array,
+    weight: jax.Array,
+    *,
+    configured: int,
+    smoothing: float,
+    devices: int = 1,
+    strided: bool = True,
+) -> tuple[jax.Array, jax.Array]:
+    """(summed masked NLL, summed masked correct argmax) of the LM head ``hidden @ weight`` over hidden (rows, L,
+    d_model), targets (rows, L) int and mask (rows, L) float32, weight (d_model, vocab) in hidden's dtype. The
+    logits (float32) are made one chunk of ``lm_loss_chunk(configured, positions, vocab, devices)`` positions at a
+    time and recomputed in the backward; ``strided`` picks the chunks' layout (``loss_chunks``)."""
+    rows, length = hidden.shape[:2]
+    chunk = lm_loss_chunk(configured, rows * length, weight.shape[1], devices)
+
+    def chunk_sums(h, t, m):
+        logits = (h @ weight).astype(jnp.float32)
+        nll = cross_entropy(logits, t, smoothing)
+        correct = (jnp.argmax(logits, axis=-1) == t).astype(jnp.float32)
+        return jnp.sum(nll * m), jnp.sum(correct * m)
+
+    if chunk == rows * length:
+        return chunk_sums(hidden, targets, mask)
+    split = functools.partial(loss_chunks, chunk=chunk, strided=strided)
+    remat_sums = jax.checkpoint(chunk_sums)  # the backward recomputes each chunk's logits
+    step = lambda carry, xs: (jax.tree.map(jnp.add, carry, remat_sums(*xs)), None)  # noqa: E731
+    zero = jnp.zeros((), jnp.float32)
+    sums, _ = jax.lax.scan(step, (zero, zero), (split(hidden), split(targets), split(mask)))
+    return sums
 
 
 class LanguageModeling:
@@ -87,35 +127,33 @@ class LanguageModeling:
         """Summed token NLL (label-smoothed in training if configured) over the positions where mask is 1, the
         scored count and the correct argmax predictions. Logits are float32 before the softmax. The LM head and
         the loss run over chunks of positions (``lm_loss_chunk``: train.loss_chunk_tokens), each chunk's logits
-        recomputed in the backward, so that at long context the (positions, vocab) logits never exist whole. A
-        chunk takes every row's positions at a stride (``loss_chunks``), so that on a mesh each device computes its
-        own share of every chunk: whole-row chunks one after another were each held by one device of a data-parallel
-        mesh, and every device computed the LM head of the whole batch. Pure FSDP meshes keep whole-row chunks (XLA
-        splits the head over the vocabulary there)."""
+        recomputed in the backward, so that at long context the (positions, vocab) logits never exist whole.
+
+        On a mesh that splits the batch's positions (data, fsdp, context axes) each device runs the head and loss on
+        its own positions under ``shard_map`` (``head_loss_sums``), with the whole head weight, and the sums are
+        added over the devices. Left to XLA's partitioner, the chunk loop's transpose all-reduced the head's weight
+        gradient (a (d_model, vocab) array) once per chunk, and chunks of whole rows made every device compute the
+        LM head of the whole batch; per device the weight gradient is reduced once, after the loop. The exception
+        is a pure FSDP mesh left to XLA (``mesh.fsdp_gather="xla"``), where the partitioner splits the head's matmul
+        over the vocabulary (the weight stays split) and whole-row chunks need less memory (CPU compiles, 790m
+        width)."""
         smoothing = self.cfg.train.label_smoothing if train else 0.0
+        configured = self.cfg.train.loss_chunk_tokens
         weight = model.head_weight()
         hidden = model.backbone(batch["inputs"]).astype(weight.dtype)
         targets, mask = batch["targets"], batch["mask"].astype(jnp.float32)
-        rows, length = hidden.shape[:2]
-        chunk = lm_loss_chunk(self.cfg.train.loss_chunk_tokens, rows * length, weight.shape[1])
-
-        def chunk_sums(h, t, m):
-            logits = (h @ weight).astype(jnp.float32)
-            nll = cross_entropy(logits, t, smoothing)
-            correct = (jnp.argmax(logits, axis=-1) == t).astype(jnp.float32)
-            return jnp.sum(nll * m), jnp.sum(correct * m)
-
-        if chunk == rows * length:
-            nll_sum, correct_sum = chunk_sums(hidden, targets, mask)
+        axes, context = batch_axes(), context_size()
+        sums = functools.partial(head_loss_sums, configured=configured, smoothing=smoothing)
+        if axes == ("fsdp",) and context == 1 and self.cfg.mesh.fsdp_gather == "xla":
+            nll_sum, correct_sum = sums(hidden, targets, mask, weight, devices=batch_devices(), strided=False)
+        elif axes or context > 1:
+            split = P(axes or None, "context" if context > 1 else None)
+            summed = (*axes, *(["context"] if context > 1 else []))
+            local = lambda *args: jax.lax.psum(sums(*args), summed)  # noqa: E731
+            per_device = jax.shard_map(local, in_specs=(split, split, split, P()), out_specs=P(), check_vma=False)
+            nll_sum, correct_sum = per_device(hidden, targets, mask, weight)
         else:
-            # on a pure FSDP mesh XLA splits the head's matmul over the vocabulary (its weight is split): each device
-            # takes every position of a chunk, and whole-row chunks need less memory there (CPU compiles, 790m width)
-            pure_fsdp = batch_axes() == ("fsdp",) and context_size() == 1
-            split = functools.partial(loss_chunks, chunk=chunk, strided=not pure_fsdp)
-            remat_sums = jax.checkpoint(chunk_sums)  # the backward recomputes each chunk's logits
-            step = lambda carry, xs: (jax.tree.map(jnp.add, carry, remat_sums(*xs)), None)  # noqa: E731
-            zero = jnp.zeros((), jnp.float32)
-            (nll_sum, correct_sum), _ = jax.lax.scan(step, (zero, zero), (split(hidden), split(targets), split(mask)))
+            nll_sum, correct_sum = sums(hidden, targets, mask, weight)
         return nll_sum, {"count": jnp.sum(mask), "correct": correct_sum}
 
     def train_metrics(self, sums: dict[str, jax.Array]) -> dict[str, jax.Array]:

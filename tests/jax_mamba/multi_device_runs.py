@@ -30,7 +30,7 @@ MODELS = {
     "hybrid": ("hybrid-tiny", []),
     "mamba2-pallas": ("mamba2-tiny", ["--model.impl=pallas", "--n_layer=1", "--seq_len=32"]),
 }
-CHUNKED = ["--loss_chunk_tokens=48"]  # the LM head and loss over chunks (512 positions in a batch of 8 x 64)
+CHUNKED = ["--loss_chunk_tokens=48"]  # LM head and loss over chunks of 48 positions a device (batch 8 x 64)
 MODELS["mamba2-chunked"] = ("mamba2-tiny", CHUNKED)
 GATHER = ["--mesh.fsdp_gather=gather"]  # FSDP with each split parameter gathered whole before the model runs
 MODELS.update({f"{m}-gather": (MODELS[m][0], MODELS[m][1] + GATHER) for m in ("mamba2", "hybrid")})
@@ -86,15 +86,24 @@ def sharded_init() -> dict:
     }
 
 
-def data_parallel_all_gathers() -> int:
-    """All-gathers in Mamba-2's compiled train step on a data-parallel mesh of 8 with the loss over chunks: none
-    are needed (parameters are whole on every device, rows split), and chunks of whole rows, each held by one device,
-    made every device gather and compute the LM head of the whole batch."""
+def data_parallel_collectives() -> dict[str, int]:
+    """Collectives in Mamba-2's compiled train step on a data-parallel mesh of 8 with the loss over chunks: no
+    all-gather is needed (parameters are whole on every device, rows split), and none belongs inside a loop
+    (``in_loops``: in any computation but the entry one). Chunks of whole rows, each held by one device, made every
+    device gather and compute the LM head of the whole batch; the chunk loop's transpose, left to XLA, all-reduced
+    the head's weight gradient once per chunk."""
     cfg = load_config("mamba2-tiny", [*QUIET, *CHUNKED, "--mesh.data=8"])
     with mesh_training(cfg) as (_, _, setup, batches):
         args = (setup.params, setup.opt_state, setup.state, batches(0), np.int32(0))
-        compiled = setup.train_step.lower(*args).compile()
-    return compiled.as_text().count(" all-gather(")
+        text = setup.train_step.lower(*args).compile().as_text()
+    collective = re.compile(r" (all-gather|all-reduce|reduce-scatter|all-to-all|collective-permute)(-start)?\(")
+    in_loops, entry = 0, False
+    for line in text.splitlines():
+        if line and not line.startswith(" ") and line.endswith("{"):  # a computation's header
+            entry = line.startswith("ENTRY")
+        elif not entry and collective.search(line):
+            in_loops += 1
+    return {"all_gathers": text.count(" all-gather("), "in_loops": in_loops}
 
 
 def gathered_in_bf16() -> dict:
@@ -131,7 +140,7 @@ def main(out: str) -> None:
     assert jax.device_count() == 8, jax.devices()
     results = {
         "sharded-init": sharded_init(),
-        "data-parallel-all-gathers": data_parallel_all_gathers(),
+        "data-parallel-collectives": data_parallel_collectives(),
         "gathered-in-bf16": gathered_in_bf16(),
         "ssd-forward-kernels": {str(n): ssd_forward_kernels(n) for n in (1, 2)},
     }

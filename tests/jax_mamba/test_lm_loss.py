@@ -82,6 +82,14 @@ def test_automatic_chunks_only_where_the_logits_are_large():
     assert lm_loss_chunk(100, 30, 50280) == 30
 
 
+def test_chunks_are_per_device_on_a_mesh():
+    """Over ``devices`` sharing the positions, each device's share follows the same rule as one device alone."""
+    assert lm_loss_chunk(0, 4 * 8 * 2048, 50280, devices=4) == 4 * 8 * 2048  # each device's 3.3 GB: one chunk
+    assert lm_loss_chunk(0, 4 * 65536, 50280, devices=4) == 4 * LOSS_CHUNK_TOKENS
+    assert lm_loss_chunk(4096, 4 * 8 * 2048, 50280, devices=4) == 4 * 4096
+    assert lm_loss_chunk(4096, 3 * 1000, 50280, devices=3) == 3000  # never more than the positions
+
+
 def test_chunks_bound_the_compiled_steps_temporary_memory():
     """The train step's temporaries (XLA's CPU compilation: what it allocates beside parameters and inputs) at a
     50280-token vocabulary and 4096 positions: the whole loss holds several (positions, vocab) float32 arrays

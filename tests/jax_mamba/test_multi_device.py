@@ -51,9 +51,11 @@ def test_every_mesh_trains_like_one_device(runs, model):
             assert runs[name]["traces"] == 1, name
 
 
-def test_data_parallel_step_gathers_nothing(runs):
-    """With the loss over chunks, each device computes the LM head of its own rows only: no all-gather at all."""
-    assert runs["data-parallel-all-gathers"] == 0
+def test_data_parallel_step_gathers_nothing_and_reduces_once(runs):
+    """With the loss over chunks, each device computes the LM head of its own rows only: no all-gather at all, and
+    no collective inside the chunk loop (the head's weight gradient is reduced once, after it)."""
+    collectives = runs["data-parallel-collectives"]
+    assert collectives == {"all_gathers": 0, "in_loops": 0}
 
 
 def test_context_parallel_step_runs_the_scan_once(runs):
