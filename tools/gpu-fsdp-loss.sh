@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On a 4-GPU machine: FSDP after the per-device LM head and loss (the head's weight gradient reduced once a step,
 # not once a chunk), JAX only: mamba2-780m and mamba2-2.7b with mesh.fsdp_gather=gather at 1, 2 and 4 GPUs, and
-# 780m with the default (xla) gather at 2 GPUs beside them.
+# 780m with mesh.fsdp_gather=xla (the default when this ran) at 2 GPUs beside them.
 # Usage: tools/gpu-fsdp-loss.sh WORK_DIR; start it with setsid (it outlasts one device call). Points (.json, .md)
 # and logs land in WORK_DIR/results/, WORK_DIR/progress.log says what ran when, WORK_DIR/done marks the end.
 #   phase 1, at once: 780m on GPU 0, 2.7b on GPU 1, 780m gather on GPUs 2,3

@@ -297,10 +297,11 @@ class MeshConfig:
     data: int = 0
     fsdp: int = 1
     context: int = 1  # Mamba-2 language models: each sequence's positions split over this many devices
-    # How the step uses FSDP-split parameters: "xla" leaves it to XLA's partitioner (it may split the matmuls over
-    # the weights' features and move activations instead); "gather" gathers each split parameter whole before the
-    # model runs and reduce-scatters its gradient (train.sharding.gather_split_params).
-    fsdp_gather: str = "xla"
+    # How the step uses FSDP-split parameters: "gather" gathers each split parameter whole before the model runs and
+    # reduce-scatters its gradient (train.sharding.gather_split_params); "xla" leaves it to XLA's partitioner, which
+    # may split the matmuls over the weights' features and move activations instead (slower on every mesh measured:
+    # benchmarks/scaling/README.md, fifth run).
+    fsdp_gather: str = "gather"
 
 
 @dataclass

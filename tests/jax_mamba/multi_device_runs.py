@@ -32,8 +32,8 @@ MODELS = {
 }
 CHUNKED = ["--loss_chunk_tokens=48"]  # LM head and loss over chunks of 48 positions a device (batch 8 x 64)
 MODELS["mamba2-chunked"] = ("mamba2-tiny", CHUNKED)
-GATHER = ["--mesh.fsdp_gather=gather"]  # FSDP with each split parameter gathered whole before the model runs
-MODELS.update({f"{m}-gather": (MODELS[m][0], MODELS[m][1] + GATHER) for m in ("mamba2", "hybrid")})
+XLA = ["--mesh.fsdp_gather=xla"]  # FSDP left to XLA's partitioner (the default gathers split parameters whole)
+MODELS.update({f"{m}-xla": (MODELS[m][0], MODELS[m][1] + XLA) for m in ("mamba2", "hybrid", "mamba2-chunked")})
 MESHES = {  # name: (model, data, fsdp, context); Mamba-2 on 1, 2, 4 (context) and 8 devices, the others on 1 and 8
     **{f"{m}-1x1x1": (m, 1, 1, 1) for m in ("mamba1", "mamba2", "hybrid")},
     **{f"{m}-2x4x1": (m, 2, 4, 1) for m in ("mamba1", "mamba2", "hybrid")},
@@ -48,10 +48,11 @@ MESHES = {  # name: (model, data, fsdp, context); Mamba-2 on 1, 2, 4 (context) a
     # compared with their model's one-device run (the names start with it)
     "mamba2-chunked-1x1x1": ("mamba2-chunked", 1, 1, 1),
     "mamba2-chunked-4x1x1": ("mamba2-chunked", 4, 1, 1),  # strided chunks, rows split
-    "mamba2-chunked-1x4x1": ("mamba2-chunked", 1, 4, 1),  # pure FSDP: whole-row chunks
+    "mamba2-chunked-1x4x1": ("mamba2-chunked", 1, 4, 1),  # pure FSDP, weights gathered whole: per-device chunks
     "mamba2-chunked-2x2x2": ("mamba2-chunked", 2, 2, 2),  # strided chunks, rows and positions split
-    "mamba2-gather-1x8x1": ("mamba2-gather", 1, 8, 1),
-    "hybrid-gather-2x4x1": ("hybrid-gather", 2, 4, 1),
+    "mamba2-chunked-xla-1x4x1": ("mamba2-chunked-xla", 1, 4, 1),  # pure FSDP left to XLA: whole-row chunks
+    "mamba2-xla-1x8x1": ("mamba2-xla", 1, 8, 1),
+    "hybrid-xla-2x4x1": ("hybrid-xla", 2, 4, 1),
 }
 
 
@@ -107,10 +108,11 @@ def data_parallel_collectives() -> dict[str, int]:
 
 
 def gathered_in_bf16() -> dict:
-    """FSDP with whole-parameter gathers and bf16 compute (data 4 x fsdp 2): the (shape, dtype) of every all-gather
-    in the step's partitioned program (XLA's dump after SPMD partitioning: later CPU passes widen bf16 collectives),
-    against the shapes of the matmul weights the model computes with in bf16 (``ParamLayout.compute_casts``)."""
-    cfg = load_config("mamba2-tiny", [*QUIET, *GATHER, "--model.compute_dtype=bfloat16", "--mesh.fsdp=2"])
+    """FSDP with whole-parameter gathers (the default ``mesh.fsdp_gather``) and bf16 compute (data 4 x fsdp 2): the
+    (shape, dtype) of every all-gather in the step's partitioned program (XLA's dump after SPMD partitioning: later
+    CPU passes widen bf16 collectives), against the shapes of the matmul weights the model computes with in bf16
+    (``ParamLayout.compute_casts``)."""
+    cfg = load_config("mamba2-tiny", [*QUIET, "--model.compute_dtype=bfloat16", "--mesh.fsdp=2"])
     with mesh_training(cfg) as (_, _, setup, batches), tempfile.TemporaryDirectory() as dump:
         args = (setup.params, setup.opt_state, setup.state, batches(0), np.int32(0))
         options = {"xla_dump_to": dump, "xla_dump_hlo_pass_re": "spmd-partitioning"}

@@ -33,13 +33,13 @@ def _loss_and_grads(overrides: list[str], batch: dict) -> tuple[jax.Array, dict,
 @pytest.mark.parametrize("tied", [True, False])
 @pytest.mark.parametrize("strided", [True, False])
 def test_chunked_loss_equals_the_whole_loss(rng, tied, strided, monkeypatch):
-    if not strided:  # whole-row chunks: what a pure FSDP mesh takes
+    if not strided:  # whole-row chunks: what a pure FSDP mesh left to XLA takes
         monkeypatch.setattr(language_model, "batch_axes", lambda: ("fsdp",))
     batch_size, seqlen = 2, 19  # 38 positions: chunks of 7 leave a partial last chunk
     ids = rng.integers(0, 256, size=(batch_size, seqlen + 1)).astype(np.int32)
     mask = (rng.uniform(size=(batch_size, seqlen)) < 0.8).astype(np.float32)
     batch = {"inputs": jnp.asarray(ids[:, :-1]), "targets": jnp.asarray(ids[:, 1:]), "mask": jnp.asarray(mask)}
-    common = [f"--tie_embeddings={str(tied).lower()}", "--label_smoothing=0.1"]
+    common = [f"--tie_embeddings={str(tied).lower()}", "--label_smoothing=0.1", "--mesh.fsdp_gather=xla"]
     whole = _loss_and_grads([*common, "--loss_chunk_tokens=0"], batch)
     chunked = _loss_and_grads([*common, "--loss_chunk_tokens=7"], batch)
     assert_close("loss sum", chunked[0], whole[0], jnp.float32)

@@ -1,9 +1,10 @@
 """Training on a mesh of 8 host CPU devices (a process of its own: ``multi_device_runs``): data parallel and FSDP
 meshes of 1 to 8 devices give the same per-step losses for Mamba-1, Mamba-2 (its loss over chunks too) and the hybrid,
-the Pallas kernels (interpreted) run per device under shard_map, FSDP with parameters gathered whole
-(`mesh.fsdp_gather=gather`) trains the same and gathers the matmul weights in bf16, a data-parallel step gathers
-nothing, FSDP's initial state is made split, and a run saved on 4 devices resumes on 2 as if never stopped. Mesh
-arguments are checked before anything runs."""
+the Pallas kernels (interpreted) run per device under shard_map, FSDP left to XLA's partitioner
+(`mesh.fsdp_gather=xla`) trains the same, FSDP with parameters gathered whole (the default) gathers the matmul
+weights in bf16, a data-parallel step gathers nothing and reduces nothing inside its loss loop, FSDP's initial state
+is made split, and a run saved on 4 devices resumes on 2 as if never stopped. Mesh arguments are checked before
+anything runs."""
 
 import json
 import re
@@ -39,7 +40,7 @@ def test_every_mesh_trains_like_one_device(runs, model):
     AdamW's scale invariance would hide from the losses) and evaluation."""
     one = curve(runs[f"{model}-1x1x1"])
     pallas = model.endswith("pallas")
-    mesh_run = re.compile(rf"{re.escape(model)}-(gather-)?\d+x\d+x\d+")  # this model's runs, gathered FSDP too
+    mesh_run = re.compile(rf"{re.escape(model)}-(xla-)?\d+x\d+x\d+")  # this model's runs, FSDP left to XLA too
     others = [n for n in runs if mesh_run.fullmatch(n) and n != f"{model}-1x1x1"]
     assert others and len(one) == 3 and one[-1] < one[0]
     for name in others:
