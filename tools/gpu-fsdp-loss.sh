@@ -12,17 +12,7 @@ work=${1:?usage: tools/gpu-fsdp-loss.sh WORK_DIR}
 export PYTHONPATH=. PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
 mkdir -p "$work/results"
 log="$work/progress.log"
-say() { echo "$(date +%H:%M:%S) $*" | tee -a "$log"; }
-point() {  # point GPU_LIST NAME ARGS...: one JAX-only compare.scaling point on as many GPUs as GPU_LIST names
-    local gpus=$1 name=$2 began n
-    shift 2
-    n=$(( $(tr -cd , <<< "$gpus" | wc -c) + 1 ))
-    began=$(date +%s)
-    say "start $name-$n on GPUs $gpus"
-    CUDA_VISIBLE_DEVICES=$gpus python3 -m compare.scaling "$@" --gpus "$n" --out "$work/results/$name-$n" \
-        > "$work/results/$name-$n.log" 2>&1
-    say "end $name-$n: exit $? after $(( $(date +%s) - began )) s"
-}
+source tools/scaling-lib.sh
 m780="--configs mamba2-780m --mode fsdp --per_device_batch 8 --seq_len 2048 --steps 12"
 m27="--configs mamba2-2.7b --mode fsdp --per_device_batch 2 --seq_len 2048 --steps 10"
 gather="--mesh.fsdp_gather=gather"

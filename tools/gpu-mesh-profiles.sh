@@ -16,8 +16,7 @@ work=${1:?usage: tools/gpu-mesh-profiles.sh WORK_DIR}
 export PYTHONPATH=. PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
 mkdir -p "$work/prof" "$work/results"
 log="$work/progress.log"
-say() { echo "$(date +%H:%M:%S) $*" | tee -a "$log"; }
-count() { echo $(( $(tr -cd , <<< "$1" | wc -c) + 1 )); }
+source tools/scaling-lib.sh
 profile() {  # profile GPU_LIST NAME ARGS...: one compare.mesh_profile run on those GPUs
     local gpus=$1 name=$2 began
     shift 2
@@ -26,16 +25,6 @@ profile() {  # profile GPU_LIST NAME ARGS...: one compare.mesh_profile run on th
     CUDA_VISIBLE_DEVICES=$gpus python3 -m compare.mesh_profile --name_launches --seq_len=2048 --steps 5 "$@" \
         --out "$work/prof/$name" > "$work/prof/$name.log" 2>&1
     say "end $name: exit $? after $(( $(date +%s) - began )) s"
-}
-point() {  # point GPU_LIST NAME ARGS...: one JAX-only compare.scaling point on as many GPUs as GPU_LIST names
-    local gpus=$1 name=$2 began n
-    shift 2
-    n=$(count "$gpus")
-    began=$(date +%s)
-    say "start $name-$n on GPUs $gpus"
-    CUDA_VISIBLE_DEVICES=$gpus python3 -m compare.scaling "$@" --gpus "$n" --out "$work/results/$name-$n" \
-        > "$work/results/$name-$n.log" 2>&1
-    say "end $name-$n: exit $? after $(( $(date +%s) - began )) s"
 }
 m780="--config mamba2-780m"
 m27="--config mamba2-2.7b"

@@ -16,32 +16,26 @@ parts=${3:?$usage}
 export PYTHONPATH=. PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
 mkdir -p "$work/results"
 log="$work/progress.log"
-say() { echo "$(date +%H:%M:%S) $*" | tee -a "$log"; }
+source tools/scaling-lib.sh
 declare -A args=(
     [mamba2-780m-fsdp]="--configs mamba2-780m --mode fsdp --per_device_batch 8 --seq_len 2048 --steps 12 --torch"
     [mamba1-790m-ddp]="--configs mamba1-790m --mode ddp --per_device_batch 4 --seq_len 2048 --steps 12 --torch"
     [mamba2-2.7b-fsdp]="--configs mamba2-2.7b --mode fsdp --per_device_batch 2 --seq_len 2048 --steps 10 --torch"
     [mamba2-130m-context]="--configs mamba2-130m --mode context --per_device_batch 1 --seq_len 131072 --steps 8"
 )
-point() {  # point GPU_LIST NAME: NAME's point at as many GPUs as GPU_LIST names
-    local gpus=$1 name=$2 began
-    local n=$(( $(tr -cd , <<< "$gpus" | wc -c) + 1 ))
-    began=$(date +%s)
-    say "start $name on GPUs $gpus"
+at() {  # at GPU_LIST NAME: NAME's point (JAX, then PyTorch for fsdp/ddp) on as many GPUs as GPU_LIST names
     # shellcheck disable=SC2086  # the arguments are words
-    CUDA_VISIBLE_DEVICES=$gpus python3 -m compare.scaling ${args[$name]} --gpus $n \
-        --out "$work/results/$name-$n" > "$work/results/$name-$n.log" 2>&1
-    say "end $name-$n: exit $? after $(( $(date +%s) - began )) s"
+    point "$1" "$2" ${args[$2]}
 }
 say "gpus: $(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tr '\n' ';')"
 bash tools/gpu-parity.sh "$work/build" "$sdist" "import:$parts" > "$work/build.log" 2>&1
 say "extensions ready: exit $?"
-point 0 mamba2-780m-fsdp & point 1 mamba1-790m-ddp & point 2 mamba2-2.7b-fsdp & point 3 mamba2-130m-context & wait
+at 0 mamba2-780m-fsdp & at 1 mamba1-790m-ddp & at 2 mamba2-2.7b-fsdp & at 3 mamba2-130m-context & wait
 say "phase 1 done"
-point 0,1 mamba2-780m-fsdp & point 2,3 mamba1-790m-ddp & wait
+at 0,1 mamba2-780m-fsdp & at 2,3 mamba1-790m-ddp & wait
 say "phase 2 done"
-point 0,1 mamba2-2.7b-fsdp & point 2,3 mamba2-130m-context & wait
+at 0,1 mamba2-2.7b-fsdp & at 2,3 mamba2-130m-context & wait
 say "phase 3 done"
-for name in mamba2-780m-fsdp mamba1-790m-ddp mamba2-130m-context mamba2-2.7b-fsdp; do point 0,1,2,3 "$name"; done
+for name in mamba2-780m-fsdp mamba1-790m-ddp mamba2-130m-context mamba2-2.7b-fsdp; do at 0,1,2,3 "$name"; done
 say "all runs done"
 touch "$work/done"

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Shared by the multi-GPU queue scripts (sourced, not run): say, a timestamped line to stdout and $log; point, one
+# compare.scaling point (its arguments say which sides run). Needs $work (the queue's work folder; results land in
+# $work/results/) and $log.
+say() { echo "$(date +%H:%M:%S) $*" | tee -a "$log"; }
+point() {  # point GPU_LIST NAME ARGS...: one compare.scaling point on as many GPUs as GPU_LIST names
+    local gpus=$1 name=$2 began n
+    shift 2
+    n=$(( $(tr -cd , <<< "$gpus" | wc -c) + 1 ))
+    began=$(date +%s)
+    say "start $name-$n on GPUs $gpus"
+    CUDA_VISIBLE_DEVICES=$gpus python3 -m compare.scaling "$@" --gpus "$n" --out "$work/results/$name-$n" \
+        > "$work/results/$name-$n.log" 2>&1
+    say "end $name-$n: exit $? after $(( $(date +%s) - began )) s"
+}
