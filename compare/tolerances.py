@@ -75,12 +75,20 @@ def compare(name: str, actual, expected, dtype, scale: float = 1.0, floor: float
     return Comparison(name, max_abs, err, tol, err <= tol, note)
 
 
+def reference_noise_scale(reference, exact, dtype, scale: float = 1.0, floor: float = 0.0) -> float:
+    """The tolerance scale for comparing a result with ``reference``: ``scale``, raised to REFERENCE_FACTOR x the
+    reference's own error (``reference`` against ``exact``, a more exact computation of the same thing) where that
+    is larger. A comparison with a reference cannot be held tighter than the reference's own distance from the truth."""
+    noise = compare("reference", reference, exact, dtype, scale, floor).rel_l2_err
+    return max(scale, REFERENCE_FACTOR * noise / tolerance(dtype)) if np.isfinite(noise) else scale
+
+
 def compare_to_reference_noise(name: str, actual, expected, expected_fp32, dtype, floor: float = 0.0) -> Comparison:
     """Like :func:`compare`, with the tolerance raised to REFERENCE_FACTOR x the reference's own rounding error
     (``expected`` against ``expected_fp32``, the reference computed in float32). The note also gives our own
     distance from the float32 reference: where it is below the reference's, ours is the more exact result."""
     noise = compare(name, expected, expected_fp32, dtype, floor=floor).rel_l2_err
-    scale = max(1.0, REFERENCE_FACTOR * noise / tolerance(dtype)) if np.isfinite(noise) else 1.0
+    scale = reference_noise_scale(expected, expected_fp32, dtype, floor=floor)
     row = compare(name, actual, expected, dtype, scale, floor)
     ours = compare(name, actual, expected_fp32, dtype, floor=floor).rel_l2_err
     row.note = row.note or f"tolerance {REFERENCE_FACTOR:g} x mamba-ssm's bf16 error ({noise:.1e})"

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from compare.tolerances import assert_close
+from compare.tolerances import assert_close, reference_noise_scale
 from pallas_kernels import mamba_chunk_scan_combined
 from pallas_kernels.ssd.config import SsdConfig
 from tests.pallas_kernels.test_ssd_reference import INF, make_inputs, oracle, oracle_with_spread, run_with_vjp
@@ -181,7 +181,10 @@ def test_pallas_matches_oracle_and_reference(
         scale = REDUCED_GRAD_SCALE if name in REDUCED_GRADS and dtype != jnp.float32 else 1.0
         floor = float(np.linalg.norm(spread[name])) if name in spread and dtype != jnp.float32 else 0.0
         assert_close(f"d{name}", grad, want_grads[name], dtype, scale, floor)
-        assert_close(f"d{name} vs reference", grad, ref_grads[name], dtype, scale, floor)
+        # the reference's dA and d dt_bias are float32 sums over batch x L too: against it, no tighter than its own
+        # error from the oracle (float32, L 1000, TEST_SEED=1210755715: dA 1.8e-4 from the oracle, ours 5.6e-5)
+        ref_scale = reference_noise_scale(ref_grads[name], want_grads[name], dtype, scale, floor)
+        assert_close(f"d{name} vs reference", grad, ref_grads[name], dtype, ref_scale, floor)
 
 
 @pytest.mark.parametrize(("programs", "kernel"), [(3, "ssd_fwd_out_persistent"), (64, "ssd_fwd_out")])
