@@ -3,7 +3,8 @@ own stretch of positions, with the recurrence carried across devices by the SSD'
 
 Per device, inside ``shard_map`` over the batch axes and ``context``:
 - the causal conv first receives the previous device's last width - 1 inputs (``ppermute``; the first device gets
-  zeros, the sequence's own causal padding);
+  zeros, the sequence's own causal padding) and reads them as its initial states, in place (no copy of the
+  stretch with them in front);
 - each device computes the final state of its stretch from a zero state (``ssd_final_state``'s contraction over
   time per head, no outputs; dt processed once for it and for the stretch's total decay); the devices exchange
   those final states and total decays (``all_gather``: (H, P, N) and (H,) per row, not activations); device k's
@@ -31,13 +32,14 @@ def _sequence_spec() -> P:
 
 
 def causal_conv_across_context(conv: Callable, x: jax.Array, weight: jax.Array, bias: jax.Array | None):
-    """``conv(x, weight, bias)`` (depthwise causal, x (batch, L, channels)) with L split over ``context``."""
+    """``conv(x, weight, bias, initial_states=...)`` (depthwise causal, x (batch, L, channels), initial states
+    (batch, width - 1, channels)) with L split over ``context``."""
     n, width = context_size(), weight.shape[1]
 
     def local(x, weight, bias):
         halo = x[:, x.shape[1] - (width - 1) :]
         previous = jax.lax.ppermute(halo, CONTEXT_AXIS, [(i, i + 1) for i in range(n - 1)])
-        return conv(jnp.concatenate([previous, x], axis=1), weight, bias)[:, width - 1 :]
+        return conv(x, weight, bias, initial_states=previous)
 
     if bias is None:
         return jax.shard_map(

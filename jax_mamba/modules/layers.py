@@ -204,7 +204,8 @@ class CausalConv1d(nnx.Module):
     ) -> tuple[jax.Array, jax.Array]:
         """Inference: the conv of x (batch, L, channels) continuing from ``state`` (batch, width - 1, channels), the
         last inputs before x (zeros when None), and the state after x. Prefill passes the prompt, decoding one
-        position at a time. Always the reference conv: the Pallas kernel takes no states."""
+        position at a time. Always the reference conv (the decoding benchmarks measure it so; the Pallas kernel takes
+        states too, for context parallelism)."""
         bias = None if self.bias is None else self.bias[...]
         return causal_conv1d_fn(
             x, self.weight[...], bias, initial_states=state, return_final_states=True, activation=activation

@@ -37,9 +37,9 @@ def causal_conv1d_fn(
 
     Returns out with x's dtype and layout, plus final_states (the last width - 1 inputs) if return_final_states.
 
-    ``impl="pallas"`` runs the Pallas Triton kernels (interpreted when JAX has no GPU), SiLU fused, a backward that
-    recomputes the conv and keeps only the inputs; it does not take ``initial_states`` or ``return_final_states``
-    (the decoding path, which ``impl="reference"`` serves). ``config`` sets its tiling (``ConvConfig``).
+    ``impl="pallas"`` runs the Pallas Triton kernels (interpreted when JAX has no GPU), SiLU fused, initial states
+    read in place (context parallelism passes the previous device's last inputs), a backward that recomputes the
+    conv and keeps only the inputs. ``config`` sets its tiling (``ConvConfig``).
     """
     check_impl("causal_conv1d_fn", impl, _AVAILABLE_IMPLS)
     if layout not in ("channels_last", "channels_first"):
@@ -71,15 +71,24 @@ def causal_conv1d_fn(
             check_shape("initial_states", initial_states, (batch, width - 1, dim), "(batch, width - 1, dim)")
 
     if impl == "pallas":
-        if initial_states is not None or return_final_states:
-            raise ValueError(
-                "impl='pallas' does not take initial_states or return_final_states; use impl='reference' for them"
-            )
         check_config(config, ConvConfig)
         silu = activation in ("silu", "swish")
-        out = pallas.causal_conv1d(x, weight, bias, seq_idx, silu, config or ConvConfig(), interpret_mode())
-        return jnp.swapaxes(out, 1, 2) if channels_first else out
-    out, final_states = reference.causal_conv1d(x, weight, bias, seq_idx, initial_states, activation)
+        states = None if initial_states is None else initial_states.astype(x.dtype)  # as the reference rounds them
+        out = pallas.causal_conv1d(x, weight, bias, seq_idx, states, silu, config or ConvConfig(), interpret_mode())
+        final_states = _last_inputs(x, initial_states, width) if return_final_states else None
+    else:
+        out, final_states = reference.causal_conv1d(x, weight, bias, seq_idx, initial_states, activation)
     if channels_first:
-        out, final_states = jnp.swapaxes(out, 1, 2), jnp.swapaxes(final_states, 1, 2)
+        out = jnp.swapaxes(out, 1, 2)
+        final_states = None if final_states is None else jnp.swapaxes(final_states, 1, 2)
     return (out, final_states) if return_final_states else out
+
+
+def _last_inputs(x: jax.Array, initial_states: jax.Array | None, width: int) -> jax.Array:
+    """The width - 1 inputs before the step after x (batch, width - 1, dim) in x's dtype: x's last ones, preceded by
+    the initial states' (zeros without them) where x is shorter."""
+    batch, seqlen, dim = x.shape
+    if seqlen >= width - 1:
+        return x[:, seqlen - (width - 1) :]
+    history = jnp.zeros((batch, width - 1, dim), x.dtype) if initial_states is None else initial_states.astype(x.dtype)
+    return jnp.concatenate([history, x], axis=1)[:, seqlen:]

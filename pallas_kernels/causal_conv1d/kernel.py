@@ -4,12 +4,15 @@ Grid (batch, blocks of ``block_l`` steps, blocks of ``block_d`` channels). A pro
 tile of x at the ``width`` shifted offsets its taps need (neighbouring tiles overlap, so all but the first read
 come from cache) and writes its tile of out:
     p[t] = bias + sum_k w[k] x[t - (width - 1) + k],   out[t] = silu(p[t]) (or p[t]),
-a tap reading 0 before the start and where ``seq_idx`` differs from the output step's. The backward recomputes p
+a tap reading the initial states before the start (0 without them) and 0 where ``seq_idx`` differs from the output
+step's. The backward recomputes p
 at the ``width`` output steps each input step feeds (t .. t + width - 1), so it stores nothing from the forward:
     g[t] = dout[t] silu'(p[t]),   dx[t] = sum_k w[k] g[t + (width - 1) - k],
     dw[k] = sum_t g[t] x[t - (width - 1) + k],   dbias = sum_t g[t]
 dw and dbias are written per (batch row, block of steps) and summed by the caller in a fixed order.
-Layouts: x, out, dout, dx (batch, L, dim); weight transposed to (width, dim); seq_idx (batch, L) int32.
+Layouts: x, out, dout, dx (batch, L, dim); weight transposed to (width, dim); seq_idx (batch, L) int32; initial
+states (batch, width - 1, dim), zero-padded behind to width - 1 + block_l rows (``_initial``) so that a tile's
+shifted slice of them stays in bounds in interpret mode. Their gradient is not the kernels' (see ``pallas``).
 """
 
 import dataclasses
@@ -31,6 +34,7 @@ class ConvDims:
     width: int
     has_bias: bool
     has_seq_idx: bool
+    has_initial: bool
     silu: bool
     block_l: int
     block_d: int
@@ -62,11 +66,23 @@ class _Tile:
         t = self.rows + shift
         return (t >= 0) & (t < self.dims.seqlen)
 
-    def load(self, ref, shift: int) -> jax.Array:
-        """(block_l, block_d) float32 of a (batch, pad + L, dim) ref at rows + shift; 0 outside [0, L)."""
+    def load(self, ref, shift: int, initial_ref=None) -> jax.Array:
+        """(block_l, block_d) float32 of a (batch, pad + L, dim) ref at rows + shift; 0 outside [0, L), except the
+        width - 1 rows before 0, which come from ``initial_ref`` where given."""
         idx = (self.b, pl.ds(self.dims.pad + self.t0 + shift, self.dims.block_l), pl.ds(self.d0, self.dims.block_d))
         mask = self.row_mask(shift)[:, None] & self.cmask[None, :]
-        return plgpu.load(ref.at[idx], mask=mask, other=0).astype(jnp.float32)
+        values = plgpu.load(ref.at[idx], mask=mask, other=0).astype(jnp.float32)
+        if initial_ref is None:
+            return values
+        t = self.rows + shift
+        before = (t < 0) & (t >= 1 - self.dims.width)
+        idx = (
+            self.b,
+            pl.ds(self.t0 + shift + self.dims.width - 1, self.dims.block_l),
+            pl.ds(self.d0, self.dims.block_d),
+        )
+        initial = plgpu.load(initial_ref.at[idx], mask=before[:, None] & self.cmask[None, :], other=0)
+        return values + initial.astype(jnp.float32)
 
     def load_seq(self, ref, shift: int) -> jax.Array:
         """(block_l,) seq_idx at rows + shift of a (batch, pad + L) ref; -1 outside [0, L) (no sequence)."""
@@ -84,7 +100,7 @@ class _Tile:
         plgpu.store(ref.at[idx], x.astype(ref.dtype), mask=self.row_mask(0)[:, None] & self.cmask[None, :])
 
 
-def _pre_activation(tile: _Tile, x_ref, weights, bias, seq_ref, shift: int, cache: dict):
+def _pre_activation(tile: _Tile, x_ref, weights, bias, seq_ref, initial_ref, shift: int, cache: dict):
     """p at rows + shift and the taps it read, (block_l, block_d) float32 each; ``cache`` keeps loads by offset."""
     dims = tile.dims
     seq_out = _cached(cache, ("seq", shift), lambda: tile.load_seq(seq_ref, shift)) if seq_ref is not None else None
@@ -96,7 +112,7 @@ def _pre_activation(tile: _Tile, x_ref, weights, bias, seq_ref, shift: int, cach
     taps = []
     for k in range(dims.width):
         offset = shift + k - (dims.width - 1)
-        tap = _cached(cache, ("x", offset), lambda o=offset: tile.load(x_ref, o))
+        tap = _cached(cache, ("x", offset), lambda o=offset: tile.load(x_ref, o, initial_ref))
         if seq_out is not None:
             seq_in = _cached(cache, ("seq", offset), lambda o=offset: tile.load_seq(seq_ref, o))
             tap = jnp.where((seq_in == seq_out)[:, None], tap, 0.0)
@@ -115,11 +131,12 @@ def _fwd_kernel(x_ref, w_ref, *refs, dims: ConvDims):
     it = iter(refs)
     bias_ref = next(it) if dims.has_bias else None
     seq_ref = next(it) if dims.has_seq_idx else None
+    initial_ref = next(it) if dims.has_initial else None
     (out_ref,) = it
     tile = _Tile(dims)
     weights = [tile.weight(w_ref, k) for k in range(dims.width)]
     bias = tile.weight(bias_ref, 0) if bias_ref is not None else None
-    p, _ = _pre_activation(tile, x_ref, weights, bias, seq_ref, 0, {})
+    p, _ = _pre_activation(tile, x_ref, weights, bias, seq_ref, initial_ref, 0, {})
     tile.store(out_ref, p * sigmoid(p, dims.interpret) if dims.silu else p)
 
 
@@ -127,6 +144,7 @@ def _bwd_kernel(x_ref, w_ref, dout_ref, *refs, dims: ConvDims):
     it = iter(refs)
     bias_ref = next(it) if dims.has_bias else None
     seq_ref = next(it) if dims.has_seq_idx else None
+    initial_ref = next(it) if dims.has_initial else None
     dx_ref, dw_ref, *dbias_ref = it
     tile = _Tile(dims)
     weights = [tile.weight(w_ref, k) for k in range(dims.width)]
@@ -134,7 +152,7 @@ def _bwd_kernel(x_ref, w_ref, dout_ref, *refs, dims: ConvDims):
     cache: dict = {}
     dx = jnp.zeros((dims.block_l, dims.block_d), jnp.float32)
     for shift in range(dims.width):  # the output step t + shift reads x[t] through tap width - 1 - shift
-        p, taps = _pre_activation(tile, x_ref, weights, bias, seq_ref, shift, cache)
+        p, taps = _pre_activation(tile, x_ref, weights, bias, seq_ref, initial_ref, shift, cache)
         g = tile.load(dout_ref, shift)
         if dims.silu:
             sig = sigmoid(p, dims.interpret)
@@ -170,27 +188,35 @@ def _padded(x, dims: ConvDims, value=0):
     return jnp.pad(x, [(0, 0), (dims.pad, 0)] + [(0, 0)] * (x.ndim - 2), constant_values=value)
 
 
-def _inputs(x, weight, bias, seq_idx, dims: ConvDims):
-    """x, weight transposed (width, dim), bias as (1, dim), seq_idx int32: the kernels' operand list."""
+def _initial(initial_states, dims: ConvDims):
+    """The initial states (batch, width - 1, dim) with block_l zero rows behind them."""
+    return jnp.pad(initial_states, [(0, 0), (0, dims.block_l), (0, 0)])
+
+
+def _inputs(x, weight, bias, seq_idx, initial_states, dims: ConvDims):
+    """x, weight transposed (width, dim), bias as (1, dim), seq_idx int32, the padded initial states: the kernels'
+    operand list."""
     inputs = [_padded(x, dims), weight.T]
     if bias is not None:
         inputs.append(bias[None, :])
     if seq_idx is not None:
         inputs.append(_padded(seq_idx.astype(jnp.int32), dims, -1))
+    if initial_states is not None:
+        inputs.append(_initial(initial_states, dims))
     return inputs
 
 
-def conv_forward(x, weight, bias, seq_idx, dims: ConvDims, num_warps: int) -> jax.Array:
+def conv_forward(x, weight, bias, seq_idx, initial_states, dims: ConvDims, num_warps: int) -> jax.Array:
     """out (batch, L, dim) in x.dtype."""
     return pl.pallas_call(
         functools.partial(_fwd_kernel, dims=dims),
         out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
         name="causal_conv1d_fwd",
         **_params(dims, num_warps),
-    )(*_inputs(x, weight, bias, seq_idx, dims))
+    )(*_inputs(x, weight, bias, seq_idx, initial_states, dims))
 
 
-def conv_backward(x, weight, bias, seq_idx, dout, dims: ConvDims, num_warps: int):
+def conv_backward(x, weight, bias, seq_idx, initial_states, dout, dims: ConvDims, num_warps: int):
     """(dx (batch, L, dim) in x.dtype, dw partials (batch, L blocks, width, dim) f32, dbias partials
     (batch, L blocks, dim) f32 or None)."""
     blocks = dims.grid[1]
@@ -200,7 +226,7 @@ def conv_backward(x, weight, bias, seq_idx, dout, dims: ConvDims, num_warps: int
     ]
     if bias is not None:
         shapes.append(jax.ShapeDtypeStruct((dims.batch, blocks, dims.dim), jnp.float32))
-    inputs = _inputs(x, weight, bias, seq_idx, dims)
+    inputs = _inputs(x, weight, bias, seq_idx, initial_states, dims)
     results = pl.pallas_call(
         functools.partial(_bwd_kernel, dims=dims),
         out_shape=shapes,

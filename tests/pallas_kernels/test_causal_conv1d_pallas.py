@@ -1,6 +1,7 @@
 """Pallas causal conv1d in interpret mode (CPU): forward and every gradient against the float64 oracle and the
 forward against the pure-JAX reference, over awkward shapes and tilings (L of 1 and not a multiple of the block,
-channels not a multiple of the block, widths 1-4, packed sequences), and its refusals.
+channels not a multiple of the block, widths 1-4, packed sequences, initial states, L shorter than them), the final
+states, and its refusals.
 
 Interpret mode fills every output buffer with NaN before the kernel runs, so an element a kernel fails to write
 fails the finiteness check in ``assert_close``."""
@@ -17,44 +18,71 @@ from tests.pallas_kernels import naive
 from tests.pallas_kernels.test_ssd_reference import random_seq_idx
 
 SMALL = ConvConfig(block_l=8, block_d=4, num_warps=1, bwd_block_l=4, bwd_block_d=8, bwd_num_warps=1)  # many blocks
-CASES = [  # batch, L, dim, width, dtype, bias, silu, seq_idx, config
-    (2, 1, 8, 4, jnp.float32, True, True, False, SMALL),
-    (1, 7, 3, 2, jnp.float32, False, False, False, SMALL),
-    (2, 37, 13, 4, jnp.float32, True, True, True, SMALL),
-    (3, 64, 5, 3, jnp.bfloat16, True, False, False, SMALL),
-    (1, 50, 8, 1, jnp.float16, True, True, True, SMALL),
-    (2, 129, 20, 4, jnp.bfloat16, True, True, True, None),  # the default tiling
+CASES = [  # batch, L, dim, width, dtype, bias, silu, seq_idx, initial states, config
+    (2, 1, 8, 4, jnp.float32, True, True, False, False, SMALL),
+    (1, 7, 3, 2, jnp.float32, False, False, False, False, SMALL),
+    (2, 37, 13, 4, jnp.float32, True, True, True, False, SMALL),
+    (3, 64, 5, 3, jnp.bfloat16, True, False, False, False, SMALL),
+    (1, 50, 8, 1, jnp.float16, True, True, True, False, SMALL),
+    (2, 129, 20, 4, jnp.bfloat16, True, True, True, False, None),  # the default tiling
+    # initial states: L 1 and 2, shorter than them (width 4), several blocks, width 2 and 1, the default tiling
+    (2, 1, 8, 4, jnp.float32, True, True, False, True, SMALL),
+    (1, 2, 6, 4, jnp.float32, False, False, False, True, SMALL),
+    (2, 37, 13, 4, jnp.float32, True, True, False, True, SMALL),
+    (1, 7, 3, 2, jnp.bfloat16, True, False, False, True, SMALL),
+    (1, 9, 5, 1, jnp.float32, True, True, False, True, SMALL),
+    (1, 70, 20, 4, jnp.bfloat16, True, True, False, True, None),
 ]
 
 
-@pytest.mark.parametrize("batch,seqlen,dim,width,dtype,has_bias,silu,seq,config", CASES)
+@pytest.mark.parametrize("batch,seqlen,dim,width,dtype,has_bias,silu,seq,init,config", CASES)
 def test_forward_and_gradients_match_oracle_and_reference(
-    rng, batch, seqlen, dim, width, dtype, has_bias, silu, seq, config
+    rng, batch, seqlen, dim, width, dtype, has_bias, silu, seq, init, config
 ):
     x = jnp.asarray(rng.normal(size=(batch, seqlen, dim)), dtype)
     weight = jnp.asarray(rng.normal(size=(dim, width)) / np.sqrt(width), jnp.float32)
     bias = jnp.asarray(rng.normal(size=dim), jnp.float32) if has_bias else None
+    states = jnp.asarray(rng.normal(size=(batch, width - 1, dim)), dtype) if init else None
     seq_idx = random_seq_idx(rng, batch, seqlen) if seq and seqlen > 1 else None
     activation = "silu" if silu else None
 
-    def run(impl, x, weight, bias):
+    def run(impl, x, weight, bias, states):
         kw = dict(seq_idx=None if seq_idx is None else jnp.asarray(seq_idx), activation=activation, impl=impl)
+        kw["initial_states"] = states
         return causal_conv1d_fn(x, weight, bias, **kw, config=config if impl == "pallas" else None)
 
-    out, vjp = jax.vjp(jax.jit(lambda *a: run("pallas", *a)), x, weight, bias)
+    out, vjp = jax.vjp(jax.jit(lambda *a: run("pallas", *a)), x, weight, bias, states)
     dout = jnp.asarray(rng.normal(size=out.shape), dtype)
-    dx, dw, db = vjp(dout)
-    exact = [None if a is None else np.asarray(a.astype(jnp.float32), np.float64) for a in (x, weight, bias)]
-    args = (*exact, seq_idx, None, silu)
+    dx, dw, db, dstates = vjp(dout)
+    exact = [None if a is None else np.asarray(a.astype(jnp.float32), np.float64) for a in (x, weight, bias, states)]
+    args = (*exact[:3], seq_idx, exact[3], silu)
     want, _ = naive.conv_forward(*args)
-    want_dx, want_dw, want_db, _ = naive.conv_backward(np.asarray(dout.astype(jnp.float32), np.float64), *args)
+    want_dx, want_dw, want_db, want_dstates = naive.conv_backward(
+        np.asarray(dout.astype(jnp.float32), np.float64), *args
+    )
     assert out.dtype == dtype and dx.dtype == dtype and dw.dtype == jnp.float32
     assert_close("out", out, want, dtype)
-    assert_close("out vs reference", out, run("reference", x, weight, bias), dtype)
+    assert_close("out vs reference", out, run("reference", x, weight, bias, states), dtype)
     assert_close("dx", dx, want_dx, dtype)
     assert_close("dweight", dw, want_dw, dtype)
     if has_bias:
         assert_close("dbias", db, want_db, dtype)
+    if init:
+        assert dstates.dtype == dtype
+        assert_close("dinitial_states", dstates, want_dstates, dtype)
+
+
+@pytest.mark.parametrize("seqlen,init", [(9, True), (2, True), (2, False)])
+def test_final_states_are_the_last_inputs(rng, seqlen, init):
+    """return_final_states: the width - 1 inputs before the next step, from the initial states where L is shorter."""
+    x = jnp.asarray(rng.normal(size=(2, seqlen, 5)), jnp.float32)
+    weight = jnp.asarray(rng.normal(size=(5, 4)), jnp.float32)
+    states = jnp.asarray(rng.normal(size=(2, 3, 5)), jnp.float32) if init else None
+    kw = dict(initial_states=states, return_final_states=True, activation="silu")
+    out, final = causal_conv1d_fn(x, weight, **kw, impl="pallas", config=SMALL)
+    want_out, want_final = causal_conv1d_fn(x, weight, **kw)
+    assert_close("out", out, want_out, jnp.float32)
+    np.testing.assert_array_equal(np.asarray(final), np.asarray(want_final))
 
 
 def test_channels_first_layout(rng):
@@ -68,10 +96,8 @@ def test_channels_first_layout(rng):
 def test_unsupported_arguments_are_refused_before_work(rng):
     x = jnp.zeros((1, 5, 4), jnp.float32)
     weight = jnp.zeros((4, 4), jnp.float32)
-    with pytest.raises(ValueError, match="impl='pallas' does not take initial_states or return_final_states"):
-        causal_conv1d_fn(x, weight, return_final_states=True, impl="pallas")
-    with pytest.raises(ValueError, match="impl='pallas' does not take initial_states"):
-        causal_conv1d_fn(x, weight, initial_states=jnp.zeros((1, 3, 4)), impl="pallas")
+    with pytest.raises(ValueError, match=r"initial_states must have shape \(batch, width - 1, dim\)"):
+        causal_conv1d_fn(x, weight, initial_states=jnp.zeros((1, 2, 4)), impl="pallas")
     with pytest.raises(ValueError, match=r"ConvConfig\.block_l must be a positive power of two, got 6"):
         causal_conv1d_fn(x, weight, impl="pallas", config=ConvConfig(block_l=6))
     with pytest.raises(ValueError, match="config must be an instance of ConvConfig"):
