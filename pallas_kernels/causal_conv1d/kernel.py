@@ -5,8 +5,8 @@ tile of x at the ``width`` shifted offsets its taps need (neighbouring tiles ove
 come from cache) and writes its tile of out:
     p[t] = bias + sum_k w[k] x[t - (width - 1) + k],   out[t] = silu(p[t]) (or p[t]),
 a tap reading the initial states before the start (0 without them) and 0 where ``seq_idx`` differs from the output
-step's. The backward recomputes p
-at the ``width`` output steps each input step feeds (t .. t + width - 1), so it stores nothing from the forward:
+step's. The backward recomputes p at the ``width`` output steps each input step feeds (t .. t + width - 1), so it
+stores nothing from the forward:
     g[t] = dout[t] silu'(p[t]),   dx[t] = sum_k w[k] g[t + (width - 1) - k],
     dw[k] = sum_t g[t] x[t - (width - 1) + k],   dbias = sum_t g[t]
 dw and dbias are written per (batch row, block of steps) and summed by the caller in a fixed order.
