@@ -3,7 +3,8 @@
 # unexplained, each multi-GPU one beside its 1-GPU report: 780m FSDP at 4 GPUs (86%), 2.7b FSDP at 2 GPUs (75%),
 # and Mamba-1 at 1 GPU (its copy fusions' scopes: 14 ms a step of concatenations). Beside them, JAX-only
 # compare.scaling points: the context-parallel 130m at 1, 2 and 4 GPUs (after d48a287: one SSD per layer), and
-# 780m FSDP at 1 and 4 GPUs with the default gather and with mesh.fsdp_gather=gather.
+# 780m FSDP at 1 and 4 GPUs with mesh.fsdp_gather=xla and =gather. The FSDP profiles and points pin xla, the default
+# when this ran (75281fe), so that the script reruns what it measured.
 # Usage: tools/gpu-mesh-profiles.sh WORK_DIR; start it with setsid (it outlasts one device call). Profiles (.json,
 # .md) and logs land in WORK_DIR/prof/, scaling points in WORK_DIR/results/, WORK_DIR/progress.log says what ran
 # when, WORK_DIR/done marks the end.
@@ -26,8 +27,8 @@ profile() {  # profile GPU_LIST NAME ARGS...: one compare.mesh_profile run on th
         --out "$work/prof/$name" > "$work/prof/$name.log" 2>&1
     say "end $name: exit $? after $(( $(date +%s) - began )) s"
 }
-m780="--config mamba2-780m"
-m27="--config mamba2-2.7b"
+m780="--config mamba2-780m --mesh.fsdp_gather=xla"
+m27="--config mamba2-2.7b --mesh.fsdp_gather=xla"
 p780="--configs mamba2-780m --mode fsdp --per_device_batch 8 --seq_len 2048 --steps 12"
 context="--configs mamba2-130m --mode context --per_device_batch 1 --seq_len 131072 --steps 8"
 # shellcheck disable=SC2086  # the argument strings are words
@@ -44,7 +45,7 @@ context="--configs mamba2-130m --mode context --per_device_batch 1 --seq_len 131
     say "phase 2 done"
     profile 0,1,2,3 780m-4 $m780 --batch_size=32 --mesh.fsdp=4 --beside "$work/prof/780m-1.json"
     point 0,1,2,3 mamba2-130m-context $context
-    point 0,1,2,3 mamba2-780m-fsdp $p780
+    point 0,1,2,3 mamba2-780m-fsdp $p780 --mesh.fsdp_gather=xla
     point 0,1,2,3 mamba2-780m-fsdp-gather $p780 --mesh.fsdp_gather=gather
 }
 say "all done"
