@@ -22,7 +22,7 @@ say "gpus: $(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tr
     point 0 mamba2-780m-fsdp $m780 & point 1 mamba2-2.7b-fsdp $m27 & point 2,3 mamba2-780m-fsdp-gather $m780 $gather &
     wait
     say "phase 1 done"
-    point 0,1 mamba2-2.7b-fsdp-gather $m27 $gather & point 2,3 mamba2-780m-fsdp $m780 & wait
+    point 0,1 mamba2-2.7b-fsdp-gather $m27 $gather & point 2,3 mamba2-780m-fsdp $m780 --mesh.fsdp_gather=xla & wait
     say "phase 2 done"
     point 0,1,2,3 mamba2-780m-fsdp-gather $m780 $gather
     point 0,1,2,3 mamba2-2.7b-fsdp-gather $m27 $gather
