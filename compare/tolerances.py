@@ -79,7 +79,11 @@ def reference_noise_scale(reference, exact, dtype, scale: float = 1.0, floor: fl
     """The tolerance scale for comparing a result with ``reference``: ``scale``, raised to REFERENCE_FACTOR x the
     reference's own error (``reference`` against ``exact``, a more exact computation of the same thing) where that
     is larger. A comparison with a reference cannot be held tighter than the reference's own distance from the truth."""
-    noise = compare("reference", reference, exact, dtype, scale, floor).rel_l2_err
+    return _noise_scale(compare("reference", reference, exact, dtype, scale, floor).rel_l2_err, dtype, scale)
+
+
+def _noise_scale(noise: float, dtype, scale: float = 1.0) -> float:
+    """``scale`` or REFERENCE_FACTOR x ``noise`` (a reference's relative error) in units of the dtype's tolerance."""
     return max(scale, REFERENCE_FACTOR * noise / tolerance(dtype)) if np.isfinite(noise) else scale
 
 
@@ -88,7 +92,7 @@ def compare_to_reference_noise(name: str, actual, expected, expected_fp32, dtype
     (``expected`` against ``expected_fp32``, the reference computed in float32). The note also gives our own
     distance from the float32 reference: where it is below the reference's, ours is the more exact result."""
     noise = compare(name, expected, expected_fp32, dtype, floor=floor).rel_l2_err
-    scale = reference_noise_scale(expected, expected_fp32, dtype, floor=floor)
+    scale = _noise_scale(noise, dtype)
     row = compare(name, actual, expected, dtype, scale, floor)
     ours = compare(name, actual, expected_fp32, dtype, floor=floor).rel_l2_err
     row.note = row.note or f"tolerance {REFERENCE_FACTOR:g} x mamba-ssm's bf16 error ({noise:.1e})"

@@ -20,15 +20,11 @@ import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 from jax.sharding import PartitionSpec as P
 
-from jax_mamba.modules.per_device import batch_axes, context_size
+from jax_mamba.modules.per_device import batch_spec, context_size
 from pallas_kernels.ssd.api import SAVED_STATES_NAME
 from pallas_kernels.ssd.reference import final_state, process_dt
 
 CONTEXT_AXIS = "context"
-
-
-def _sequence_spec() -> P:
-    return P(batch_axes() or None, CONTEXT_AXIS)
 
 
 def causal_conv_across_context(conv: Callable, x: jax.Array, weight: jax.Array, bias: jax.Array | None):
@@ -43,10 +39,10 @@ def causal_conv_across_context(conv: Callable, x: jax.Array, weight: jax.Array, 
 
     if bias is None:
         return jax.shard_map(
-            lambda x, w: local(x, w, None), in_specs=(_sequence_spec(), P()), out_specs=_sequence_spec(),
+            lambda x, w: local(x, w, None), in_specs=(batch_spec(), P()), out_specs=batch_spec(),
             check_vma=False,
         )(x, weight)  # fmt: skip
-    spec = _sequence_spec()
+    spec = batch_spec()
     return jax.shard_map(local, in_specs=(spec, P(), P()), out_specs=spec, check_vma=False)(x, weight, bias)
 
 
@@ -54,7 +50,7 @@ def ssd_across_context(scan: Callable, x, dt, A, B, C, D, z, dt_bias, dt_limit: 
     """The SSD over x (batch, L, H, P) with L split over ``context``. ``scan(x, dt, A, B, C, D, z, dt_bias,
     initial_states)`` is the layer's own call (dt_softplus on, dt clamped to ``dt_limit``)."""
     n = context_size()
-    seq, rep = _sequence_spec(), P()
+    seq, rep = batch_spec(), P()
     args = (x, dt, A, B, C, D, z, dt_bias)
     specs = (seq, seq, rep, seq, seq, rep, seq, rep)
     present = [i for i, a in enumerate(args) if a is not None]

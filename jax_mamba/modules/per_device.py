@@ -28,11 +28,22 @@ def context_size() -> int:
     return 1 if mesh.empty or "context" not in mesh.axis_names else mesh.shape["context"]
 
 
+def position_axes() -> tuple[str, ...]:
+    """The current mesh's axes of size > 1 that a batch's positions are split over: the batch axes (rows), then
+    ``context`` (positions within a row)."""
+    return batch_axes() + (("context",) if context_size() > 1 else ())
+
+
+def batch_spec() -> P:
+    """How a (batch, L, ...) array is split under the current mesh: rows over the batch axes, L over ``context``."""
+    axes = batch_axes() or None
+    return P(axes, "context") if context_size() > 1 else P(axes)
+
+
 def batch_devices() -> int:
-    """How many devices a batch's positions are spread over under the current mesh: the batch axes' sizes times the
-    context axis' (1 without a mesh)."""
+    """How many devices a batch's positions are spread over under the current mesh (1 without a mesh)."""
     mesh = jax.sharding.get_abstract_mesh()
-    return 1 if mesh.empty else math.prod(mesh.shape[a] for a in batch_axes()) * context_size()
+    return math.prod(mesh.shape[a] for a in position_axes())
 
 
 def per_device(fn: Callable, impl: str, batched: tuple[bool, ...], out_batched, *args):
@@ -51,7 +62,7 @@ def per_device(fn: Callable, impl: str, batched: tuple[bool, ...], out_batched, 
         return fn(*full)
 
     # with a context axis, batched arrays are (batch, L, ...) split over it too (per-position ops: the norms)
-    sharded = P(axes or None, "context") if context > 1 else P(axes)
+    sharded = batch_spec()
     spec = lambda b: sharded if b else P()  # noqa: E731
     in_specs = tuple(spec(batched[i]) for i in present)
     out_specs = tuple(map(spec, out_batched)) if isinstance(out_batched, tuple) else spec(out_batched)

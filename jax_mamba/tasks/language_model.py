@@ -12,7 +12,7 @@ from jax.sharding import PartitionSpec as P
 from jax_mamba.configs.schema import RunConfig
 from jax_mamba.data import Batch, DataError, Dataset, make_dataset
 from jax_mamba.models import MambaLMHeadModel
-from jax_mamba.modules.per_device import batch_axes, batch_devices, context_size
+from jax_mamba.modules.per_device import batch_axes, batch_devices, batch_spec, context_size, position_axes
 from jax_mamba.tasks.losses import cross_entropy
 
 _DECAYED_SUFFIXES = (".kernel", ".embedding", "conv1d.weight")
@@ -147,9 +147,8 @@ class LanguageModeling:
         if axes == ("fsdp",) and context == 1 and self.cfg.mesh.fsdp_gather == "xla":
             nll_sum, correct_sum = sums(hidden, targets, mask, weight, devices=batch_devices(), strided=False)
         elif axes or context > 1:
-            split = P(axes or None, "context" if context > 1 else None)
-            summed = (*axes, *(["context"] if context > 1 else []))
-            local = lambda *args: jax.lax.psum(sums(*args), summed)  # noqa: E731
+            split = batch_spec()
+            local = lambda *args: jax.lax.psum(sums(*args), position_axes())  # noqa: E731
             per_device = jax.shard_map(local, in_specs=(split, split, split, P()), out_specs=P(), check_vma=False)
             nll_sum, correct_sum = per_device(hidden, targets, mask, weight)
         else:
