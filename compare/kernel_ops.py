@@ -14,8 +14,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pallas_kernels import causal_conv1d_fn, mamba_chunk_scan_combined, selective_scan_fn
+from pallas_kernels import causal_conv1d_fn, mamba_chunk_scan_combined, rmsnorm_fn, selective_scan_fn
 from pallas_kernels.causal_conv1d.config import ConvConfig
+from pallas_kernels.rmsnorm_gated.config import NormConfig
 from pallas_kernels.selective_scan.config import ScanConfig
 from pallas_kernels.ssd.api import pallas_config as ssd_pallas_config
 from pallas_kernels.ssd.config import SsdConfig
@@ -243,6 +244,46 @@ def conv_torch(ref, arrays, dtypes, cotangent, shape):
     return causal_conv1d_calls(ref, arrays, dtypes, cotangent)
 
 
+# ---- gated RMSNorm (Mamba-2's output norm, z gating first): shape (rows = batch x L, dim, G)
+
+
+def norm_inputs(shape, dtype: str, seed: int) -> tuple[dict, dict, np.ndarray]:
+    """x (the SSD's output) and z in the compute dtype, weight around 1 in float32."""
+    rows, dim, _ = shape
+    rng = np.random.default_rng(seed)
+    arrays = {"x": rng.normal(size=(rows, dim)), "weight": rng.normal(1.0, 0.1, dim), "z": rng.normal(size=(rows, dim))}
+    dtypes = {"x": dtype, "weight": "float32", "z": dtype}
+    cotangent = _rounded({"c": rng.normal(size=(rows, dim))}, {"c": dtype})["c"]
+    return _rounded(arrays, dtypes), dtypes, cotangent
+
+
+def norm_costs(shape, dtype: str) -> dict:
+    """Forward: read x and z, write out. Backward: read x, z and dout, write dx and dz; the exps are silu(z)'s."""
+    rows, dim, _ = shape
+    act = rows * dim * jnp.dtype(dtype).itemsize
+    return {
+        "forward": {"bytes": 3 * act, "flops": 0, "exps": rows * dim},
+        "forward+backward": {"bytes": 8 * act, "flops": 0, "exps": 3 * rows * dim},
+    }
+
+
+def _norm_options(shape) -> dict:
+    return dict(eps=1e-5, group_size=shape[1] // shape[2], norm_before_gate=False)
+
+
+def norm_jax(variant: Variant, arrays, dtypes, cotangent, shape):
+    def fn(x, weight, z):
+        return rmsnorm_fn(x, weight, None, z, **_norm_options(shape), impl=variant.impl, config=variant.config)
+
+    return _jax_calls(fn, arrays, dtypes, cotangent, dtypes["x"])
+
+
+def norm_torch(ref, arrays, dtypes, cotangent, shape):
+    from torch_reference.kernel_calls import rmsnorm_gated_calls
+
+    return rmsnorm_gated_calls(ref, arrays, dtypes, cotangent, **_norm_options(shape))
+
+
 @dataclasses.dataclass(frozen=True)
 class KernelOp:
     name: str
@@ -293,5 +334,16 @@ OPS = {
         conv_costs,
         conv_jax,
         conv_torch,
+    ),
+    "rmsnorm_gated": KernelOp(
+        "rmsnorm_gated",
+        ("rows", "dim", "G"),
+        {"780m": (16384, 3072, 1), "2.7b": (8192, 5120, 1), "g8": (16384, 4096, 8)},
+        NormConfig,
+        norm_inputs,
+        norm_costs,
+        norm_jax,
+        norm_torch,
+        torch_extensions=False,
     ),
 }

@@ -128,6 +128,38 @@ def causal_conv1d_calls(ref: Reference, arrays: dict, dtypes: dict, cotangent: n
     return KernelCalls(forward, forward_backward, sync, output, saved_beyond_inputs(run, [x, weight, bias]))
 
 
+def rmsnorm_gated_calls(
+    ref: Reference,
+    arrays: dict,
+    dtypes: dict,
+    cotangent: np.ndarray,
+    *,
+    eps: float,
+    group_size: int,
+    norm_before_gate: bool,
+) -> KernelCalls:
+    """x, z (rows, dim), weight (dim,): mamba-ssm's gated ``rmsnorm_fn`` (Triton on a GPU, ``rms_norm_ref`` on the
+    CPU), in the same layout."""
+    device = ref.device
+    leaves = {k: to_torch(arrays[k], dtypes[k], device, grad=True) for k in ("x", "weight", "z")}
+    dout = to_torch(cotangent, dtypes["x"], device)
+
+    def run():
+        x, weight, z = leaves.values()
+        return ref.rmsnorm_fn(x, weight, None, z=z, eps=eps, group_size=group_size, norm_before_gate=norm_before_gate)
+
+    def forward():
+        with torch.no_grad():
+            return run()
+
+    def forward_backward():
+        return torch.autograd.grad(run(), list(leaves.values()), dout)
+
+    output = to_numpy(forward())
+    sync = _sync_cuda if device == "cuda" else _no_sync
+    return KernelCalls(forward, forward_backward, sync, output, saved_beyond_inputs(run, list(leaves.values())))
+
+
 def _sync_cuda(_output) -> None:
     torch.cuda.synchronize()
 

@@ -99,8 +99,9 @@ def embedding(num_embeddings: int, features: int, *, std: float, dtype, rngs: nn
 
 class RMSNorm(nnx.Module):
     """RMSNorm over the last axis with a float32 weight; statistics in float32; output has the input's dtype.
-    Rematerialized: the backward recomputes the norm from its input, so only the input is kept for it (as
-    mamba-ssm's fused norm kernel keeps the input and 1/rms), not its float32 intermediates."""
+    Only the input is kept for the backward (as mamba-ssm's fused norm kernel keeps the input and 1/rms), not the
+    float32 intermediates: the Pallas kernel's backward recomputes the statistics, the reference is
+    rematerialized."""
 
     def __init__(self, dim: int, eps: float = 1e-5, *, impl: str = "auto"):
         self.weight = nnx.Param(jnp.ones((dim,), jnp.float32))
@@ -113,7 +114,7 @@ class RMSNorm(nnx.Module):
         norm = functools.partial(
             per_device, functools.partial(rmsnorm_fn, eps=self.eps, impl=impl), impl, (True, False), True
         )
-        return jax.checkpoint(norm)(x, self.weight[...])
+        return _keeping_inputs(norm, impl)(x, self.weight[...])
 
 
 class LayerNorm(nnx.Module):
@@ -134,9 +135,9 @@ class LayerNorm(nnx.Module):
 
 
 class RMSNormGated(nnx.Module):
-    """mamba-ssm's gated RMSNorm (``ops.triton.layernorm_gated.RMSNorm``): weight ones, no bias. Rematerialized as
-    RMSNorm: the backward keeps x and z, not the float32 intermediates (five (batch, L, dim) float32 arrays per
-    Mamba-2 layer otherwise)."""
+    """mamba-ssm's gated RMSNorm (``ops.triton.layernorm_gated.RMSNorm``): weight ones, no bias. As RMSNorm, the
+    backward keeps x and z, not the float32 intermediates (five (batch, L, dim) float32 arrays per Mamba-2 layer
+    otherwise)."""
 
     def __init__(
         self,
@@ -160,7 +161,13 @@ class RMSNormGated(nnx.Module):
             rmsnorm_fn, eps=self.eps, group_size=self.group_size, norm_before_gate=self.norm_before_gate, impl=impl
         )
         run = functools.partial(per_device, lambda x, w, z: norm(x, w, None, z), impl, (True, False, True), True)
-        return jax.checkpoint(run)(x, self.weight[...], z)
+        return _keeping_inputs(run, impl)(x, self.weight[...], z)
+
+
+def _keeping_inputs(norm, impl: str):
+    """A norm whose backward keeps only its inputs: the Pallas kernel's does by itself (it recomputes the
+    statistics); the reference's float32 intermediates are rematerialized instead of kept."""
+    return norm if impl == "pallas" else jax.checkpoint(norm)
 
 
 class CausalConv1d(nnx.Module):

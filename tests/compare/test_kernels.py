@@ -209,3 +209,25 @@ def test_conv_op_costs_inputs_and_jax_calls():
     assert pallas.output.shape == (2, 9, 4) and np.isfinite(pallas.output).all()
     np.testing.assert_allclose(pallas.output, reference.output, rtol=1e-2, atol=1e-2)
     assert pallas.saved_bytes == 0 and reference.saved_bytes > 0
+
+
+def test_rmsnorm_gated_op_costs_inputs_and_both_sides(cpu_reference):
+    """The gated norm op: bytes at the 780m shape; JAX's two impls and mamba-ssm's norm (its torch reference on the
+    CPU) give the same output, and the Pallas one keeps only its inputs for the backward."""
+    import numpy as np
+
+    op = kernel_ops.OPS["rmsnorm_gated"]
+    act = 16384 * 3072 * 2
+    assert op.costs(op.shapes["780m"], "bfloat16")["forward+backward"]["bytes"] == 8 * act
+    shape = (13, 16, 2)
+    arrays, dtypes, cotangent = op.inputs(shape, "float32", seed=0)
+    assert set(arrays) == {"x", "weight", "z"} and dtypes["weight"] == "float32"
+    reference, pallas = (
+        op.jax_calls(kernel_ops.Variant(impl, impl), arrays, dtypes, cotangent, shape)
+        for impl in ("reference", "pallas")
+    )
+    torch_side = op.torch_calls(cpu_reference, arrays, dtypes, cotangent, shape)
+    assert pallas.output.shape == (13, 16) and np.isfinite(pallas.output).all()
+    np.testing.assert_allclose(pallas.output, reference.output, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(torch_side.output, reference.output, rtol=1e-5, atol=1e-5)
+    assert pallas.saved_bytes == 0

@@ -120,14 +120,15 @@ def test_mamba2_pallas_impl_matches_reference_outputs_and_gradients(rng):
         assert_close(f"d{name}", got[name], value, jnp.float32)
 
 
-def test_model_impl_picks_pallas_where_an_op_has_it():
+def test_model_impl_picks_pallas_where_an_op_has_it(monkeypatch):
     from jax_mamba.modules.impl import op_impl
     from pallas_kernels import causal_conv1d_fn, mamba_chunk_scan_combined, rmsnorm_fn, selective_scan_fn
+    from pallas_kernels.rmsnorm_gated import api as rmsnorm_api
 
     assert op_impl("pallas", selective_scan_fn) == "pallas"
     assert op_impl("pallas", mamba_chunk_scan_combined) == "pallas"
     assert op_impl("pallas", causal_conv1d_fn) == "pallas"
-    assert op_impl("pallas", rmsnorm_fn) == "reference"  # no Pallas kernel: its reference
+    assert op_impl("pallas", rmsnorm_fn) == "pallas"
     assert op_impl("reference", selective_scan_fn) == "reference"
     expected_auto = "pallas" if jax.default_backend() == "gpu" else "reference"
     assert op_impl("auto", selective_scan_fn) == expected_auto
@@ -137,7 +138,9 @@ def test_model_impl_picks_pallas_where_an_op_has_it():
     assert op_impl("mamba_ssm_triton", mamba_chunk_scan_combined) == "mamba_ssm_triton"
     assert op_impl("mamba_ssm_triton", selective_scan_fn) == "pallas"
     assert op_impl("mamba_ssm_triton", causal_conv1d_fn) == "pallas"
-    assert op_impl("mamba_ssm_triton", rmsnorm_fn) == "reference"
+    assert op_impl("mamba_ssm_triton", rmsnorm_fn) == "pallas"
+    monkeypatch.setattr(rmsnorm_api, "_AVAILABLE_IMPLS", ("reference",))  # an op without a Pallas kernel
+    assert op_impl("pallas", rmsnorm_fn) == "reference"
 
 
 def test_model_impl_mamba_ssm_triton_without_its_registration_says_what_to_import(monkeypatch):
