@@ -20,7 +20,8 @@ SSD_OUTPUT_NAME = "mamba2_ssd_output"  # the SSD's output (batch, L, d_ssm), kep
 
 
 class Mamba2(nnx.Module):
-    """in_proj -> [z0, x0, z, xBC, dt]; xBC -> causal conv + SiLU -> [x, B, C]; SSD scan (dt_bias, softplus,
+    """in_proj -> [z0, x0, z, xBC, dt]; xBC -> causal conv + SiLU -> [x, B, C] (in training, in_proj's blocks are
+    separate matmuls and x is convolved apart from BC: ``__call__``); SSD scan (dt_bias, softplus,
     dt_limit, D); gated RMSNorm with z (or silu(z) gating without rmsnorm); the optional MLP part silu(z0) * x0 is
     concatenated in front; out_proj.
 
@@ -81,22 +82,30 @@ class Mamba2(nnx.Module):
         self.out_proj = linear(self.d_inner, d_model, bias=bias, dtype=dtype, rngs=rngs, impl=impl)
 
     def __call__(self, hidden_states: jax.Array, seq_idx: jax.Array | None = None) -> jax.Array:
-        """hidden_states (batch, L, d_model) -> (batch, L, d_model); seq_idx int (batch, L) for packed sequences."""
-        zxbcdt = self.in_proj(hidden_states)
+        """hidden_states (batch, L, d_model) -> (batch, L, d_model); seq_idx int (batch, L) for packed sequences.
+
+        in_proj's blocks z0, x0, z, x, BC, dt come from separate matmuls (``Linear.split``) and x is convolved
+        apart from B and C, so that neither the forward copies slices into the kernels' buffers nor the backward
+        concatenates the gradients of the parts."""
+        gn, d_mlp = self.ngroups * self.d_state, self.d_inner - self.d_ssm
+        parts = self.in_proj.split(hidden_states, [d_mlp, d_mlp, self.d_ssm, self.d_ssm, 2 * gn, self.nheads])
         if self.mixer_remat and op_impl(self.impl, mamba_chunk_scan_combined) == "pallas":
             # As mamba-ssm's fused Mamba-2 layer: of the (batch, L, channels) activations the backward keeps only
             # in_proj's output and the SSD's output (plus the Pallas SSD's own named states) and recomputes the conv,
             # the gated norm and out_proj's input. The reference SSD names no states: it would be rerun whole, so it
             # runs as is.
             keep = jax.checkpoint_policies.save_only_these_names(SAVED_STATES_NAME, SSD_OUTPUT_NAME)
-            return jax.checkpoint(self._after_in_proj, policy=keep)(zxbcdt, seq_idx)
-        return self._after_in_proj(zxbcdt, seq_idx)
+            return jax.checkpoint(self._after_in_proj, policy=keep)(*parts, seq_idx)
+        return self._after_in_proj(*parts, seq_idx)
 
-    def _after_in_proj(self, zxbcdt: jax.Array, seq_idx: jax.Array | None) -> jax.Array:
-        """in_proj's output (batch, L, d_in_proj) -> the layer's output: conv, SSD, gated norm, out_proj."""
-        z0, x0, z, xBC, dt = self._split_in_proj(zxbcdt)
-        xBC = self.conv1d(xBC, activation="silu", seq_idx=seq_idx)
-        y = checkpoint_name(self._scan(xBC, dt, z, seq_idx=seq_idx), SSD_OUTPUT_NAME)
+    def _after_in_proj(self, z0, x0, z, x, BC, dt, seq_idx: jax.Array | None) -> jax.Array:
+        """in_proj's blocks (batch, L, each block's channels) -> the layer's output: conv, SSD, gated norm,
+        out_proj."""
+        conv_dim = self.d_ssm + BC.shape[-1]
+        x = self.conv1d(x, activation="silu", seq_idx=seq_idx, channels=(0, self.d_ssm))
+        BC = self.conv1d(BC, activation="silu", seq_idx=seq_idx, channels=(self.d_ssm, conv_dim))
+        B, C = self._split_bc(BC)
+        y = checkpoint_name(self._scan(self._heads(x), B, C, dt, z, seq_idx=seq_idx), SSD_OUTPUT_NAME)
         return self._output(y, z0, x0, z)
 
     def _split_in_proj(self, zxbcdt: jax.Array) -> list[jax.Array]:
@@ -108,16 +117,23 @@ class Mamba2(nnx.Module):
 
     def _split_xbc(self, xBC: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
         """The conv's output (..., d_ssm + 2 G N) -> x (..., H, P), B and C (..., G, N)."""
-        gn, lead = self.ngroups * self.d_state, xBC.shape[:-1]
-        x, B, C = jnp.split(xBC, [self.d_ssm, self.d_ssm + gn], axis=-1)
-        groups = (*lead, self.ngroups, self.d_state)
-        return x.reshape(*lead, self.nheads, self.headdim), B.reshape(groups), C.reshape(groups)
+        x, BC = jnp.split(xBC, [self.d_ssm], axis=-1)
+        return (self._heads(x), *self._split_bc(BC))
 
-    def _scan(self, xBC: jax.Array, dt: jax.Array, z: jax.Array, *, seq_idx=None, return_final_states: bool = False):
-        """The SSD over the conv's output (batch, L, conv channels) -> y (batch, L, d_ssm) [, final states]; without
-        rmsnorm the scan gates with silu(z)."""
-        batch, seqlen, _ = xBC.shape
-        x, B, C = self._split_xbc(xBC)
+    def _split_bc(self, BC: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """(..., 2 G N) -> B and C (..., G, N)."""
+        groups = (*BC.shape[:-1], self.ngroups, self.d_state)
+        B, C = jnp.split(BC, 2, axis=-1)
+        return B.reshape(groups), C.reshape(groups)
+
+    def _heads(self, x: jax.Array) -> jax.Array:
+        """(..., d_ssm) -> (..., H, P)."""
+        return x.reshape(*x.shape[:-1], self.nheads, self.headdim)
+
+    def _scan(self, x, B, C, dt: jax.Array, z: jax.Array, *, seq_idx=None, return_final_states: bool = False):
+        """The SSD over the conv's outputs x (batch, L, H, P), B and C (batch, L, G, N) -> y (batch, L, d_ssm)
+        [, final states]; without rmsnorm the scan gates with silu(z)."""
+        batch, seqlen = x.shape[:2]
         impl = op_impl(self.impl, mamba_chunk_scan_combined)
         A = -jnp.exp(self.A_log[...].astype(jnp.float32))
         D = self._D_by_head() if self.D_has_hdim else self.D[...]
@@ -173,7 +189,7 @@ class Mamba2(nnx.Module):
         recomputing it every token}. ``max_len`` (the attention layers' cache length) is unused."""
         z0, x0, z, xBC, dt = self._split_in_proj(self.in_proj(hidden_states))
         xBC, conv_state = self.conv1d.with_state(xBC, activation="silu")
-        y, ssm_state = self._scan(xBC, dt, z, return_final_states=True)
+        y, ssm_state = self._scan(*self._split_xbc(xBC), dt, z, return_final_states=True)
         A = -jnp.exp(self.A_log[...].astype(jnp.float32))[:, None, None]
         return self._output(y, z0, x0, z), {"conv": conv_state, "ssm": ssm_state, "A": A}
 

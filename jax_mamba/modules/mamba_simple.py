@@ -16,8 +16,9 @@ from pallas_kernels.selective_scan.api import SAVED_STATES_NAME
 
 
 class Mamba(nnx.Module):
-    """in_proj -> [x, z]; x -> causal conv + SiLU -> x_proj -> [dt (dt_rank), B, C]; dt -> dt_proj (its bias enters
-    the scan as delta_bias, softplus inside); selective scan with D and silu(z) gating; out_proj.
+    """in_proj -> x, z (two matmuls: ``Linear.split``); x -> causal conv + SiLU -> x_proj -> [dt (dt_rank), B, C];
+    dt -> dt_proj (its bias enters the scan as delta_bias, softplus inside); selective scan with D and silu(z)
+    gating; out_proj.
 
     Parameters: in_proj.kernel (d_model, 2 d_inner), conv1d.weight (d_inner, d_conv), conv1d.bias,
     x_proj.kernel (d_inner, dt_rank + 2 d_state), dt_proj.kernel (dt_rank, d_inner), dt_proj.bias (d_inner,),
@@ -67,8 +68,7 @@ class Mamba(nnx.Module):
 
     def __call__(self, hidden_states: jax.Array) -> jax.Array:
         """hidden_states (batch, L, d_model) -> (batch, L, d_model) in the compute dtype."""
-        xz = self.in_proj(hidden_states)
-        x, z = jnp.split(xz, 2, axis=-1)
+        x, z = self.in_proj.split(hidden_states, [self.d_inner, self.d_inner])
         if self.mixer_remat and op_impl(self.impl, selective_scan_fn) == "pallas":
             # As mamba-ssm's mamba_inner_fn (checkpoint_lvl 1): the backward recomputes the conv, x_proj and dt_proj
             # from x and keeps only the scan kernel's own (named) states, not the conv's output or delta (batch, L,
@@ -111,7 +111,7 @@ class Mamba(nnx.Module):
         {"conv": (batch, d_conv - 1, d_inner) the last conv inputs, "ssm": (batch, d_inner, N) float32,
         "A": (d_inner, N) float32, -exp(A_log) computed once here, so that a decoding loop carries it instead of
         recomputing it every token}. ``max_len`` (the attention layers' cache length) is unused."""
-        x, z = jnp.split(self.in_proj(hidden_states), 2, axis=-1)
+        x, z = self.in_proj.split(hidden_states, [self.d_inner, self.d_inner])
         x, conv_state = self.conv1d.with_state(x, activation="silu")
         y, ssm_state = self._scan(x, z, return_last_state=True)
         A = -jnp.exp(self.A_log[...].astype(jnp.float32))
@@ -120,7 +120,7 @@ class Mamba(nnx.Module):
     def step(self, hidden_states: jax.Array, cache: dict, pos: jax.Array) -> tuple[jax.Array, dict]:
         """One decoding position: hidden_states (batch, 1, d_model) and the cache after the previous position ->
         (output (batch, 1, d_model), the cache after this one). ``pos`` is unused (the state carries position)."""
-        x, z = jnp.split(self.in_proj(hidden_states), 2, axis=-1)
+        x, z = self.in_proj.split(hidden_states, [self.d_inner, self.d_inner])
         x, conv_state = self.conv1d.with_state(x, cache["conv"], activation="silu")
         dt, B, C, _ = self._projections(x[:, 0])
         impl = op_impl(self.impl, selective_state_update)
