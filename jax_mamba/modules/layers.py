@@ -124,9 +124,12 @@ def embedding(num_embeddings: int, features: int, *, std: float, dtype, rngs: nn
 
 class RMSNorm(nnx.Module):
     """RMSNorm over the last axis with a float32 weight; statistics in float32; output has the input's dtype.
-    Only the input is kept for the backward (as mamba-ssm's fused norm kernel keeps the input and 1/rms), not the
-    float32 intermediates: the Pallas kernel's backward recomputes the statistics, the reference is
-    rematerialized."""
+    Rematerialized: the backward recomputes the norm from its input, so only the input is kept for it (as
+    mamba-ssm's fused norm kernel keeps the input and 1/rms), not its float32 intermediates.
+
+    Always the reference: XLA fuses it with the residual add before it and the casts around it, which a Pallas
+    kernel cannot join (mamba1-790m on an H100, batch 4 x 2048: 2.3 ms a step in XLA's fusions against 4.5 ms for
+    the Pallas norm's two kernels). ``impl`` is kept for the model's switch and unused."""
 
     def __init__(self, dim: int, eps: float = 1e-5, *, impl: str = "auto"):
         self.weight = nnx.Param(jnp.ones((dim,), jnp.float32))
@@ -135,11 +138,8 @@ class RMSNorm(nnx.Module):
 
     @jax.named_scope("rms_norm")
     def __call__(self, x: jax.Array) -> jax.Array:
-        impl = op_impl(self.impl, rmsnorm_fn)
-        norm = functools.partial(
-            per_device, functools.partial(rmsnorm_fn, eps=self.eps, impl=impl), impl, (True, False), True
-        )
-        return _keeping_inputs(norm, impl)(x, self.weight[...])
+        norm = functools.partial(rmsnorm_fn, eps=self.eps, impl="reference")
+        return jax.checkpoint(norm)(x, self.weight[...])
 
 
 class LayerNorm(nnx.Module):
@@ -160,9 +160,11 @@ class LayerNorm(nnx.Module):
 
 
 class RMSNormGated(nnx.Module):
-    """mamba-ssm's gated RMSNorm (``ops.triton.layernorm_gated.RMSNorm``): weight ones, no bias. As RMSNorm, the
-    backward keeps x and z, not the float32 intermediates (five (batch, L, dim) float32 arrays per Mamba-2 layer
-    otherwise)."""
+    """mamba-ssm's gated RMSNorm (``ops.triton.layernorm_gated.RMSNorm``): weight ones, no bias. The backward keeps
+    x and z, not the float32 intermediates (five (batch, L, dim) float32 arrays per Mamba-2 layer otherwise): the
+    Pallas kernel's backward recomputes the statistics, the reference is rematerialized. Here XLA's fusions of the
+    reference were slow (about 31 ms of a 315 ms mamba2-780m step on an H100, batch 8 x 2048), the Pallas kernels
+    run at their memory floor (``compare.kernels --op rmsnorm_gated``)."""
 
     def __init__(
         self,
@@ -186,13 +188,7 @@ class RMSNormGated(nnx.Module):
             rmsnorm_fn, eps=self.eps, group_size=self.group_size, norm_before_gate=self.norm_before_gate, impl=impl
         )
         run = functools.partial(per_device, lambda x, w, z: norm(x, w, None, z), impl, (True, False, True), True)
-        return _keeping_inputs(run, impl)(x, self.weight[...], z)
-
-
-def _keeping_inputs(norm, impl: str):
-    """A norm whose backward keeps only its inputs: the Pallas kernel's does by itself (it recomputes the
-    statistics); the reference's float32 intermediates are rematerialized instead of kept."""
-    return norm if impl == "pallas" else jax.checkpoint(norm)
+        return run(x, self.weight[...], z) if impl == "pallas" else jax.checkpoint(run)(x, self.weight[...], z)
 
 
 class CausalConv1d(nnx.Module):

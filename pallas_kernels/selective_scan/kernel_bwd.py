@@ -9,10 +9,9 @@ states inside and runs the adjoint recurrence back over them:
     dA  += g_t h_{t-1} exp(dt_t A) dt_t,   dB_t = sum_d g_t dt_t u_t,   dC_t = sum_d dy_t h_t
 No (L, dim, N) state is ever stored. Sums over channels that cross programs (dB, dC per step; dA, dD, d bias per
 batch row) are written as per-program partials and summed by the caller, in a fixed order: deterministic. The dB
-and dC partials lead with the channel block, (nblocks, batch, L, G, N), so that their sum reads whole contiguous
-(batch, L, G, N) slabs. Behind the block axis, (batch, L, G, nblocks, N), the sum kept only N = 16 contiguous
-floats a row: at mamba1-790m, batch 4 x 2048 on an H100, its fusion took 0.29 ms a layer for 402 MB of partials
-(about 1.4 TB/s; 14 ms of a 239 ms step).
+and dC partials are (batch, L, G, nblocks, N): the programs of one step write side by side. Leading with the block
+axis instead (each program's steps contiguous) made this kernel 74 -> 127 ms a mamba1-790m step on an H100 (batch 4
+x 2048) without speeding up the partials' sum (benchmarks/kernels/selective_scan-notes.md).
 """
 
 import functools
@@ -65,7 +64,7 @@ def _bwd_kernel(u_ref, delta_ref, A2_ref, B_ref, C_ref, states_ref, dout_ref, dl
         order += [(s * unroll + i, ALL_PARTS) for i in range(unroll)]
 
     def store_state_sums(ref, t, valid, x):
-        idx = (blk, tile.b, t, tile.g, pl.ds(0, dims.np_))
+        idx = (tile.b, t, tile.g, blk, pl.ds(0, dims.np_))
         plgpu.store(ref.at[idx], x, mask=tile.rmask & valid)
 
     def subchunk_backward(steps, h_start, accs):
@@ -138,14 +137,14 @@ def _bwd_kernel(u_ref, delta_ref, A2_ref, B_ref, C_ref, states_ref, dout_ref, dl
 def scan_backward(u, delta, A, B, C, D, z, delta_bias, states, dout, dlast, dims: ScanDims, num_warps: int):
     """Gradients of (u, delta, A, B, C, D, z, delta_bias); dlast is (batch, N, dim) float32.
 
-    Returns du, ddelta, dz in their inputs' dtypes and float32 partials: dB, dC (nblocks, batch, L, G, N),
+    Returns du, ddelta, dz in their inputs' dtypes and float32 partials: dB, dC (batch, L, G, nblocks, N),
     dA (batch, N, dim), dD and d delta_bias (batch, dim); None for absent inputs.
     """
     f32 = jnp.float32
     batch, seqlen, dim = u.shape
     inputs = [u, delta, a2_transposed(A), B, C, states, dout, padded_rows(dlast)]
     inputs += [x for x in (D, z, delta_bias) if x is not None]
-    partial_bc = (dims.nblocks, batch, seqlen, dims.groups, dims.dstate)
+    partial_bc = (batch, seqlen, dims.groups, dims.nblocks, dims.dstate)
     shapes = [
         jax.ShapeDtypeStruct(u.shape, u.dtype),
         jax.ShapeDtypeStruct(delta.shape, delta.dtype),

@@ -82,7 +82,7 @@ def _selective_scan_bwd(softplus, config, interpret, residuals, cotangents):
         du, ddelta, dz, dB, dC, dA, dD, dbias = scan_backward(
             u, delta, A, B, C, D, z, delta_bias, states, dout, dlast, dims, warps
         )
-        dB, dC = dB.sum(axis=0), dC.sum(axis=0)  # per-channel-block partials
+        dB, dC = dB.sum(axis=3), dC.sum(axis=3)  # per-channel-block partials
         summed = (0,)
     dA = dA.sum(axis=summed).T.astype(A.dtype)
     dD = None if D is None else dD.sum(axis=summed).astype(D.dtype)
