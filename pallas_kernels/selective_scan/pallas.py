@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 
+from pallas_kernels.selective_scan.block_sums import sum_block_partials
 from pallas_kernels.selective_scan.config import ScanConfig
 from pallas_kernels.selective_scan.kernel_bwd import scan_backward
 from pallas_kernels.selective_scan.kernel_bwd_chunked import scan_backward_chunked
@@ -82,7 +83,7 @@ def _selective_scan_bwd(softplus, config, interpret, residuals, cotangents):
         du, ddelta, dz, dB, dC, dA, dD, dbias = scan_backward(
             u, delta, A, B, C, D, z, delta_bias, states, dout, dlast, dims, warps
         )
-        dB, dC = dB.sum(axis=3), dC.sum(axis=3)  # per-channel-block partials
+        dB, dC = sum_block_partials(dB, dC, B.dtype, interpret)  # per-channel-block partials
         summed = (0,)
     dA = dA.sum(axis=summed).T.astype(A.dtype)
     dD = None if D is None else dD.sum(axis=summed).astype(D.dtype)

@@ -192,3 +192,19 @@ def test_unsupported_inputs_are_refused_before_work(rng):
         selective_scan_fn(u, delta, A, B, C, impl="pallas", checkpoint_every=48)
     with pytest.raises(ValueError, match="config must be an instance of ScanConfig"):
         selective_scan_fn(u, delta, A, B, C, impl="pallas", config={"block_d": 4})
+
+
+@pytest.mark.parametrize(
+    "shape,dtype",
+    [((2, 37, 1, 40, 16), jnp.float32), ((1, 1, 3, 5, 7), jnp.bfloat16), ((3, 11, 2, 17, 1), jnp.float16)],
+)
+def test_block_partials_sum_to_the_exact_total(rng, shape, dtype):
+    """The dB/dC partials' sum kernel: rows not a multiple of its row tile, more blocks than one load takes (40 >
+    16) and fewer, N not a power of two; the float64 sum rounded once to the output dtype."""
+    from pallas_kernels.selective_scan.block_sums import sum_block_partials
+
+    dB, dC = (jnp.asarray(rng.normal(size=shape), jnp.float32) for _ in range(2))
+    got_b, got_c = sum_block_partials(dB, dC, dtype, interpret=True)
+    for name, got, partials in (("dB", got_b, dB), ("dC", got_c, dC)):
+        assert got.shape == shape[:3] + shape[4:] and got.dtype == dtype
+        assert_close(name, got, np.asarray(partials, np.float64).sum(axis=3), dtype)
