@@ -40,6 +40,23 @@ def saved_beyond_inputs(run: Callable[[], object], inputs: list[torch.Tensor]) -
     return sum(seen.values())
 
 
+def _calls(run: Callable[[], torch.Tensor], leaves: list, dout, device: str, channels_first: bool) -> KernelCalls:
+    """The timed callables of ``run()`` (a kernel on ``leaves``): its forward without an autograd graph (inference:
+    nothing saved for a backward), forward+backward of the fixed cotangent ``dout``, its output channels-last."""
+
+    def forward():
+        with torch.no_grad():
+            return run()
+
+    def forward_backward():
+        return torch.autograd.grad(run(), leaves, dout)
+
+    output = to_numpy(forward())
+    output = output.transpose(0, 2, 1) if channels_first else output
+    sync = _sync_cuda if device == "cuda" else _no_sync
+    return KernelCalls(forward, forward_backward, sync, output, saved_beyond_inputs(run, leaves))
+
+
 def selective_scan_calls(
     ref: Reference, arrays: dict, dtypes: dict, cotangent: np.ndarray, *, delta_softplus: bool
 ) -> KernelCalls:
@@ -64,16 +81,7 @@ def selective_scan_calls(
     def run():
         return ref.selective_scan_fn(*args, delta_softplus=delta_softplus)
 
-    def forward():  # inference: no autograd graph, so nothing is saved for a backward
-        with torch.no_grad():
-            return run()
-
-    def forward_backward():
-        return torch.autograd.grad(run(), leaves, dout)
-
-    output = to_numpy(forward()).transpose(0, 2, 1)
-    sync = _sync_cuda if device == "cuda" else _no_sync
-    return KernelCalls(forward, forward_backward, sync, output, saved_beyond_inputs(run, leaves))
+    return _calls(run, leaves, dout, device, channels_first=True)
 
 
 def ssd_calls(ref: Reference, arrays: dict, dtypes: dict, cotangent: np.ndarray, *, chunk_size: int) -> KernelCalls:
@@ -90,16 +98,7 @@ def ssd_calls(ref: Reference, arrays: dict, dtypes: dict, cotangent: np.ndarray,
         kw = {k: leaves[k] for k in ("D", "z", "dt_bias")}
         return scan(*(leaves[k] for k in ("x", "dt", "A", "B", "C")), chunk_size, **kw, dt_softplus=True)
 
-    def forward():
-        with torch.no_grad():
-            return run()
-
-    def forward_backward():
-        return torch.autograd.grad(run(), list(leaves.values()), dout)
-
-    output = to_numpy(forward())
-    sync = _sync_cuda if device == "cuda" else _no_sync
-    return KernelCalls(forward, forward_backward, sync, output, saved_beyond_inputs(run, list(leaves.values())))
+    return _calls(run, list(leaves.values()), dout, device, channels_first=False)
 
 
 def causal_conv1d_calls(ref: Reference, arrays: dict, dtypes: dict, cotangent: np.ndarray) -> KernelCalls:
@@ -116,16 +115,7 @@ def causal_conv1d_calls(ref: Reference, arrays: dict, dtypes: dict, cotangent: n
     def run():
         return ref.causal_conv1d_fn(x, weight, bias, activation="silu")
 
-    def forward():
-        with torch.no_grad():
-            return run()
-
-    def forward_backward():
-        return torch.autograd.grad(run(), [x, weight, bias], dout)
-
-    output = to_numpy(forward()).transpose(0, 2, 1)
-    sync = _sync_cuda if device == "cuda" else _no_sync
-    return KernelCalls(forward, forward_backward, sync, output, saved_beyond_inputs(run, [x, weight, bias]))
+    return _calls(run, [x, weight, bias], dout, device, channels_first=True)
 
 
 def rmsnorm_gated_calls(
@@ -148,16 +138,7 @@ def rmsnorm_gated_calls(
         x, weight, z = leaves.values()
         return ref.rmsnorm_fn(x, weight, None, z=z, eps=eps, group_size=group_size, norm_before_gate=norm_before_gate)
 
-    def forward():
-        with torch.no_grad():
-            return run()
-
-    def forward_backward():
-        return torch.autograd.grad(run(), list(leaves.values()), dout)
-
-    output = to_numpy(forward())
-    sync = _sync_cuda if device == "cuda" else _no_sync
-    return KernelCalls(forward, forward_backward, sync, output, saved_beyond_inputs(run, list(leaves.values())))
+    return _calls(run, list(leaves.values()), dout, device, channels_first=False)
 
 
 def _sync_cuda(_output) -> None:

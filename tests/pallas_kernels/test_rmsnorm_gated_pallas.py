@@ -15,6 +15,7 @@ from compare.tolerances import assert_close
 from pallas_kernels import rmsnorm_fn
 from pallas_kernels.rmsnorm_gated.config import NormConfig
 from tests.pallas_kernels import naive
+from tests.pallas_kernels.test_rmsnorm_gated_reference import norm_inputs
 
 # Narrow tiles, so that small shapes take several column chunks, row blocks and backward programs.
 NARROW = NormConfig(max_block_cols=8, tile_elements=32, bwd_programs_per_sm=1)
@@ -33,14 +34,7 @@ CASES = [  # shape, dtype, group_size, norm_before_gate, gated, bias, config
 def test_forward_and_gradients_match_oracle_and_reference(
     rng, shape, dtype, group_size, norm_before_gate, gated, has_bias, config
 ):
-    dim = shape[-1]
-    arrays = {
-        "x": jnp.asarray(rng.normal(size=shape), dtype),
-        "weight": jnp.asarray(rng.normal(1.0, 0.2, dim), jnp.float32),
-        "bias": jnp.asarray(rng.normal(size=dim), jnp.float32) if has_bias else None,
-        "z": jnp.asarray(rng.normal(size=shape), dtype) if gated else None,
-    }
-    names = [k for k, v in arrays.items() if v is not None]
+    arrays, names = norm_inputs(rng, shape, dtype, gated, has_bias)
     kw = dict(eps=1e-5, group_size=group_size, norm_before_gate=norm_before_gate)
 
     def run(impl, *xs):

@@ -21,8 +21,8 @@ CASES = [  # shape, dtype, group_size, norm_before_gate, gated, bias
 ]
 
 
-@pytest.mark.parametrize("shape,dtype,group_size,norm_before_gate,gated,has_bias", CASES)
-def test_forward_and_gradients_match_oracle(rng, shape, dtype, group_size, norm_before_gate, gated, has_bias):
+def norm_inputs(rng, shape, dtype, gated: bool, has_bias: bool) -> tuple[dict, list[str]]:
+    """Random x (and z) in ``dtype``, weight around 1 and bias in float32; the names of those present."""
     dim = shape[-1]
     arrays = {
         "x": jnp.asarray(rng.normal(size=shape), dtype),
@@ -30,7 +30,12 @@ def test_forward_and_gradients_match_oracle(rng, shape, dtype, group_size, norm_
         "bias": jnp.asarray(rng.normal(size=dim), jnp.float32) if has_bias else None,
         "z": jnp.asarray(rng.normal(size=shape), dtype) if gated else None,
     }
-    names = [k for k, v in arrays.items() if v is not None]
+    return arrays, [k for k, v in arrays.items() if v is not None]
+
+
+@pytest.mark.parametrize("shape,dtype,group_size,norm_before_gate,gated,has_bias", CASES)
+def test_forward_and_gradients_match_oracle(rng, shape, dtype, group_size, norm_before_gate, gated, has_bias):
+    arrays, names = norm_inputs(rng, shape, dtype, gated, has_bias)
     exact = {k: np.asarray(arrays[k].astype(jnp.float32), np.float64) for k in names}
 
     def run(*xs):
