@@ -64,10 +64,11 @@ class Linear(nnx.Module):
         """The output's consecutive column blocks of ``sizes`` (summing to out_features) as separate arrays, each
         from its own matmul against its columns of the kernel: the values of ``jnp.split(self(x), ...)`` without
         its copies. Where a block goes to a Pallas kernel, XLA would copy the slice of one output into a buffer of
-        its own, and the backward would concatenate the blocks' gradients before in_proj's (about 10% of a Mamba-2
-        780m training step on an H100). Blocks narrower than x take x through an optimization barrier, a distinct
-        operand, so that XLA's dot merger does not fuse their small matmuls into a wide one, which would bring the
-        slice back."""
+        its own, and the backward would concatenate the blocks' gradients before in_proj's (33 ms of a 315 ms
+        mamba2-780m step on an H100 in a profile; for Mamba-1's two blocks the matmuls' weight casts and the weight
+        gradient's concatenation cost about what the copies did: benchmarks/README.md). Blocks narrower than x take
+        x through an optimization barrier, a distinct operand, so that XLA's dot merger does not fuse their small
+        matmuls into a wide one, which would bring the slice back."""
         if sum(sizes) != self.kernel.shape[1] or min(sizes, default=0) < 0:
             raise ValueError(f"sizes must be >= 0 and sum to out_features={self.kernel.shape[1]}, got {list(sizes)}")
         x, w = x.astype(self.dtype), self.kernel[...].astype(self.dtype)
