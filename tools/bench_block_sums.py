@@ -1,27 +1,16 @@
 """The selective scan backward's dB/dC partials summed over channel blocks at the mamba1-790m layer's shape
 (batch 4 x 2048, 384 blocks of 8 channels, N 16): XLA's reduction (the path before the Pallas kernel) against
-``block_sums.sum_block_partials``, each alone, median of 30 after a warm-up. Run on a GPU from the repository root:
-``PYTHONPATH=. python3 tools/bench_block_sums.py``."""
-
-import time
+``block_sums.sum_block_partials``, each alone, timed as ``compare.kernels`` times kernels (``median_ms``: median of
+30 samples of back-to-back calls). Run on a GPU from the repository root: ``PYTHONPATH=. python3
+tools/bench_block_sums.py``."""
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
+from compare.kernels import median_ms
 from pallas_kernels.selective_scan.block_sums import sum_block_partials
 
 SHAPE = (4, 2048, 1, 384, 16)
-
-
-def median_ms(f, *args) -> float:
-    jax.block_until_ready(f(*args))
-    times = []
-    for _ in range(30):
-        start = time.perf_counter()
-        jax.block_until_ready(f(*args))
-        times.append(time.perf_counter() - start)
-    return float(np.median(times)) * 1e3
 
 
 def main() -> None:
@@ -31,7 +20,7 @@ def main() -> None:
     pallas = jax.jit(lambda a, b: sum_block_partials(a, b, jnp.bfloat16, False))
     read = 2 * dB.size * 4
     for name, f in (("xla", xla), ("pallas", pallas), ("xla", xla), ("pallas", pallas)):
-        ms = median_ms(f, dB, dC)
+        ms = median_ms(lambda f=f: f(dB, dC), jax.block_until_ready, reps=30)
         print(f"{name}: {ms:.4f} ms, {read / ms / 1e9:.2f} TB/s read")
     diff = jnp.abs(xla(dB, dC)[0].astype(jnp.float32) - pallas(dB, dC)[0].astype(jnp.float32))
     print(f"largest difference of the bf16 sums: {float(diff.max()):.3g}")

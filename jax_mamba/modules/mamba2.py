@@ -1,6 +1,7 @@
 """Mamba-2 mixer: mamba-ssm's ``modules/mamba2.Mamba2`` (names, shapes, initialization, non-fused forward math)."""
 
 import functools
+import itertools
 import math
 
 import jax
@@ -87,8 +88,7 @@ class Mamba2(nnx.Module):
         in_proj's blocks z0, x0, z, x, BC, dt come from separate matmuls (``Linear.split``) and x is convolved
         apart from B and C, so that neither the forward copies slices into the kernels' buffers nor the backward
         concatenates the gradients of the parts."""
-        gn, d_mlp = self.ngroups * self.d_state, self.d_inner - self.d_ssm
-        parts = self.in_proj.split(hidden_states, [d_mlp, d_mlp, self.d_ssm, self.d_ssm, 2 * gn, self.nheads])
+        parts = self.in_proj.split(hidden_states, self._in_proj_blocks())
         if self.mixer_remat and op_impl(self.impl, mamba_chunk_scan_combined) == "pallas":
             # As mamba-ssm's fused Mamba-2 layer: of the (batch, L, channels) activations the backward keeps only
             # in_proj's output and the SSD's output (plus the Pallas SSD's own named states) and recomputes the conv,
@@ -108,12 +108,16 @@ class Mamba2(nnx.Module):
         y = checkpoint_name(self._scan(self._heads(x), B, C, dt, z, seq_idx=seq_idx), SSD_OUTPUT_NAME)
         return self._output(y, z0, x0, z)
 
+    def _in_proj_blocks(self) -> list[int]:
+        """Channels of in_proj's output blocks z0, x0, z, x, BC, dt: d_mlp, d_mlp, d_ssm, d_ssm, 2 G N, H."""
+        d_mlp = self.d_inner - self.d_ssm
+        return [d_mlp, d_mlp, self.d_ssm, self.d_ssm, 2 * self.ngroups * self.d_state, self.nheads]
+
     def _split_in_proj(self, zxbcdt: jax.Array) -> list[jax.Array]:
-        """(..., d_in_proj) -> z0, x0 (..., d_mlp), z (..., d_ssm), xBC (..., d_ssm + 2 G N), dt (..., H)."""
-        gn, d_mlp = self.ngroups * self.d_state, self.d_inner - self.d_ssm
-        return jnp.split(
-            zxbcdt, [d_mlp, 2 * d_mlp, 2 * d_mlp + self.d_ssm, 2 * d_mlp + 2 * self.d_ssm + 2 * gn], axis=-1
-        )
+        """(..., d_in_proj) -> z0, x0 (..., d_mlp), z (..., d_ssm), xBC (..., d_ssm + 2 G N), dt (..., H): x and BC
+        joined, as inference convolves them with one state."""
+        ends = list(itertools.accumulate(self._in_proj_blocks()))
+        return jnp.split(zxbcdt, [ends[0], ends[1], ends[2], ends[4]], axis=-1)
 
     def _split_xbc(self, xBC: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
         """The conv's output (..., d_ssm + 2 G N) -> x (..., H, P), B and C (..., G, N)."""

@@ -14,7 +14,10 @@ from pallas_kernels.rmsnorm_gated.config import NormConfig
 from pallas_kernels.rmsnorm_gated.kernel import NormDims, norm_backward, norm_forward
 
 
-def _dims(rows: int, dim: int, group: int, has_z, has_bias, norm_before_gate, eps, config, sm_count, interpret):
+def _dims(x, group: int, has_z, has_bias, norm_before_gate, eps, config, sm_count, interpret) -> NormDims:
+    """The tiling for x (..., dim) seen as (rows, dim) rows of ``group``-channel groups."""
+    dim = x.shape[-1]
+    rows = x.size // dim
     block_cols = min(next_pow2(group), config.max_block_cols)
     block_rows = max(1, min(config.tile_elements // block_cols, next_pow2(rows)))
     row_blocks = -(-rows // block_rows)
@@ -37,14 +40,9 @@ def _dims(rows: int, dim: int, group: int, has_z, has_bias, norm_before_gate, ep
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7, 8, 9))
 def rmsnorm(x, weight, bias, z, eps: float, group: int, norm_before_gate: bool, config, sm_count: int, interpret):
-    dims = _dims(*_sizes(x, group), z is not None, bias is not None, norm_before_gate, eps, config, sm_count, interpret)
+    dims = _dims(x, group, z is not None, bias is not None, norm_before_gate, eps, config, sm_count, interpret)
     out = norm_forward(x.reshape(dims.rows, dims.dim), _rows(z, dims), weight, bias, dims, _warps(dims, config))
     return out.reshape(x.shape)
-
-
-def _sizes(x, group: int) -> tuple[int, int, int]:
-    dim = x.shape[-1]
-    return x.size // dim if dim else 0, dim, group
 
 
 def _rows(t, dims: NormDims):
@@ -62,7 +60,7 @@ def _fwd(x, weight, bias, z, eps, group, norm_before_gate, config, sm_count, int
 
 def _bwd(eps, group, norm_before_gate, config, sm_count, interpret, residuals, dout):
     x, weight, bias, z = residuals
-    dims = _dims(*_sizes(x, group), z is not None, bias is not None, norm_before_gate, eps, config, sm_count, interpret)
+    dims = _dims(x, group, z is not None, bias is not None, norm_before_gate, eps, config, sm_count, interpret)
     dx, dz, dw, db = norm_backward(
         x.reshape(dims.rows, dims.dim),
         _rows(z, dims),
