@@ -176,6 +176,7 @@ def mesh_profile(cfg, steps: int, keep_trace: Path | None = None) -> dict:
         "config": cfg.name,
         "mesh": dict(mesh.shape),
         "fsdp_gather": cfg.mesh.fsdp_gather,
+        "grad_reduce": cfg.mesh.grad_reduce,
         "batch_size": cfg.train.batch_size,
         "seq_len": cfg.train.seq_len,
         "steps": steps,
@@ -194,7 +195,8 @@ def markdown(report: dict, command: str) -> list[str]:
     lines = [
         f"# Train step per device: {report['config']}, mesh {report['mesh']} ({report['device']})",
         "",
-        f"Batch {report['batch_size']} x {report['seq_len']}, fsdp_gather {report['fsdp_gather']}; "
+        f"Batch {report['batch_size']} x {report['seq_len']}, fsdp_gather {report['fsdp_gather']}, "
+        f"grad_reduce {report.get('grad_reduce', 'xla')}; "
         f"{report['steps']} steps traced; step {report['step_wall_ms']:.1f} ms wall, "
         f"{report['items_per_s']:,.0f} {report['unit']}/s. Per step, ms. "
         + (

@@ -6,8 +6,9 @@
 #   phase 2, at once: 780m on GPUs 0,1 and mamba1-790m on GPUs 2,3
 #   phase 3, at once: 2.7b on GPUs 0,1 and context on GPUs 2,3
 #   phase 4, one at a time on all four: 780m, mamba1-790m, context, 2.7b
-#   phase 5 (JAX only): Mamba-1 DDP with PGLE (XLA's scheduler fed the first step's measured op times, so that it
-#     may start the gradient all-reduces during the backward), at 1 GPU on GPU 0 beside 2 on GPUs 1,2; then at 4
+#   phase 5 (JAX only): Mamba-1 DDP with mesh.grad_reduce=early (per-device gradients, each weight's computed with
+#     its layer's backward, all-reduced explicitly), at 1 GPU on GPU 0 beside 2 on GPUs 1,2; then at 4. The sixth
+#     run's phase 5 was PGLE (JAX_ENABLE_PGLE=true), which changed nothing.
 # Every point is a compare.scaling run (JAX, then PyTorch for fsdp/ddp) whose .json/.md land in WORK_DIR/results/;
 # WORK_DIR/progress.log says what ran when. Start it with setsid: it outlasts one device call.
 set -uo pipefail
@@ -24,7 +25,7 @@ declare -A args=(
     [mamba1-790m-ddp]="--configs mamba1-790m --mode ddp --per_device_batch 4 --seq_len 2048 --steps 12 --torch"
     [mamba2-2.7b-fsdp]="--configs mamba2-2.7b --mode fsdp --per_device_batch 2 --seq_len 2048 --steps 10 --torch"
     [mamba2-130m-context]="--configs mamba2-130m --mode context --per_device_batch 1 --seq_len 131072 --steps 8"
-    [mamba1-790m-ddp-pgle]="--configs mamba1-790m --mode ddp --per_device_batch 4 --seq_len 2048 --steps 12"
+    [mamba1-790m-ddp-early]="--configs mamba1-790m --mode ddp --per_device_batch 4 --seq_len 2048 --steps 12 --mesh.grad_reduce=early"
 )
 at() {  # at GPU_LIST NAME: NAME's point (JAX, then PyTorch for fsdp/ddp) on as many GPUs as GPU_LIST names
     # shellcheck disable=SC2086  # the arguments are words
@@ -41,8 +42,7 @@ at 0,1 mamba2-2.7b-fsdp & at 2,3 mamba2-130m-context & wait
 say "phase 3 done"
 for name in mamba2-780m-fsdp mamba1-790m-ddp mamba2-130m-context mamba2-2.7b-fsdp; do at 0,1,2,3 "$name"; done
 say "phase 4 done"
-export JAX_ENABLE_PGLE=true JAX_PGLE_PROFILING_RUNS=1
-at 0 mamba1-790m-ddp-pgle & at 1,2 mamba1-790m-ddp-pgle & wait
-at 0,1,2,3 mamba1-790m-ddp-pgle
+at 0 mamba1-790m-ddp-early & at 1,2 mamba1-790m-ddp-early & wait
+at 0,1,2,3 mamba1-790m-ddp-early
 say "all runs done"
 touch "$work/done"

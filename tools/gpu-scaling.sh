@@ -9,11 +9,12 @@
 #      NAME=value words that run's environment; GPUS=2,4 among them sets that run's GPU counts), on GPU counts GPUS
 #      (default: 1, 2, 4, ... up to the GPUs present), each run's .json/.md in WORK_DIR/results/ as soon as it ends.
 #      The last run, two 131072-long sequences, is the context-parallel case one 80 GB GPU cannot hold (one took
-#      49.5 GiB on an H100). The -xla, -dense, -pgle and -sol lines are this side's variants of a line before
+#      49.5 GiB on an H100). The -xla, -dense, -pgle, -sol and -early lines are this side's variants of a line before
 #      them (-xla: FSDP left to XLA's partitioner; -dense: the scan keeps every state, no rebuild kernel, about 9 GiB
 #      more at 790m; -pgle and -sol: XLA's
 #      scheduler given the first step's measured op times, or its speed-of-light cost model, so that it may start
-#      the gradient all-reduces during the backward: the 2-GPU profile had all of them after it)
+#      the gradient all-reduces during the backward: the 2-GPU profile had all of them after it; PGLE changed nothing
+#      on 4 H100s; -early: mesh.grad_reduce=early, each weight gradient computed with its layer's backward)
 # WORK_DIR/progress.log says what ran and how long it took. A run can take longer than one device call: start this
 # with setsid (it outlives the call) and read WORK_DIR from later calls.
 set -uo pipefail
@@ -30,6 +31,7 @@ mamba1-790m-ddp: --configs mamba1-790m --mode ddp --per_device_batch 4 --seq_len
 mamba1-790m-ddp-dense: --configs mamba1-790m --mode ddp --per_device_batch 4 --seq_len 2048 --steps 12 --model.scan_checkpoint_every=0
 mamba1-790m-ddp-pgle: GPUS=2,4 JAX_ENABLE_PGLE=true JAX_PGLE_PROFILING_RUNS=1 --configs mamba1-790m --mode ddp --per_device_batch 4 --seq_len 2048 --steps 12
 mamba1-790m-ddp-sol: GPUS=2,4 XLA_FLAGS=--xla_gpu_enable_analytical_sol_latency_estimator=true --configs mamba1-790m --mode ddp --per_device_batch 4 --seq_len 2048 --steps 12
+mamba1-790m-ddp-early: GPUS=2,4 --configs mamba1-790m --mode ddp --per_device_batch 4 --seq_len 2048 --steps 12 --mesh.grad_reduce=early
 mamba2-2.7b-fsdp: --configs mamba2-2.7b --mode fsdp --per_device_batch 2 --seq_len 2048 --steps 10 --torch
 mamba2-2.7b-fsdp-xla: GPUS=2,4 --configs mamba2-2.7b --mode fsdp --per_device_batch 2 --seq_len 2048 --steps 10 --mesh.fsdp_gather=xla
 mamba2-130m-context: --configs mamba2-130m --mode context --per_device_batch 1 --seq_len 131072 --steps 8

@@ -285,6 +285,7 @@ class TrainConfig:
 
 
 FSDP_GATHER = ("xla", "gather")
+GRAD_REDUCE = ("xla", "early")
 
 
 @dataclass
@@ -302,6 +303,12 @@ class MeshConfig:
     # may split the matmuls over the weights' features and move activations instead (slower on every mesh measured:
     # benchmarks/scaling/README.md, fifth run).
     fsdp_gather: str = "gather"
+    # How a data-parallel step (fsdp 1, context 1) sums the devices' gradients: "xla" leaves it to XLA's partitioner
+    # (the all-reduces it adds after each weight gradient ran after the whole backward on 2 GPUs); "early" computes
+    # each device's gradients under shard_map, every weight gradient as soon as its layer's backward runs, and sums
+    # them explicitly, so that each all-reduce may start while the layers before it run their backward
+    # (train.step.make_train_step; modules.weight_grads).
+    grad_reduce: str = "xla"
 
 
 @dataclass
@@ -514,6 +521,10 @@ def validate(cfg: RunConfig) -> RunConfig:
     _require(isinstance(m.fsdp, int) and m.fsdp >= 1, "mesh.fsdp", "an integer >= 1", m.fsdp)
     _require(isinstance(m.context, int) and m.context >= 1, "mesh.context", "an integer >= 1", m.context)
     _require(m.fsdp_gather in FSDP_GATHER, "mesh.fsdp_gather", f"one of {FSDP_GATHER}", m.fsdp_gather)
+    _require(m.grad_reduce in GRAD_REDUCE, "mesh.grad_reduce", f"one of {GRAD_REDUCE}", m.grad_reduce)
+    if m.grad_reduce == "early":
+        _require(m.fsdp == 1 and m.context == 1, "mesh.grad_reduce", "'xla' unless mesh.fsdp and mesh.context are 1 "
+                 "(early reduction is for data-parallel meshes)", m.grad_reduce)  # fmt: skip
     if m.context > 1:
         mixers_ok = cfg.family == "lm" and cfg.model.ssm_cfg.layer == "Mamba2" and not cfg.model.attn_layer_idx
         _require(mixers_ok, "mesh.context", "1 unless the model is a Mamba-2 language model without attention "

@@ -14,6 +14,7 @@ from jax_mamba.modules.context_parallel import causal_conv_across_context
 from jax_mamba.modules.impl import op_impl
 from jax_mamba.modules.init import torch_default_uniform, uniform
 from jax_mamba.modules.per_device import context_size, per_device
+from jax_mamba.modules.weight_grads import tie_weight_grad
 from pallas_kernels import causal_conv1d_fn, matmul_few_rows, rmsnorm_fn
 
 # Linear layers with at most this many rows use the few-rows matmul kernel. Measured on an H100 (Mamba-2 780m
@@ -47,7 +48,8 @@ class Linear(nnx.Module):
     """torch.nn.Linear: kernel (in, out) = weight.T and bias (out,), float32 parameters; the matmul in ``dtype``
     (the compute dtype), the bias added through :func:`add_bias`. With at most ``FEW_ROWS`` rows (decoding) and the
     Pallas kernels (``impl``), the matmul is ``matmul_few_rows``, which reads the kernel at memory bandwidth where
-    XLA's dot, turned into a reduction at such shapes, does not."""
+    XLA's dot, turned into a reduction at such shapes, does not. Inside ``weight_grads.early_weight_grads()`` the
+    backward releases the input's gradient only with the kernel's (``mesh.grad_reduce="early"``)."""
 
     def __init__(
         self, in_features: int, out_features: int, *, bias: bool, dtype, kernel_init, rngs: nnx.Rngs, impl="auto"
@@ -57,7 +59,7 @@ class Linear(nnx.Module):
         self.dtype, self.impl = dtype, impl
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        y = self._matmul(x.astype(self.dtype), self.kernel[...].astype(self.dtype))
+        y = self._matmul(*tie_weight_grad(x.astype(self.dtype), self.kernel[...].astype(self.dtype)))
         return y if self.bias is None else add_bias(y, self.bias[...])
 
     def split(self, x: jax.Array, sizes: Sequence[int]) -> list[jax.Array]:
@@ -71,7 +73,7 @@ class Linear(nnx.Module):
         matmuls into a wide one, which would bring the slice back."""
         if sum(sizes) != self.kernel.shape[1] or min(sizes, default=0) < 0:
             raise ValueError(f"sizes must be >= 0 and sum to out_features={self.kernel.shape[1]}, got {list(sizes)}")
-        x, w = x.astype(self.dtype), self.kernel[...].astype(self.dtype)
+        x, w = tie_weight_grad(x.astype(self.dtype), self.kernel[...].astype(self.dtype))
         narrow = jax.lax.optimization_barrier(x) if any(0 < n < x.shape[-1] for n in sizes) else x
         bounds = [0, *itertools.accumulate(sizes)]
         parts = []

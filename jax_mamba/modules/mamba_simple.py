@@ -11,6 +11,7 @@ from jax_mamba.modules.impl import op_impl
 from jax_mamba.modules.init import dt_bias_init, uniform
 from jax_mamba.modules.layers import CausalConv1d, linear
 from jax_mamba.modules.per_device import per_device
+from jax_mamba.modules.weight_grads import tie_weight_grad
 from pallas_kernels import selective_scan_fn, selective_state_update
 from pallas_kernels.selective_scan.api import SAVED_STATES_NAME
 
@@ -85,7 +86,7 @@ class Mamba(nnx.Module):
         """The conv's output x (..., d_inner) -> dt (..., d_inner) before its bias, B and C (..., N), A (d_inner, N)."""
         x_dbl = self.x_proj(x)
         dt, B, C = jnp.split(x_dbl, [self.dt_rank, self.dt_rank + self.d_state], axis=-1)
-        dt = dt @ self.dt_proj.kernel[...].astype(dt.dtype)  # bias enters the scan as delta_bias
+        dt = jnp.dot(*tie_weight_grad(dt, self.dt_proj.kernel[...].astype(dt.dtype)))  # bias: the scan's delta_bias
         return dt, B, C, -jnp.exp(self.A_log[...].astype(jnp.float32))
 
     def _scan(self, x: jax.Array, z: jax.Array, *, return_last_state: bool = False):

@@ -15,11 +15,14 @@ BATCH_AXES = ("data", "fsdp")
 
 
 def batch_axes() -> tuple[str, ...]:
-    """The current mesh's batch axes of size > 1 (none without a mesh)."""
+    """The current mesh's batch axes of size > 1 (none without a mesh). Axes already manual (inside a ``shard_map``
+    over them, such as the per-device gradients of ``mesh.grad_reduce="early"``) are not: each device there holds
+    its own rows as a whole batch."""
     mesh = jax.sharding.get_abstract_mesh()
     if mesh.empty:
         return ()
-    return tuple(a for a in BATCH_AXES if a in mesh.axis_names and mesh.shape[a] > 1)
+    manual = set(mesh.manual_axes)
+    return tuple(a for a in BATCH_AXES if a in mesh.axis_names and a not in manual and mesh.shape[a] > 1)
 
 
 def context_size() -> int:

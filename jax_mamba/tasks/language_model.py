@@ -147,8 +147,8 @@ class LanguageModeling:
         if axes == ("fsdp",) and context == 1 and self.cfg.mesh.fsdp_gather == "xla":
             nll_sum, correct_sum = sums(hidden, targets, mask, weight, devices=batch_devices(), strided=False)
         elif axes or context > 1:
-            split = batch_spec()
-            local = lambda *args: jax.lax.psum(sums(*args), position_axes())  # noqa: E731
+            split, over = batch_spec(), position_axes()  # read here: inside shard_map these axes are manual
+            local = lambda *args: jax.lax.psum(sums(*args), over)  # noqa: E731
             per_device = jax.shard_map(local, in_specs=(split, split, split, P()), out_specs=P(), check_vma=False)
             nll_sum, correct_sum = per_device(hidden, targets, mask, weight)
         else:

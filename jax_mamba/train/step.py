@@ -12,9 +12,11 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 from jax.sharding import Mesh
+from jax.sharding import PartitionSpec as P
 
 from jax_mamba.configs.schema import RunConfig
 from jax_mamba.models.params import ParamLayout
+from jax_mamba.modules.weight_grads import early_weight_grads
 from jax_mamba.tasks import Task
 from jax_mamba.train.optim import learning_rate_schedule, make_optimizer
 from jax_mamba.train.sharding import gather_split_params, tree_shardings
@@ -33,6 +35,7 @@ def make_train_step(
     lr_schedule: optax.Schedule | None = None,
     shardings: tuple | None = None,
     gather_params: bool = False,
+    reduce_axis: str | None = None,
 ) -> tuple[Callable, list[int]]:
     """Returns (step, traces): ``step(params, opt_state, state, batch, step_index) -> (params, opt_state, state,
     metrics)`` with batch arrays (accum, batch, ...), params, opt_state and state donated; ``traces`` counts how often
@@ -41,7 +44,11 @@ def make_train_step(
     include ``lr``, the rate this step's update used: computed on the device with the step, so that logging it
     runs no eager JAX operation between steps (the first such call compiles, which stalled the loop for 0.6 s).
     ``shardings``: (params, opt_state, state) shardings the step's results keep (a mesh's; see ``train.sharding``);
-    with ``gather_params`` the model runs on the parameters gathered whole (``sharding.gather_split_params``)."""
+    with ``gather_params`` the model runs on the parameters gathered whole (``sharding.gather_split_params``).
+    ``reduce_axis`` (``mesh.grad_reduce="early"``, data-parallel meshes): each device computes the gradients of its
+    own rows under ``shard_map`` over that axis, weight gradients tied to their layer's backward
+    (``modules.weight_grads``), and they are summed over the devices explicitly, the matmul weights' in the compute
+    dtype as XLA's own reduction does; the update then runs as usual on the summed gradients."""
     traces = [0]
     if gather_params and shardings is None:
         raise ValueError("make_train_step: gather_params needs the parameters' shardings")
@@ -55,24 +62,54 @@ def make_train_step(
 
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
-    def step(params, opt_state, state, batch, step_index):
-        traces[0] += 1
+    def accumulate(params, state, batch, step_index, device=None):
+        """Gradient, loss and metric sums over the micro-batches of ``batch`` (accum, rows, ...), gradients summed in
+        float32 at least. ``device``: this device's index, folded into the random keys (per-device gradients)."""
 
         def micro(carry, inputs):
             micro_batch, index = inputs
             acc_grads, acc_loss, acc_sums, model_state = carry
             key = _training_key(seed, step_index, index)
+            key = key if device is None else jax.random.fold_in(key, device)
             (loss_sum, (sums, model_state)), grads = grad_fn(params, model_state, micro_batch, key)
             acc_grads = jax.tree.map(jnp.add, acc_grads, grads)
             acc_sums = {k: acc_sums[k] + sums[k] for k in sums} if acc_sums else sums
             return (acc_grads, acc_loss + loss_sum, acc_sums, model_state), None
 
-        zeros = jax.tree.map(jnp.zeros_like, params)
+        zeros = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.promote_types(p.dtype, jnp.float32)), params)
         carry, _ = micro((zeros, jnp.float32(0), {}, state), (jax.tree.map(lambda x: x[0], batch), 0))
         if accum > 1:
             rest = jax.tree.map(lambda x: x[1:], batch)
             carry, _ = jax.lax.scan(micro, carry, (rest, jnp.arange(1, accum)))
-        grads, loss_sum, sums, state = carry
+        return carry
+
+    def reduced_over_devices(params, state, batch, step_index):
+        """``accumulate`` on each device's rows, then summed over ``reduce_axis`` (inside ``shard_map``)."""
+        compute = layout.cast_for_compute(params)  # gradients of the cast weights come out in the compute dtype
+
+        def local(compute, state, batch, step_index):
+            with early_weight_grads():
+                grads, loss_sum, sums, state = accumulate(
+                    compute, state, batch, step_index, jax.lax.axis_index(reduce_axis)
+                )
+            grads = {k: jax.lax.psum(g.astype(compute[k].dtype), reduce_axis) for k, g in grads.items()}
+            state = {
+                k: jax.lax.pmean(v, reduce_axis) if jnp.issubdtype(v.dtype, jnp.floating) else v
+                for k, v in state.items()
+            }
+            return grads, jax.lax.psum(loss_sum, reduce_axis), jax.lax.psum(sums, reduce_axis), state
+
+        rows = P(None, reduce_axis)  # batch arrays are (accum, rows, ...)
+        per_device = jax.shard_map(local, in_specs=(P(), P(), rows, P()), out_specs=P(), check_vma=False)
+        grads, loss_sum, sums, state = per_device(compute, state, batch, step_index)
+        return {k: g.astype(params[k].dtype) for k, g in grads.items()}, loss_sum, sums, state
+
+    def step(params, opt_state, state, batch, step_index):
+        traces[0] += 1
+        if reduce_axis is None:
+            grads, loss_sum, sums, state = accumulate(params, state, batch, step_index)
+        else:
+            grads, loss_sum, sums, state = reduced_over_devices(params, state, batch, step_index)
         count = jnp.maximum(sums["count"], 1.0)
         grads = jax.tree.map(lambda g: g / count, grads)
         with jax.named_scope("optimizer"):  # profiles attribute the update's kernels by this scope
@@ -152,5 +189,8 @@ def init_training(cfg: RunConfig, task: Task, mesh: Mesh | None = None) -> Train
     schedule = learning_rate_schedule(cfg.optim, t.max_steps)
     shardings = None if mesh is None else tuple(tree_shardings(mesh, tree) for tree in (params, opt_state, state))
     gather = mesh is not None and mesh.shape["fsdp"] > 1 and cfg.mesh.fsdp_gather == "gather"
-    train_step, traces = make_train_step(task, layout, tx, t.grad_accum_steps, t.seed, schedule, shardings, gather)
+    early = mesh is not None and mesh.shape["data"] > 1 and cfg.mesh.grad_reduce == "early"
+    train_step, traces = make_train_step(
+        task, layout, tx, t.grad_accum_steps, t.seed, schedule, shardings, gather, "data" if early else None
+    )
     return Training(layout, params, state, tx, opt_state, train_step, traces)

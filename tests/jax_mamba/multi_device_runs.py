@@ -34,6 +34,8 @@ CHUNKED = ["--loss_chunk_tokens=48"]  # LM head and loss over chunks of 48 posit
 MODELS["mamba2-chunked"] = ("mamba2-tiny", CHUNKED)
 XLA = ["--mesh.fsdp_gather=xla"]  # FSDP left to XLA's partitioner (the default gathers split parameters whole)
 MODELS.update({f"{m}-xla": (MODELS[m][0], MODELS[m][1] + XLA) for m in ("mamba2", "hybrid", "mamba2-chunked")})
+EARLY = ["--mesh.grad_reduce=early"]  # per-device gradients summed explicitly, weight gradients tied to their layer
+MODELS.update({f"{m}-early": (MODELS[m][0], MODELS[m][1] + EARLY) for m in ("mamba1", "mamba2-pallas")})
 MESHES = {  # name: (model, data, fsdp, context); Mamba-2 on 1, 2, 4 (context) and 8 devices, the others on 1 and 8
     **{f"{m}-1x1x1": (m, 1, 1, 1) for m in ("mamba1", "mamba2", "hybrid")},
     **{f"{m}-2x4x1": (m, 2, 4, 1) for m in ("mamba1", "mamba2", "hybrid")},
@@ -53,6 +55,8 @@ MESHES = {  # name: (model, data, fsdp, context); Mamba-2 on 1, 2, 4 (context) a
     "mamba2-chunked-xla-1x4x1": ("mamba2-chunked-xla", 1, 4, 1),  # pure FSDP left to XLA: whole-row chunks
     "mamba2-xla-1x8x1": ("mamba2-xla", 1, 8, 1),
     "hybrid-xla-2x4x1": ("hybrid-xla", 2, 4, 1),
+    "mamba1-early-4x1x1": ("mamba1-early", 4, 1, 1),
+    "mamba2-pallas-early-2x1x1": ("mamba2-pallas-early", 2, 1, 1),  # the Pallas kernels inside the per-device step
 }
 
 
@@ -126,6 +130,29 @@ def gathered_in_bf16() -> dict:
     }
 
 
+def early_grad_reduce() -> dict:
+    """Mamba-1's train step on a data-parallel mesh of 4 with bf16 compute, gradients reduced by XLA and "early":
+    the optimization barriers in each compiled program (early: one more per Linear call, tying its weight's gradient
+    to its input's), the Linear calls of one forward, and the (shape, dtype) of every all-reduce in the early step's
+    partitioned program against the shapes of the weights the model computes with in bf16."""
+    found = {}
+    for mode in ("xla", "early"):
+        cfg = load_config("mamba1-tiny", [*QUIET, "--model.compute_dtype=bfloat16", "--mesh.data=4",
+                                          f"--mesh.grad_reduce={mode}"])  # fmt: skip
+        with mesh_training(cfg) as (_, _, setup, batches), tempfile.TemporaryDirectory() as dump:
+            args = (setup.params, setup.opt_state, setup.state, batches(0), np.int32(0))
+            options = {"xla_dump_to": dump, "xla_dump_hlo_pass_re": "spmd-partitioning"}
+            setup.train_step.lower(*args).compile(compiler_options=options)
+            (partitioned,) = Path(dump).glob("*after_spmd-partitioning*")
+            text = partitioned.read_text()  # later passes turn the barriers into control dependencies
+        reduces = re.findall(r"= (\w+)\[([0-9,]*)\]\S* all-reduce(?:-start)?\(", text)
+        found[mode] = {"barriers": text.count(" opt-barrier("), "all_reduces": sorted({(s, d) for d, s in reduces})}
+    casts = [name for name, _ in setup.layout.compute_casts]
+    found["kernels"] = sorted({",".join(map(str, setup.params[n].shape)) for n in casts})
+    found["linear_calls"] = 4 * cfg.model.n_layer  # in_proj (split), x_proj, dt_proj, out_proj
+    return found
+
+
 def ssd_forward_kernels(context: int) -> int:
     """The Pallas SSD forward kernels in Mamba-2's train step (one layer) with each sequence over ``context``
     devices, counted in its jaxpr: a context-parallel step runs the scan once, as one device's does (each stretch's
@@ -145,6 +172,7 @@ def main(out: str) -> None:
         "data-parallel-collectives": data_parallel_collectives(),
         "gathered-in-bf16": gathered_in_bf16(),
         "ssd-forward-kernels": {str(n): ssd_forward_kernels(n) for n in (1, 2)},
+        "early-grad-reduce": early_grad_reduce(),
     }
     with tempfile.TemporaryDirectory() as tmp:
         for name, (model, data, fsdp, context) in MESHES.items():

@@ -2,9 +2,10 @@
 meshes of 1 to 8 devices give the same per-step losses for Mamba-1, Mamba-2 (its loss over chunks too) and the hybrid,
 the Pallas kernels (interpreted) run per device under shard_map, FSDP left to XLA's partitioner
 (`mesh.fsdp_gather=xla`) trains the same, FSDP with parameters gathered whole (the default) gathers the matmul
-weights in bf16, a data-parallel step gathers nothing and reduces nothing inside its loss loop, FSDP's initial state
-is made split, and a run saved on 4 devices resumes on 2 as if never stopped. Mesh arguments are checked before
-anything runs."""
+weights in bf16, a data-parallel step gathers nothing and reduces nothing inside its loss loop, gradients reduced
+"early" (per device, explicitly) train the same with each weight gradient tied to its layer's backward, FSDP's
+initial state is made split, and a run saved on 4 devices resumes on 2 as if never stopped. Mesh arguments are
+checked before anything runs."""
 
 import json
 import re
@@ -40,7 +41,8 @@ def test_every_mesh_trains_like_one_device(runs, model):
     AdamW's scale invariance would hide from the losses) and evaluation."""
     one = curve(runs[f"{model}-1x1x1"])
     pallas = model.endswith("pallas")
-    mesh_run = re.compile(rf"{re.escape(model)}-(xla-)?\d+x\d+x\d+")  # this model's runs, FSDP left to XLA too
+    # this model's runs, FSDP left to XLA and gradients reduced early too
+    mesh_run = re.compile(rf"{re.escape(model)}-(xla-|early-)?\d+x\d+x\d+")
     others = [n for n in runs if mesh_run.fullmatch(n) and n != f"{model}-1x1x1"]
     assert others and len(one) == 3 and one[-1] < one[0]
     for name in others:
@@ -57,6 +59,18 @@ def test_data_parallel_step_gathers_nothing_and_reduces_once(runs):
     no collective inside the chunk loop (the head's weight gradient is reduced once, after it)."""
     collectives = runs["data-parallel-collectives"]
     assert collectives == {"all_gathers": 0, "in_loops": 0}
+
+
+def test_early_grad_reduce_ties_each_weight_gradient_and_reduces_bf16_weights_in_bf16(runs):
+    """``mesh.grad_reduce="early"``: one more optimization barrier per Linear call than XLA's own reduction (each
+    weight's gradient tied to its input's), and the matmul weights' gradients summed over the devices in bf16, the
+    compute dtype (as XLA's reduction does), the other parameters' in float32. The same trainings as one device's
+    are in ``test_every_mesh_trains_like_one_device``."""
+    found = runs["early-grad-reduce"]
+    assert found["early"]["barriers"] - found["xla"]["barriers"] == found["linear_calls"] > 0
+    reduced = {tuple(pair) for pair in found["early"]["all_reduces"]}
+    assert {(shape, "bf16") for shape in found["kernels"]} <= reduced
+    assert {dtype for shape, dtype in reduced if shape not in found["kernels"]} == {"f32"}
 
 
 def test_context_parallel_step_runs_the_scan_once(runs):
@@ -123,6 +137,17 @@ def test_context_parallelism_refusals():
         load_config("mamba1-tiny", ["--mesh.context=2"])
     with pytest.raises(ConfigError, match=r"a multiple of mesh\.context=3"):
         load_config("mamba2-tiny", ["--mesh.context=3"])
+
+
+def test_grad_reduce_refusals():
+    from jax_mamba.configs.loader import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match=r"mesh\.grad_reduce: expected one of \('xla', 'early'\), got 'late'"):
+        load_config("mamba1-tiny", ["--mesh.grad_reduce=late"])
+    for mesh in ("--mesh.fsdp=2", "--mesh.context=2"):
+        with pytest.raises(ConfigError, match=r"mesh\.grad_reduce: expected 'xla' unless mesh\.fsdp and mesh\.context"):
+            load_config("mamba2-tiny", [mesh, "--mesh.grad_reduce=early"])
+    assert load_config("mamba2-tiny", ["--mesh.grad_reduce=early"]).mesh.grad_reduce == "early"
 
 
 def test_mesh_arguments():
