@@ -4,8 +4,9 @@ The PyTorch side of ``compare.train_throughput``, for any family, at the referen
 the same config (fp32 params: mamba-ssm's ``MambaLMHeadModel`` with its fused kernels, NVlabs' ``MambaVision``
 in channels-last memory format, or Graph-Mamba on torch_geometric and mamba-ssm's ``Mamba``), bf16 autocast, the
 task's loss on fp32 logits (cross-entropy with label smoothing as configured; Graph-Mamba's multilabel BCE and
-regression L1), global-norm clipping, fused ``torch.optim.AdamW`` with the same betas, eps and weight-decay groups as
-ours (which parameters decay: ``Task.weight_decay_mask``), on the same batches as the JAX run (graph batches
+regression L1), global-norm clipping, fused ``torch.optim.AdamW`` with the same betas, eps, weight-decay groups
+(which parameters decay: ``Task.weight_decay_mask``) and learning-rate schedule as ours (warmup, then cosine to
+min_lr over the run's ``--steps``: ``optim.learning_rate_schedule``), on the same batches as the JAX run (graph batches
 unpadded to PyG tensors on the device before the clock starts). ``--inference``: eval-mode forwards under
 ``torch.inference_mode`` instead. Prints one JSON line: mean items/s (tokens, images or graphs) over the steps after
 ``--warmup`` (3, at most steps - 1: the first ones autotune and allocate), each from a batch already on the device to
@@ -31,6 +32,7 @@ import torch.nn.functional as F
 from jax_mamba.configs.loader import load_config, parse_args_with_overrides
 from jax_mamba.configs.schema import RunConfig
 from jax_mamba.tasks import task_for
+from jax_mamba.train.optim import learning_rate_schedule
 from torch_reference import distributed
 from torch_reference.backend import Reference, load
 from torch_reference.distributed import PARALLEL_MODES, SINGLE, Process
@@ -65,6 +67,11 @@ class _Runner:
         self.optimizer = torch.optim.AdamW(
             groups, lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps, fused=self.device == "cuda"
         )
+        # our schedule over train.max_steps (warmup, then cosine to min_lr), as factors of lr for LambdaLR
+        steps = cfg.train.max_steps
+        factors = np.asarray(learning_rate_schedule(o, steps)(np.arange(steps)), np.float64) / o.lr
+        rate = lambda step: float(factors[min(step, steps - 1)])  # noqa: E731
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, rate)
         self.forward = torch.compile(self.model) if compile_model else self.model
         self.compiled = compile_model
         dtype = cfg.model.compute_dtype  # bf16 autocast where our side computes in bf16 ("auto": on a GPU)
@@ -107,6 +114,7 @@ class _Runner:
             if self.cfg.optim.grad_clip > 0:
                 torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.optim.grad_clip)
             self.optimizer.step()
+            self.scheduler.step()
             self.optimizer.zero_grad(set_to_none=True)
             self._end_pass()
         return loss
@@ -239,7 +247,8 @@ def measure(
 ) -> dict:
     """Throughput of ``steps`` steps (``warmup`` left out). ``batch_size`` is the global batch: with ``parallel``
     each process of the group trains on its share of every batch's rows, and the step time is the slowest's."""
-    cfg = load_config(config, [f"--batch_size={batch_size}", f"--seq_len={seq_len}", "--eval_batches=1", *overrides])
+    sizes = [f"--batch_size={batch_size}", f"--seq_len={seq_len}", f"--max_steps={steps}", "--eval_batches=1"]
+    cfg = load_config(config, [*sizes, *overrides])  # max_steps: the schedule spans the run, as our side's does
     process = distributed.start(device, parallel)
     ref = load(device)
     runner = make_runner(ref, cfg, compile_model, parallel, process)

@@ -2,8 +2,8 @@
 
 The PyTorch side of ``compare.convergence``. The model starts from the weights our training loop initializes for the
 same config and ``train.seed`` (built by JAX on the CPU, converted by ``torch_reference.convert``), trains on the
-same batches (the dataset is a function of seed and step), with the same learning-rate schedule (our
-``learning_rate_schedule``: linear warmup, cosine decay, as a ``LambdaLR``), clipping and AdamW settings, and mamba-ssm
+same batches (the dataset is a function of seed and step), with the same learning-rate schedule (the runner's
+``LambdaLR`` of our ``learning_rate_schedule``: linear warmup, cosine decay), clipping and AdamW settings, and mamba-ssm
 at its best settings (``train_bench``'s runner: fused AdamW and its fused kernels on a GPU; bf16 autocast where our
 side computes in bf16). Prints one JSON line with the loss of every step."""
 
@@ -19,7 +19,6 @@ import torch
 
 from jax_mamba.configs.loader import load_config, parse_args_with_overrides
 from jax_mamba.tasks import task_for
-from jax_mamba.train.optim import learning_rate_schedule
 from jax_mamba.train.step import initial_variables
 from torch_reference.backend import load
 from torch_reference.convert import to_torch_state_dict
@@ -43,14 +42,10 @@ def train_curve(config: str, steps: int, overrides: list[str], device: str = "cu
     missing, unexpected = runner.model.load_state_dict(initial_state_dict(cfg), strict=False)
     if missing or [k for k in unexpected if k != "lm_head.weight"]:
         raise RuntimeError(f"initial weights do not fit mamba-ssm's model: missing {missing}, unexpected {unexpected}")
-    schedule = learning_rate_schedule(cfg.optim, steps)
-    factors = [float(schedule(k)) / cfg.optim.lr for k in range(steps)]
-    scheduler = torch.optim.lr_scheduler.LambdaLR(runner.optimizer, lambda k: factors[min(k, steps - 1)])
     dataset = task_for(cfg).make_dataset()
     losses = []
-    for step in range(steps):
+    for step in range(steps):  # the runner's scheduler follows our schedule over train.max_steps
         losses.append(runner.train_step(runner.inputs(dataset.train_batch(step, 1))).item())
-        scheduler.step()
     return {
         "config": config,
         "framework": "torch",

@@ -107,3 +107,24 @@ def test_train_bench_keeps_jax_off_the_gpu():
     probe = "import os, torch_reference.train_bench; print(os.environ['JAX_PLATFORMS'])"
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True)
     assert done.stdout.split() == ["cpu"]
+
+
+def test_train_bench_follows_our_learning_rate_schedule(cpu_reference):
+    """Each update's rate is ours (``learning_rate_schedule`` over train.max_steps: warmup from 0, then cosine to
+    min_lr), so that the two sides' losses after the same steps are comparable."""
+    from jax_mamba.configs.loader import load_config
+    from jax_mamba.tasks import task_for
+    from jax_mamba.train.optim import learning_rate_schedule
+    from torch_reference.train_bench import make_runner
+
+    overrides = ["--max_steps=5", "--warmup_steps=2", "--lr=2e-3", "--min_lr=1e-4", "--batch_size=2", "--seq_len=16"]
+    cfg = load_config("mamba2-tiny", overrides)
+    runner = make_runner(cpu_reference, cfg)
+    dataset = task_for(cfg).make_dataset()
+    used = []
+    for step in range(5):
+        used.append(runner.optimizer.param_groups[0]["lr"])
+        runner.train_step(runner.inputs(dataset.train_batch(step, 1)))
+    ours = np.asarray(learning_rate_schedule(cfg.optim, 5)(np.arange(5)))
+    assert ours[0] == 0.0 and ours[2] == 2e-3 and ours[-1] > 1e-4  # warmup, peak, on the way down
+    np.testing.assert_allclose(used, ours, rtol=1e-6, atol=1e-12)
