@@ -18,15 +18,6 @@ export PYTHONPATH=. PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
 mkdir -p "$work/prof" "$work/results"
 log="$work/progress.log"
 source tools/scaling-lib.sh
-profile() {  # profile GPU_LIST NAME ARGS...: one compare.mesh_profile run on those GPUs
-    local gpus=$1 name=$2 began
-    shift 2
-    began=$(date +%s)
-    say "start $name on GPUs $gpus"
-    CUDA_VISIBLE_DEVICES=$gpus python3 -m compare.mesh_profile --name_launches --seq_len=2048 --steps 5 "$@" \
-        --out "$work/prof/$name" > "$work/prof/$name.log" 2>&1
-    say "end $name: exit $? after $(( $(date +%s) - began )) s"
-}
 m780="--config mamba2-780m --mesh.fsdp_gather=xla"
 m27="--config mamba2-2.7b --mesh.fsdp_gather=xla"
 p780="--configs mamba2-780m --mode fsdp --per_device_batch 8 --seq_len 2048 --steps 12"

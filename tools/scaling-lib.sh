@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Shared by the multi-GPU queue scripts (sourced, not run): say, a timestamped line to stdout and $log; point, one
-# compare.scaling point (its arguments say which sides run). Needs $work (the queue's work folder; results land in
-# $work/results/) and $log.
+# compare.scaling point (its arguments say which sides run); profile, one compare.mesh_profile run. Needs $work (the
+# queue's work folder; points land in $work/results/, profiles in $work/prof/) and $log.
 say() { echo "$(date +%H:%M:%S) $*" | tee -a "$log"; }
 point() {  # point GPU_LIST NAME ARGS...: one compare.scaling point on as many GPUs as GPU_LIST names
     local gpus=$1 name=$2 began n
@@ -12,4 +12,14 @@ point() {  # point GPU_LIST NAME ARGS...: one compare.scaling point on as many G
     CUDA_VISIBLE_DEVICES=$gpus python3 -m compare.scaling "$@" --gpus "$n" --out "$work/results/$name-$n" \
         > "$work/results/$name-$n.log" 2>&1
     say "end $name-$n: exit $? after $(( $(date +%s) - began )) s"
+}
+profile() {  # profile GPU_LIST NAME ARGS...: one compare.mesh_profile run (every launch named) on those GPUs
+    local gpus=$1 name=$2 began
+    shift 2
+    began=$(date +%s)
+    mkdir -p "$work/prof"
+    say "start $name on GPUs $gpus"
+    CUDA_VISIBLE_DEVICES=$gpus python3 -m compare.mesh_profile --name_launches --seq_len=2048 --steps 5 "$@" \
+        --out "$work/prof/$name" > "$work/prof/$name.log" 2>&1
+    say "end $name: exit $? after $(( $(date +%s) - began )) s"
 }
