@@ -22,9 +22,7 @@ source tools/scaling-lib.sh
 ddp="--configs mamba1-790m --mode ddp --per_device_batch 4 --seq_len 2048 --steps 12"
 early="--mesh.grad_reduce=early"
 m1="--config mamba1-790m"
-say "gpus: $(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tr '\n' ';')"
-bash tools/gpu-parity.sh "$work/build" "$sdist" "import:$parts" > "$work/build.log" 2>&1
-say "extensions ready: exit $?"
+start_queue "$sdist" "$parts"
 # shellcheck disable=SC2086  # the argument strings are words
 {
     point 0 mamba1-790m-ddp $ddp --torch &

@@ -31,9 +31,7 @@ at() {  # at GPU_LIST NAME: NAME's point (JAX, then PyTorch for fsdp/ddp) on as 
     # shellcheck disable=SC2086  # the arguments are words
     point "$1" "$2" ${args[$2]}
 }
-say "gpus: $(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tr '\n' ';')"
-bash tools/gpu-parity.sh "$work/build" "$sdist" "import:$parts" > "$work/build.log" 2>&1
-say "extensions ready: exit $?"
+start_queue "$sdist" "$parts"
 at 0 mamba2-780m-fsdp & at 1 mamba1-790m-ddp & at 2 mamba2-2.7b-fsdp & at 3 mamba2-130m-context & wait
 say "phase 1 done"
 at 0,1 mamba2-780m-fsdp & at 2,3 mamba1-790m-ddp & wait

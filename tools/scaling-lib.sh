@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Shared by the multi-GPU queue scripts (sourced, not run): say, a timestamped line to stdout and $log; point, one
-# compare.scaling point (its arguments say which sides run); profile, one compare.mesh_profile run. Needs $work (the
-# queue's work folder; points land in $work/results/, profiles in $work/prof/) and $log.
+# compare.scaling point (its arguments say which sides run); profile, one compare.mesh_profile run; start_queue, the
+# GPUs named in the log and mamba-ssm's extensions imported. Needs $work (the queue's work folder; points land in
+# $work/results/, profiles in $work/prof/) and $log.
 say() { echo "$(date +%H:%M:%S) $*" | tee -a "$log"; }
 point() {  # point GPU_LIST NAME ARGS...: one compare.scaling point on as many GPUs as GPU_LIST names
     local gpus=$1 name=$2 began n
@@ -22,4 +23,9 @@ profile() {  # profile GPU_LIST NAME ARGS...: one compare.mesh_profile run (ever
     CUDA_VISIBLE_DEVICES=$gpus python3 -m compare.mesh_profile --name_launches --seq_len=2048 --steps 5 "$@" \
         --out "$work/prof/$name" > "$work/prof/$name.log" 2>&1
     say "end $name: exit $? after $(( $(date +%s) - began )) s"
+}
+start_queue() {  # start_queue SDIST_DIR BUILD_PARTS_DIR: the GPUs in the log; mamba-ssm's built extensions imported
+    say "gpus: $(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tr '\n' ';')"
+    bash tools/gpu-parity.sh "$work/build" "$1" "import:$2" > "$work/build.log" 2>&1
+    say "extensions ready: exit $?"
 }
