@@ -19,7 +19,10 @@ REL_L2 = {
 # Whole models in bf16 (autocast): rounding compounds over layers, and the two frameworks round in different places,
 # so a fixed bound says little. There the bound is relative to mamba-ssm's own bf16 error: our bf16 result may differ
 # from mamba-ssm's bf16 result by at most REFERENCE_FACTOR times mamba-ssm's bf16 distance from its float32 result
-# (two independent errors of equal size differ by about sqrt(2) times either), and never less than REL_L2.
+# (two independent errors of equal size differ by about sqrt(2) times either), and never less than REL_L2; or,
+# failing that, ours may be at most that far from mamba-ssm's float32 result. Over a few values (a per-head dA)
+# two errors of equal size can point apart by chance and differ by twice either: then ours is as exact as theirs,
+# which is what the bound is for (compare_to_reference_noise).
 REFERENCE_FACTOR = 2.0
 
 # A parameter whose gradient is zero in exact arithmetic (a bias right before a batch norm in training, the last
@@ -89,14 +92,19 @@ def _noise_scale(noise: float, dtype, scale: float = 1.0) -> float:
 
 def compare_to_reference_noise(name: str, actual, expected, expected_fp32, dtype, floor: float = 0.0) -> Comparison:
     """Like :func:`compare`, with the tolerance raised to REFERENCE_FACTOR x the reference's own rounding error
-    (``expected`` against ``expected_fp32``, the reference computed in float32). The note also gives our own
-    distance from the float32 reference: where it is below the reference's, ours is the more exact result."""
+    (``expected`` against ``expected_fp32``, the reference computed in float32). A result farther than that from
+    the reference still passes where it is within that tolerance of the float32 reference (as exact as the
+    reference, up to the factor; the two errors pointed apart). The note gives our own distance from the float32
+    reference: where it is below the reference's, ours is the more exact result."""
     noise = compare(name, expected, expected_fp32, dtype, floor=floor).rel_l2_err
     scale = _noise_scale(noise, dtype)
     row = compare(name, actual, expected, dtype, scale, floor)
-    ours = compare(name, actual, expected_fp32, dtype, floor=floor).rel_l2_err
+    ours = compare(name, actual, expected_fp32, dtype, scale, floor)
     row.note = row.note or f"tolerance {REFERENCE_FACTOR:g} x mamba-ssm's bf16 error ({noise:.1e})"
-    row.note += f"; ours from mamba-ssm's float32: {ours:.1e}"
+    row.note += f"; ours from mamba-ssm's float32: {ours.rel_l2_err:.1e}"
+    if not row.passed and ours.passed:
+        row.passed = True
+        row.note += " (within the tolerance: passes)"
     return row
 
 
