@@ -111,44 +111,46 @@ def data_parallel_collectives() -> dict[str, int]:
     return {"all_gathers": text.count(" all-gather("), "in_loops": in_loops}
 
 
-def gathered_in_bf16() -> dict:
-    """FSDP with whole-parameter gathers (the default ``mesh.fsdp_gather``) and bf16 compute (data 4 x fsdp 2): the
-    (shape, dtype) of every all-gather in the step's partitioned program (XLA's dump after SPMD partitioning: later
-    CPU passes widen bf16 collectives), against the shapes of the matmul weights the model computes with in bf16
-    (``ParamLayout.compute_casts``)."""
-    cfg = load_config("mamba2-tiny", [*QUIET, "--model.compute_dtype=bfloat16", "--mesh.fsdp=2"])
+def partitioned_step(cfg) -> tuple[str, list[str]]:
+    """``cfg``'s train step as XLA's SPMD partitioning leaves it (its dump: later CPU passes widen bf16 collectives
+    and turn optimization barriers into control dependencies), and the shapes of the matmul weights the model
+    computes with in the compute dtype (``ParamLayout.compute_casts``)."""
     with mesh_training(cfg) as (_, _, setup, batches), tempfile.TemporaryDirectory() as dump:
         args = (setup.params, setup.opt_state, setup.state, batches(0), np.int32(0))
         options = {"xla_dump_to": dump, "xla_dump_hlo_pass_re": "spmd-partitioning"}
         setup.train_step.lower(*args).compile(compiler_options=options)
         (partitioned,) = Path(dump).glob("*after_spmd-partitioning*")
-        gathers = re.findall(r"= (\w+)\[([0-9,]*)\]\S* all-gather\(", partitioned.read_text())
-    casts = [name for name, _ in setup.layout.compute_casts]
-    return {
-        "gathers": sorted({(shape, dtype) for dtype, shape in gathers}),
-        "kernels": sorted({",".join(map(str, setup.params[n].shape)) for n in casts}),
-    }
+        text = partitioned.read_text()
+    kernels = sorted({",".join(map(str, setup.params[name].shape)) for name, _ in setup.layout.compute_casts})
+    return text, kernels
+
+
+def collective_types(text: str, op: str) -> list[tuple[str, str]]:
+    """The (shape, dtype) of every ``op`` collective in an HLO text."""
+    found = re.findall(rf"= (\w+)\[([0-9,]*)\]\S* {op}(?:-start)?\(", text)
+    return sorted({(shape, dtype) for dtype, shape in found})
+
+
+def gathered_in_bf16() -> dict:
+    """FSDP with whole-parameter gathers (the default ``mesh.fsdp_gather``) and bf16 compute (data 4 x fsdp 2): the
+    (shape, dtype) of every all-gather in the step's partitioned program, against the shapes of the matmul weights
+    the model computes with in bf16."""
+    cfg = load_config("mamba2-tiny", [*QUIET, "--model.compute_dtype=bfloat16", "--mesh.fsdp=2"])
+    text, kernels = partitioned_step(cfg)
+    return {"gathers": collective_types(text, "all-gather"), "kernels": kernels}
 
 
 def early_grad_reduce() -> dict:
     """Mamba-1's train step on a data-parallel mesh of 4 with bf16 compute, gradients reduced by XLA and "early":
-    the optimization barriers in each compiled program (early: one more per Linear call, tying its weight's gradient
-    to its input's), the Linear calls of one forward, and the (shape, dtype) of every all-reduce in the early step's
-    partitioned program against the shapes of the weights the model computes with in bf16."""
+    the optimization barriers in each partitioned program (early: one more per Linear call, tying its weight's
+    gradient to its input's), the Linear calls of one forward, and the (shape, dtype) of every all-reduce in the
+    early step against the shapes of the weights the model computes with in bf16."""
     found = {}
     for mode in ("xla", "early"):
         cfg = load_config("mamba1-tiny", [*QUIET, "--model.compute_dtype=bfloat16", "--mesh.data=4",
                                           f"--mesh.grad_reduce={mode}"])  # fmt: skip
-        with mesh_training(cfg) as (_, _, setup, batches), tempfile.TemporaryDirectory() as dump:
-            args = (setup.params, setup.opt_state, setup.state, batches(0), np.int32(0))
-            options = {"xla_dump_to": dump, "xla_dump_hlo_pass_re": "spmd-partitioning"}
-            setup.train_step.lower(*args).compile(compiler_options=options)
-            (partitioned,) = Path(dump).glob("*after_spmd-partitioning*")
-            text = partitioned.read_text()  # later passes turn the barriers into control dependencies
-        reduces = re.findall(r"= (\w+)\[([0-9,]*)\]\S* all-reduce(?:-start)?\(", text)
-        found[mode] = {"barriers": text.count(" opt-barrier("), "all_reduces": sorted({(s, d) for d, s in reduces})}
-    casts = [name for name, _ in setup.layout.compute_casts]
-    found["kernels"] = sorted({",".join(map(str, setup.params[n].shape)) for n in casts})
+        text, found["kernels"] = partitioned_step(cfg)
+        found[mode] = {"barriers": text.count(" opt-barrier("), "all_reduces": collective_types(text, "all-reduce")}
     found["linear_calls"] = 4 * cfg.model.n_layer  # in_proj (split), x_proj, dt_proj, out_proj
     return found
 
