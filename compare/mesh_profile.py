@@ -10,13 +10,19 @@ timed by wall clock and once under ``jax.profiler.trace``, then reads each devic
 - ``exposed_collective_ms``: collective time during which no compute kernel runs on that device: what overlap with
   compute failed to hide, the part of a scaling loss that communication explains;
 - ``idle_ms``: step wall time minus the union of all its kernels (launch gaps, host work, waits);
+- ``gap_ms``: the part of that idle time inside the traced span (between the first and the last kernel), and
+  ``largest_gaps_ms`` where it falls: summed by the op scope group of the kernel that ends before each gap and of the
+  one that starts after it, so a wait of the GPU on the host (or on another device) shows where in the step it is;
 - ``compute_ms_by_class`` / ``_by_scope`` / ``_by_kernel``: its compute time by operator class, by op name scope
   (layer numbers folded) and by kernel, so that two meshes' steps can be diffed (kernel names are numbered per
   compilation; classes and scopes are not).
 
 Kernels that XLA launches inside a command buffer (CUDA graph) name the buffer, not their HLO instruction, so they
 have no scope; ``--name_launches`` turns command buffers off in the process (every launch named, scopes complete,
-at the cost of the launches the buffers saved: compare its wall time only with another such run).
+at the cost of the launches the buffers saved: compare its wall time only with another such run). Its idle time
+then includes the host's launches where kernels are shorter than them: a 2-GPU Mamba-1 step had 17.9 ms of gaps,
+10.4 at the step's start and 3.6 in the optimizer, where the same step with command buffers kept two steps
+queued ahead of the GPUs (``tools/dispatch_probe.py``, ``benchmarks/scaling/README.md``, seventh run).
 
 All per step, in ms. Prints a table, writes ``<out>.json`` / ``<out>.md`` with ``--out`` and the raw trace with
 ``--keep_trace``. Needs GPUs for device timelines (on the CPU the trace has none and only the wall time is
@@ -24,6 +30,7 @@ reported)."""
 
 import argparse
 import collections
+import itertools
 import json
 import re
 import sys
@@ -53,6 +60,7 @@ COLLECTIVE_KINDS = (
 
 
 TOP_KERNELS = 60  # compute kernels and scope groups listed per device, largest first
+TOP_GAPS = 8  # idle-gap places listed per device
 
 
 def collective_kind(kernel: str, op: str) -> str | None:
@@ -106,6 +114,25 @@ def scope_group(scope: str) -> str:
     return _NUMBERED.sub("_*", scope.removeprefix("jit(step)/"))
 
 
+def idle_gaps(
+    events: list[tuple[str, str, int, int]], busy: list[tuple[int, int]], place
+) -> dict[tuple[str, str], int]:
+    """Idle time between the merged ``busy`` intervals of ``events`` (kernel, HLO instruction, start ns, duration
+    ns), summed by (place of the kernel that ends last before the gap, place of the first kernel after it), where
+    ``place(kernel, instruction)`` names an event's place in the step (its scope group)."""
+    ends = sorted((start + duration, place(kernel, op)) for kernel, op, start, duration in events)
+    starts = sorted((start, place(kernel, op)) for kernel, op, start, _ in events)
+    gaps: dict[tuple[str, str], int] = collections.defaultdict(int)
+    i = j = 0
+    for (_, end), (start, _) in itertools.pairwise(busy):
+        while i + 1 < len(ends) and ends[i + 1][0] <= end:
+            i += 1
+        while starts[j][0] < start:
+            j += 1
+        gaps[ends[i][1], starts[j][1]] += start - end
+    return gaps
+
+
 def device_breakdown(
     events: list[tuple[str, str, int, int]], steps: int, wall_ms: float, scopes: dict[str, str] | None = None
 ) -> dict:
@@ -133,7 +160,9 @@ def device_breakdown(
         by_kind[kind] += duration
         by_launch[kind, op or kernel] += duration
     compute_u, collective_u = union_ns(compute), union_ns(collective)
-    busy = covered_ns(union_ns(compute + collective))
+    busy_u = union_ns(compute + collective)
+    busy = covered_ns(busy_u)
+    gaps = idle_gaps(events, busy_u, lambda kernel, op: scope_group(scopes.get(op) or scopes.get(kernel, kernel)))
     per_step = lambda ns: round(ns / 1e6 / steps, 3)  # noqa: E731
     largest = lambda totals, top: {k: per_step(v) for k, v in sorted(totals.items(), key=lambda kv: -kv[1])[:top]}  # noqa: E731
     return {
@@ -141,6 +170,8 @@ def device_breakdown(
         "collective_ms": per_step(sum(by_kind.values())),
         "exposed_collective_ms": per_step(uncovered_ns(collective_u, compute_u)),
         "idle_ms": round(max(wall_ms - busy / 1e6 / steps, 0.0), 3),
+        "gap_ms": per_step(sum(gaps.values())),
+        "largest_gaps_ms": {f"{before} -> {after}": ms for (before, after), ms in largest(gaps, TOP_GAPS).items()},
         "collective_ms_by_kind": {k: per_step(v) for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1])},
         "largest_collectives_ms": {
             f"{kind}: {name}": per_step(ns) for (kind, name), ns in sorted(by_launch.items(), key=lambda kv: -kv[1])[:8]
@@ -218,7 +249,18 @@ def markdown(report: dict, command: str) -> list[str]:
     if not report["devices"]:
         lines.append("| (no device timelines in the trace: not a GPU run) | | | | | |")
         return lines
-    classes = list(next(iter(report["devices"].values()))["compute_ms_by_class"])
+    first, d = next(iter(report["devices"].items()))
+    if d.get("largest_gaps_ms"):
+        lines += [
+            "",
+            f"Idle gaps inside the traced steps, {first}: {d['gap_ms']:.1f} ms per step, largest places "
+            "(scope before -> scope after):",
+            "",
+            "| gap | ms per step |",
+            "|---|---|",
+        ]
+        lines += [f"| {place} | {ms:.2f} |" for place, ms in d["largest_gaps_ms"].items()]
+    classes = list(d["compute_ms_by_class"])
     lines += ["", "Compute by operator class (summed kernel time, ms per step):", ""]
     lines += [f"| device | {' | '.join(classes)} |", "|---|" + "---|" * len(classes)]
     for name, d in report["devices"].items():
@@ -234,7 +276,8 @@ def beside(report: dict, other: dict, label: str, top: int = 12) -> list[str]:
         return []
     (mine, *_), (theirs, *_) = report["devices"].values(), other["devices"].values()
     rows = [("wall", report["step_wall_ms"], other["step_wall_ms"])]
-    rows += [(k.removesuffix("_ms"), mine[k], theirs[k]) for k in ("compute_ms", "exposed_collective_ms", "idle_ms")]
+    parts = ("compute_ms", "exposed_collective_ms", "idle_ms", "gap_ms")
+    rows += [(k.removesuffix("_ms"), mine.get(k, 0.0), theirs.get(k, 0.0)) for k in parts]
 
     def entries(key: str) -> list[tuple[str, float, float]]:  # every entry of a by-dict in either run
         a, b = mine.get(key, {}), theirs.get(key, {})  # reports from before a breakdown existed lack it

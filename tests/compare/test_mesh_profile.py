@@ -2,6 +2,7 @@
 collective, a per-device breakdown on a stand-in and on a real recorded GPU trace, one run set beside another, and
 the command on the CPU."""
 
+import collections
 import gzip
 import itertools
 import json
@@ -18,6 +19,7 @@ from compare.mesh_profile import (
     covered_ns,
     device_breakdown,
     device_timelines,
+    idle_gaps,
     main,
     scope_group,
     uncovered_ns,
@@ -97,6 +99,38 @@ def test_device_breakdown_counts_overlap_once_and_exposes_only_uncovered_collect
         "transpose(jvp(LMHeadModel))/backbone/layers_*/mixer/in_proj/dot_general": 0.03,
         "(no scope) ssd_bwd_dx": 0.025,
     }
+    # the one gap inside the trace, 130-140 us, after the all-reduce and before the all-gather (no scopes: kernels)
+    assert got["gap_ms"] == pytest.approx(0.005)
+    place = "ncclDevKernel_AllReduce_Sum_f32_RING_LL -> ncclDevKernel_AllGather_RING_LL"
+    assert got["largest_gaps_ms"] == {place: 0.005}
+
+
+def test_idle_gaps_are_summed_by_the_kernels_around_them(rng):
+    """A painted timeline of random kernels with random holes: every hole is found once, attributed to the kernel
+    that ends last before it and the one that starts first after it, and the gaps add up to the span's idle time."""
+    events, t, holes = [], 0, collections.Counter()
+    names = ["a", "b", "c"]
+    for _ in range(200):
+        name = names[rng.integers(3)]
+        duration = int(rng.integers(1, 50))
+        events.append((name, "", t, duration))
+        inner = int(rng.integers(0, duration))  # a shorter kernel inside it, ending earlier: never the last one
+        events.append(("inner", "", t + inner, int(rng.integers(0, duration - inner))))
+        t += duration
+        hole = int(rng.integers(0, 3)) * int(rng.integers(1, 20))
+        if hole:
+            holes[name] += hole
+            t += hole
+    order = rng.permutation(len(events))
+    shuffled = [events[i] for i in order]
+    busy = union_ns((start, start + duration) for _, _, start, duration in shuffled)
+    got = idle_gaps(shuffled, busy, lambda kernel, op: kernel)
+    assert sum(got.values()) == (busy[-1][1] - busy[0][0]) - covered_ns(busy)
+    assert all(after in names for _, after in got)  # a gap ends where a main kernel starts
+    by_before = collections.Counter()
+    for (before, _), ns in got.items():
+        by_before[before] += ns
+    assert by_before == +holes
 
 
 def test_scope_groups_fold_layer_and_instance_numbers_only():
