@@ -350,14 +350,19 @@ class Program:
         """(T, T) float32 C·Bᵀ of block ``k`` and this program's group, from ``block_scores``."""
         return plgpu.load(ref.at[self.b, k, self.g])
 
+    def load_scores_diagonal(self, ref, k) -> jax.Array:
+        """(T,) float32 diagonal of block ``k``'s C·Bᵀ for this program's group (``block_scores``' diagonal)."""
+        return plgpu.load(ref.at[self.b, k, self.g, pl.ds(0, self.dims.block_l)])
+
     def load_head_dims(self, ref) -> jax.Array:
         """(block_p,) float32 of an (H, P) array."""
         idx = (self.h, pl.ds(self.p0, self.dims.block_p))
         return plgpu.load(ref.at[idx], mask=self.pmask, other=0).astype(jnp.float32)
 
-    def block(self, t0, dt_ref, A, bias, seq_ref, *, intra: bool = True) -> Block:
+    def block(self, t0, dt_ref, A, bias, seq_ref, *, intra: bool = True, below: bool = False) -> Block:
         """Set up the block starting at t0: dt processing, cumulative log-decay, masked decays (the (T, T) intra-block
-        decays only if ``intra``: the sequential state passes do not need them)."""
+        decays only if ``intra``: the sequential state passes do not need them; with ``below``, strictly below the
+        diagonal, whose decays are exp(0) = 1)."""
         dims = self.dims
         valid = self.valid(t0)
         dt_raw = self.load_time(dt_ref, t0).astype(jnp.float32)
@@ -368,7 +373,7 @@ class Program:
         cs = jnp.cumsum(dt * A)
         last = self.rows == dims.block_l - 1
         cs_last = jnp.sum(jnp.where(last, cs, 0.0))
-        causal = self.rows[:, None] >= self.rows[None, :]
+        causal = self.rows[:, None] > self.rows[None, :] if below else self.rows[:, None] >= self.rows[None, :]
         intra_mask, start_mask, end_mask, keep = causal, None, None, None
         if seq_ref is not None:
             seq = plgpu.load(seq_ref.at[self.b, pl.ds(t0, dims.block_l)], mask=valid, other=0)

@@ -11,7 +11,8 @@ gradient block-parallel (programs launched head and head dims fastest: see ``blo
    X = dt x:
 
     dX  = Mᵀ dy + to_end ∘ (B dSᵀ)              dx = dt dX + D dy,  dD = Σ_l dy x
-    d cs from the intra-block term (row minus column sums of dM ∘ M, dM = dy Xᵀ), the incoming state's term
+    d cs from the intra-block term (row minus column sums of dM ∘ M below its diagonal, dM = dy Xᵀ: see
+    below), the incoming state's term
     (dy · its output) and the state update; d(dt A) is the reverse cumulative sum of d cs, giving ddt, dA and
     d dt_bias; dz from the saved pre-gate output. d cs sums over head dims and is linear in dM, dy and dS, so
     programs that split a head's dims store partial ddt, dA and d dt_bias (float32), which XLA sums. A split costs
@@ -19,6 +20,11 @@ gradient block-parallel (programs launched head and head dims fastest: see ``blo
     With ``bwd_rowwise_dcs`` the intra-block term comes from row sums only: dy · (M X) and X · (Mᵀ dy) are W's row
     and column sums, so no dM and no (T, T) reduction (``_dcs_rowwise``). With ``bwd_state_chunk`` its products
     with the states (B dSᵀ, C S_inᵀ, S_in · dS) run over that many of N's columns at a time (``_state_products``).
+    M's diagonal (C·Bᵀ's own, decay exp(0) = 1; from ``block_scores`` or the block's B and C) enters Mᵀ dy for dX
+    only: in d cs a diagonal entry adds the same value to its row's sum and its column's, which cancel exactly but
+    leave their rounding. At large decays, where the entries below are tiny, that rounding was most of d cs, and the
+    reverse cumulative sum carried it into d dt and dA (a module test at TEST_SEED=32: d A_log 2.16e-4 from a
+    float64 truth with the diagonal in, 3.7e-6 without; the reference at chunk 64, 4.2e-5).
 
 3. ``ssd_bwd_dbc``, one program per (batch row, block, group, split): a program loops over its share (1 / splits)
    of the group's heads, summing in registers
@@ -148,15 +154,16 @@ def _two_level_dstates(dt, A, C, dout, dfinal, z, dt_bias, seq_idx, states, dims
     return dstates, dinit
 
 
-def _head_inputs(prog: Program, k, ins, opt, dz_ref=None):
+def _head_inputs(prog: Program, k, ins, opt, dz_ref=None, below: bool = False):
     """One head's block: its decays, x32, dy, X = dt x (float32) and the block's incoming state and the gradient of
     its outgoing state (dot dtype). ``ins`` = (x, dt, A, states, dstates, dout) refs, ``opt`` = (z, dt_bias, seq_idx,
-    ypre) refs or None; dz is stored when ``dz_ref`` is given."""
+    ypre) refs or None; dz is stored when ``dz_ref`` is given; ``below``: the intra-block decays strictly below the
+    diagonal (``Program.block``)."""
     x_ref, dt_ref, A_ref, states_ref, dstates_ref, dout_ref = ins
     z_ref, bias_ref, seq_ref, ypre_ref = opt
     t0 = k * prog.dims.block_l
     bias = bias_ref[prog.h] if bias_ref is not None else None
-    blk = prog.block(t0, dt_ref, A_ref[prog.h], bias, seq_ref)
+    blk = prog.block(t0, dt_ref, A_ref[prog.h], bias, seq_ref, below=below)
     x32 = prog.load_heads(x_ref, t0).astype(jnp.float32)
     dy = _gated_dout(prog, t0, dout_ref, z_ref, ypre_ref, dz_ref)
     S_in = prog.load_state(states_ref, prog.b, k, prog.h)
@@ -197,15 +204,15 @@ def _dx_tile(prog: Program, k, *, refs, dims: SsdDims, rowwise: bool, state_chun
     or ``_dcs_by_tile_sums`` (``SsdConfig.bwd_rowwise_dcs``), the state products whole or by ``_state_products``
     (``SsdConfig.bwd_state_chunk``)."""
     x_ref, dt_ref, A_ref, B_ref, C_ref, states_ref, dstates_ref, dout_ref, *rest = refs
-    flags = (dims.has_D, dims.has_z, dims.has_bias, dims.has_seq, dims.has_z, dims.has_scores)
-    (D_ref, z_ref, bias_ref, seq_ref, ypre_ref, scores_ref), outs = optional_refs(rest, flags)
+    flags = (dims.has_D, dims.has_z, dims.has_bias, dims.has_seq, dims.has_z, dims.has_scores, dims.has_scores)
+    (D_ref, z_ref, bias_ref, seq_ref, ypre_ref, scores_ref, diag_ref), outs = optional_refs(rest, flags)
     dx_ref, ddt_ref, dA_ref, *opt_outs = outs
     (dD_ref, dz_ref, dbias_ref), _ = optional_refs(opt_outs, (dims.has_D, dims.has_z, dims.has_bias))
     b, h, t0, part = prog.b, prog.h, k * dims.block_l, prog.p0 // dims.block_p
     f32 = jnp.float32
     mm_dtype = x_ref.dtype
     ins = (x_ref, dt_ref, A_ref, states_ref, dstates_ref, dout_ref)
-    blk, x32, dy, X, S_in, dS = _head_inputs(prog, k, ins, (z_ref, bias_ref, seq_ref, ypre_ref), dz_ref)
+    blk, x32, dy, X, S_in, dS = _head_inputs(prog, k, ins, (z_ref, bias_ref, seq_ref, ypre_ref), dz_ref, below=True)
     chunked = 0 < state_chunk < dims.np_  # else S_in and dS (whole) serve the state products, as measured
     if chunked:
         products = _state_products(prog, k, (B_ref, C_ref, states_ref, dstates_ref), state_chunk, dims.has_scores)
@@ -219,10 +226,19 @@ def _dx_tile(prog: Program, k, *, refs, dims: SsdDims, rowwise: bool, state_chun
         CB = prog.load_scores(scores_ref, k)
     elif not chunked:
         CB = mm(Cm, Bm, trans_b=True)
-    M = CB * blk.intra
+    M_below = CB * blk.intra  # strictly below the diagonal (the module docstring says why)
+    if diag_ref is not None:
+        M_diag = prog.load_scores_diagonal(diag_ref, k)
+    elif not chunked:
+        M_diag = jnp.sum(Cm.astype(f32) * Bm.astype(f32), axis=1)
+    else:
+        M_diag = jnp.sum(jnp.where(prog.rows[:, None] == prog.rows[None, :], CB, 0.0), axis=1)
+    M_below_mm = M_below.astype(mm_dtype)
     dM = None if rowwise else mm(dy_mm, X.astype(mm_dtype), trans_b=True)
     BdS = BdS if chunked else mm(Bm, dS, trans_b=True)
-    M_dy = mm(M.astype(mm_dtype), dy_mm, trans_a=True)
+    M_dy_below = mm(M_below_mm, dy_mm, trans_a=True)
+    # Mᵀ dy: its diagonal term added as the dot would (both factors rounded to the dot dtype, exact product)
+    M_dy = M_dy_below + M_diag.astype(mm_dtype).astype(f32)[:, None] * dy_mm.astype(f32)
     dX = M_dy + blk.to_end[:, None] * BdS
     dx = blk.dt[:, None] * dX
     if D_ref is not None:
@@ -230,10 +246,10 @@ def _dx_tile(prog: Program, k, *, refs, dims: SsdDims, rowwise: bool, state_chun
         plgpu.store(dD_ref.at[b, k, h, pl.ds(prog.p0, dims.block_p)], jnp.sum(dy * x32, axis=0), mask=prog.pmask)
     prog.store_heads(dx_ref, t0, dx)
 
-    W = None if rowwise else dM * M
+    W = None if rowwise else dM * M_below
     y_in = blk.from_start[:, None] * (CS if chunked else mm(Cm, S_in, trans_b=True))
     if rowwise:
-        dcs, q_sum = _dcs_rowwise(blk, M.astype(mm_dtype), X, y_in, dy, dy_mm, M_dy, BdS)
+        dcs, q_sum = _dcs_rowwise(blk, M_below_mm, X, y_in, dy, dy_mm, M_dy_below, BdS)
     else:
         dcs, q_sum = _dcs_by_tile_sums(blk, W, X, y_in, dy, BdS)
     SdS = SdS if chunked else jnp.sum(dS.astype(f32) * S_in.astype(f32))
@@ -337,6 +353,7 @@ def ssd_backward(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, states,
 
     tensors = [x, dt, A, B, C, states, dstates, dout]
     scores = block_scores(B, C, dims.block_l) if dims.has_scores else None
+    diagonal = None if scores is None else jnp.diagonal(scores, axis1=3, axis2=4)  # (batch, nblocks, G, T)
     xdims = dims.with_block_p(config.bwd_block_p)
     parts = xdims.p_blocks  # programs per head; > 1: ddt, dA, d dt_bias leave as float32 partials
     per_block = jax.ShapeDtypeStruct((batch, dims.nblocks, nheads, parts), f32)
@@ -357,7 +374,7 @@ def ssd_backward(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, states,
             rowwise=config.bwd_rowwise_dcs,
             state_chunk=config.bwd_state_chunk,
         ),
-        tensors + [t for t in (D, z, dt_bias, seq_idx, ypre, scores) if t is not None],
+        tensors + [t for t in (D, z, dt_bias, seq_idx, ypre, scores, diagonal) if t is not None],
         shapes,
         tile_grid(xdims, programs),
         xdims,

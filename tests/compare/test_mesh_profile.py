@@ -110,7 +110,7 @@ def test_idle_gaps_are_summed_by_the_kernels_around_them(rng):
     that ends last before it and the one that starts first after it, and the gaps add up to the span's idle time."""
     events, t, holes = [], 0, collections.Counter()
     names = ["a", "b", "c"]
-    for _ in range(200):
+    for k in range(200):
         name = names[rng.integers(3)]
         duration = int(rng.integers(1, 50))
         events.append((name, "", t, duration))
@@ -118,7 +118,7 @@ def test_idle_gaps_are_summed_by_the_kernels_around_them(rng):
         events.append(("inner", "", t + inner, int(rng.integers(0, duration - inner))))
         t += duration
         hole = int(rng.integers(0, 3)) * int(rng.integers(1, 20))
-        if hole:
+        if hole and k < 199:  # a hole after the last kernel is outside the traced span
             holes[name] += hole
             t += hole
     order = rng.permutation(len(events))

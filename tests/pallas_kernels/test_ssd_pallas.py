@@ -388,6 +388,34 @@ def test_gradient_through_final_states_alone(rng):
     assert not np.any(np.asarray(grads["C"]))  # C only reads the state out
 
 
+@pytest.mark.parametrize("rowwise", [True, False])
+def test_decay_gradients_stay_exact_at_large_decays(rng, rowwise):
+    """dt x |A| of 5-60 a step, as a module test's random weights reached (TEST_SEED=32): across a 64-position block
+    the log-decays sum to thousands, the intra-block term's diagonal dwarfs the rest of d cs, and its rounding, had it
+    been left in the row and column sums that cancel it, was most of d dt and dA. Float32 against the oracle at the
+    float32 tolerance or, where the pure-JAX reference at the kernels' block length (64) is farther off, no farther
+    than it allows (``reference_noise_scale``), both ways of taking d cs, with a partial last block; dA and d dt_bias,
+    sums over batch and L that can cancel to a small fraction of their terms, relative to at least their terms'
+    spread. On 8 seeds the reference was 5-30x farther from the oracle's dA than the kernels; with the diagonal in
+    the sums the kernels' dA was 4.3e-3 from it (d cs by rows)."""
+    arrays, exact, _ = make_inputs(rng, 2, 150, 4, 16, 16, 2, jnp.float32, D="H", z=True, init=True)
+    raw_dt = rng.normal(3.0, 1.0, (2, 150, 4))
+    A = -np.exp(rng.uniform(1.0, 3.0, 4))
+    arrays.update(dt=jnp.asarray(raw_dt, jnp.float32), A=jnp.asarray(A, jnp.float32))
+    exact.update(dt=np.asarray(arrays["dt"], np.float64), A=np.asarray(arrays["A"], np.float64))
+    dout = jnp.asarray(rng.normal(size=(2, 150, 4, 16)), jnp.float32)
+    dfinal = jnp.asarray(rng.normal(size=(2, 4, 16, 16)), jnp.float32)
+    config = SsdConfig(bwd_rowwise_dcs=rowwise)
+    _, _, grads = run_with_vjp(arrays, None, 64, True, (0.0, INF), dout, dfinal, impl="pallas", config=config)
+    as64 = lambda t: np.asarray(t, np.float64)  # noqa: E731
+    _, _, want, spread = oracle_with_spread(exact, None, True, (0.0, INF), as64(dout), as64(dfinal))
+    _, _, ref_grads = run_with_vjp(arrays, None, 64, True, (0.0, INF), dout, dfinal)
+    for name in ("dt", "A", "dt_bias", "x", "B", "C"):
+        floor = float(np.linalg.norm(spread[name])) if name in spread else 0.0
+        scale = reference_noise_scale(ref_grads[name], want[name], jnp.float32, 1.0, floor)
+        assert_close(f"d{name}", grads[name], want[name], jnp.float32, scale, floor)
+
+
 def test_bf16_inputs_keep_their_dtypes_mixed_with_float32_b(rng):
     """B and C in float32 with bf16 x: the kernels take one dot dtype, the gradients keep each input's dtype."""
     arrays, _, _ = make_inputs(rng, 1, 40, 2, 16, 16, 1, jnp.bfloat16)
