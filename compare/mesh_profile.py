@@ -36,7 +36,7 @@ import re
 import sys
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import jax
@@ -115,7 +115,7 @@ def scope_group(scope: str) -> str:
 
 
 def idle_gaps(
-    events: list[tuple[str, str, int, int]], busy: list[tuple[int, int]], place
+    events: list[tuple[str, str, int, int]], busy: list[tuple[int, int]], place: Callable[[str, str], str]
 ) -> dict[tuple[str, str], int]:
     """Idle time between the merged ``busy`` intervals of ``events`` (kernel, HLO instruction, start ns, duration
     ns), summed by (place of the kernel that ends last before the gap, place of the first kernel after it), where
