@@ -249,18 +249,18 @@ def markdown(report: dict, command: str) -> list[str]:
     if not report["devices"]:
         lines.append("| (no device timelines in the trace: not a GPU run) | | | | | |")
         return lines
-    first, d = next(iter(report["devices"].items()))
-    if d.get("largest_gaps_ms"):
+    first, first_device = next(iter(report["devices"].items()))
+    if first_device.get("largest_gaps_ms"):
         lines += [
             "",
-            f"Idle gaps inside the traced steps, {first}: {d['gap_ms']:.1f} ms per step, largest places "
+            f"Idle gaps inside the traced steps, {first}: {first_device['gap_ms']:.1f} ms per step, largest places "
             "(scope before -> scope after):",
             "",
             "| gap | ms per step |",
             "|---|---|",
         ]
-        lines += [f"| {place} | {ms:.2f} |" for place, ms in d["largest_gaps_ms"].items()]
-    classes = list(d["compute_ms_by_class"])
+        lines += [f"| {place} | {ms:.2f} |" for place, ms in first_device["largest_gaps_ms"].items()]
+    classes = list(first_device["compute_ms_by_class"])
     lines += ["", "Compute by operator class (summed kernel time, ms per step):", ""]
     lines += [f"| device | {' | '.join(classes)} |", "|---|" + "---|" * len(classes)]
     for name, d in report["devices"].items():
