@@ -11,8 +11,8 @@
 # profiles in WORK_DIR/prof/, WORK_DIR/progress.log says what ran when, WORK_DIR/done marks the end.
 #   phase 1, at once: the 1-GPU point with PyTorch (GPU 0), dense at 1 GPU (GPU 1), and on 4 GPUs the 2-GPU point
 #            with PyTorch (GPUs 2,3);
-#   phase 2, alone on all GPUs: the point with PyTorch, then early, dense and nccl4;
-#   phase 3: compare.mesh_profile at 1 GPU, then on all GPUs with each reduction beside it.
+#   phase 2, alone on all GPUs: the point with PyTorch, then dense, early and nccl4;
+#   phase 3 (PROFILES=0 skips it): compare.mesh_profile at 1 GPU, then on all GPUs with each reduction beside it.
 # At one GPU early is the default's program (there is nothing to reduce): its efficiency is against the default's.
 set -uo pipefail
 usage="usage: tools/gpu-ddp-overlap.sh WORK_DIR SDIST_DIR BUILD_PARTS_DIR [GPUS]"
@@ -43,13 +43,15 @@ one="$work/prof/mamba1-1.json"
     wait
     say "phase 1 done"
     point $all mamba1-790m-ddp $ddp --torch
-    point $all mamba1-790m-ddp-early $ddp $early
     point $all mamba1-790m-ddp-dense $ddp $dense
+    point $all mamba1-790m-ddp-early $ddp $early
     NCCL_MAX_NCHANNELS=4 point $all mamba1-790m-ddp-nccl4 $ddp
     say "phase 2 done"
-    profile 0 mamba1-1 $m1 --batch_size=4
-    profile $all mamba1-$gpus-xla $m1 --batch_size=$((4 * gpus)) --mesh.data=$gpus --beside "$one"
-    profile $all mamba1-$gpus-early $m1 --batch_size=$((4 * gpus)) --mesh.data=$gpus $early --beside "$one"
+    if [ "${PROFILES:-1}" != 0 ]; then
+        profile 0 mamba1-1 $m1 --batch_size=4
+        profile $all mamba1-$gpus-xla $m1 --batch_size=$((4 * gpus)) --mesh.data=$gpus --beside "$one"
+        profile $all mamba1-$gpus-early $m1 --batch_size=$((4 * gpus)) --mesh.data=$gpus $early --beside "$one"
+    fi
 }
 say "all done"
 touch "$work/done"

@@ -114,6 +114,7 @@ TWO_LEVEL_MIN_L = 16384  # two-level state passes for walks this long without wh
 LONG_SEGMENT_MIN_L = 65536  # ... over segments of LONG_SEGMENT positions from this L on, else of KEEP_EVERY
 LONG_SEGMENT = 2048
 WIDE_TILE_MAX_DSTATE = 128  # the fused forward, 32- or 64-dim sequential tiles and dB/dC head splits only up to this N
+ONE_DBC_PROGRAM_PER_SM = 0.9  # dB/dC: one program per block and group where these many per SM remain without splits
 
 
 def keeping_states_every(config: SsdConfig, every: int) -> SsdConfig:
@@ -137,7 +138,7 @@ def default_config(
     *,
     ngroups: int = 1,
 ) -> SsdConfig:
-    """``SsdConfig()`` with eight rules for the shapes:
+    """``SsdConfig()`` with nine rules for the shapes:
 
     - the fused forward only where its programs (batch x heads x head-dim tiles) fill the GPU's ``sm_count``
       SMs: on an H100 (forward ms, fused / split, ``benchmarks/kernels/h100-2026-11-24-ssd-fused-vs-split*``) it
@@ -178,6 +179,11 @@ def default_config(
       (``benchmarks/kernels/h100-2026-11-26b-ssd-n256-*``, ms forward / forward+backward, both changes against 32
       dims and 4 splits) B1 L16384 H24 0.451 / 1.620 against 0.512 / 1.889, B2 L8192 H32 G4 0.629 / 2.243 against
       0.625 / 2.630, B8 L2048 H24 0.419 / 1.554 against 0.422 / 1.665;
+    - up to N = WIDE_TILE_MAX_DSTATE too, dB/dC take a group's heads in one program where batch x blocks x groups
+      alone gives ONE_DBC_PROGRAM_PER_SM x ``sm_count`` programs (4 splits below that, not measured against one):
+      on an H100 (``benchmarks/kernels/h100-2026-11-26e-ssd-head-splits``, ``ssd_bwd_dbc`` us, 4 splits against
+      1) 130m 210 against 173 (256 programs), 2.7b 304 against 281 (128), B1 L65536 H128 3642 against 3524 (1024),
+      and XLA's 28 us sum of the float32 partials at 130m gone;
     - the backward's decay gradient from row sums (``bwd_rowwise_dcs``) everywhere: on an H100
       (``benchmarks/kernels/h100x2-2026-11-25-ssd-bwd-candidates.md``) ``ssd_bwd_dx`` took 480 against 508 us at
       130m and 817 against 839 at 2.7b, and compiled for sm_90 it ran 10-13% fewer instructions at every shape tried
@@ -198,6 +204,8 @@ def default_config(
         config = dataclasses.replace(config, two_level_states=True, state_segment=every)
     if dstate <= BWD_SPLIT_MAX_DSTATE:
         config = dataclasses.replace(config, bwd_block_p=32, bwd_num_warps=4)
+    if batch * -(-seqlen // config.block_l) * ngroups >= ONE_DBC_PROGRAM_PER_SM * sm_count:
+        config = dataclasses.replace(config, bwd_head_splits=1)
     programs = batch * nheads * -(-headdim // min(config.block_p, headdim))
     if programs < sm_count:
         config = dataclasses.replace(config, fused_forward_max_l=0)

@@ -360,9 +360,27 @@ def test_default_config_keeps_wide_tiles_and_the_fused_forward_to_n_128():
         assert default_config(*shape, 128, 2).rebuild_block_p == SsdConfig().rebuild_block_p == 64
         wide = default_config(*shape, 256, 2)
         assert wide.two_level_states and wide.rebuild_block_p == 64  # spills, and was faster (h100-2026-11-26b-...)
-    for shape, groups in (((2, 8192, 32, 64), 4), ((8, 2048, 24, 64), 1)):  # dB/dC: one program per group past 128
-        assert default_config(*shape, 128, 2, ngroups=groups).bwd_head_splits == SsdConfig().bwd_head_splits == 4
-        assert default_config(*shape, 256, 2, ngroups=groups).bwd_head_splits == 1
+    for shape in ((1, 2048, 24, 64), (2, 1024, 8, 64)):  # dB/dC: one program per group past 128 whatever the programs
+        assert default_config(*shape, 128, 2).bwd_head_splits == SsdConfig().bwd_head_splits == 4
+        assert default_config(*shape, 256, 2).bwd_head_splits == 1
+
+
+def test_default_config_takes_a_groups_heads_in_one_dbc_program_where_blocks_and_groups_fill_the_gpu():
+    """Measured on an H100 (benchmarks/kernels/h100-2026-11-26e-ssd-head-splits): one program per block and group
+    beat 4 splits at 256, 128 and 1024 such programs."""
+    from pallas_kernels.ssd.config import default_config
+
+    def splits(batch, seqlen, groups, sm_count=132):
+        return default_config(batch, seqlen, 24, 64, 128, 2, sm_count, ngroups=groups).bwd_head_splits
+
+    assert splits(8, 2048, 1) == 1  # 130m: 256 programs
+    assert splits(4, 2048, 1) == 1  # 2.7b: 128
+    assert splits(1, 65536, 1) == 1  # long: 1024
+    assert splits(2, 8192, 4) == 1
+    assert splits(1, 2048, 1) == 4  # 32 programs: the splits keep the GPU busy
+    assert splits(1, 2048, 4) == 1  # 128 through the groups
+    assert splits(4, 2048, 1, sm_count=160) == 4  # the same shape on a larger GPU
+    assert splits(2, 2049, 1) == 4  # 66 programs, a partial last block counted
 
 
 def test_default_config_shares_scores_only_where_a_group_has_several_heads():
