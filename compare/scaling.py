@@ -8,7 +8,9 @@ set, so that runs on disjoint GPUs can go at once; on the CPU, n host devices):
   mesh of the mode: ``fsdp`` -> mesh 1 x n x 1 (parameters and AdamW state split over the n devices), ``ddp`` ->
   n x 1 x 1 (replicas), ``context`` -> 1 x 1 x n (each sequence's positions over the n devices; Mamba-2);
 - with ``--torch``, the reference in one process per device under ``torchrun`` (``torch_reference.train_bench
-  --parallel``): FSDP2 for ``fsdp``, DDP for ``ddp``; ``context`` has no mamba-ssm counterpart.
+  --parallel``): FSDP2 for ``fsdp``, DDP for ``ddp``, or what ``--torch_parallel`` names, so that each side runs
+  at its own best (e.g. our FSDP beside PyTorch's DDP, where FSDP2 is the slower PyTorch choice); ``context`` has
+  no mamba-ssm counterpart.
 
 The batch per device is fixed (``--per_device_batch``; the global batch grows with n) except in ``context``, where
 ``--per_device_batch`` is the whole batch and n devices share its sequences. Scaling efficiency at n = tokens/s at n
@@ -79,14 +81,21 @@ def run_point(config: str, mode: str, n: int, args, extra: list[str], backend: s
     sizes = (args.steps, batch, args.seq_len)
     if args.jax:
         point["jax"] = run_one(config, *sizes, [*extra, *mesh_overrides(mode, n)], workdir / f"{config}-{n}", env)
-    if args.torch and mode in TORCH_PARALLEL:
+    parallel = torch_parallel(mode, args.torch_parallel)
+    if args.torch and parallel:
         bench = ["-m", "torch_reference.train_bench", "--config", config, f"--steps={args.steps}"]
         bench += [f"--batch_size={batch}", f"--seq_len={args.seq_len}", *extra]
-        bench += [f"--parallel={TORCH_PARALLEL[mode]}", f"--device={'cuda' if backend == 'gpu' else 'cpu'}"]
+        bench += [f"--parallel={parallel}", f"--device={'cuda' if backend == 'gpu' else 'cpu'}"]
         launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}"]
         point["torch"] = json_line([*launcher, *bench], env)
     print(json.dumps(point), flush=True)
     return point
+
+
+def torch_parallel(mode: str, chosen: str | None) -> str | None:
+    """The reference's parallelism beside ``mode``: ``chosen`` (``--torch_parallel``) where given, else the mode's
+    counterpart; None for ``context``, which has none."""
+    return None if mode not in TORCH_PARALLEL else chosen or TORCH_PARALLEL[mode]
 
 
 def efficiencies(points: list[dict], side: str) -> dict[tuple[str, int], float]:
@@ -154,12 +163,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--torch", action="store_true", help="also the reference under torchrun (DDP or FSDP2)")
     parser.add_argument(
+        "--torch_parallel",
+        choices=sorted(set(TORCH_PARALLEL.values())),
+        help="the reference's parallelism where it is not the mode's own (fsdp: FSDP2, ddp: DDP)",
+    )
+    parser.add_argument(
         "--jax", action=argparse.BooleanOptionalAction, default=True, help="--no-jax: the reference's side alone"
     )
     parser.add_argument("--out", required=True, help="output path without suffix (.json, .md)")
     args, extra = parse_args_with_overrides(parser, argv)
     if not (args.jax or args.torch):
         parser.error("--no-jax leaves nothing to run without --torch")
+    if args.torch_parallel and not (args.torch and args.mode in TORCH_PARALLEL):
+        parser.error(f"--torch_parallel needs --torch and a mode with a counterpart ({sorted(TORCH_PARALLEL)})")
     if any(n < 1 for n in args.gpus):
         parser.error(f"--gpus takes device counts >= 1, got {args.gpus}")
     if "XLA_PYTHON_CLIENT_PREALLOCATE" not in os.environ:  # the driver only asks what devices there are
@@ -174,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         "device": getattr(device, "device_kind", str(device)),
         "devices": args.gpus,
         "mode": args.mode,
+        "torch_parallel": torch_parallel(args.mode, args.torch_parallel) if args.torch else None,
         "per_device_batch": args.per_device_batch,
         "seq_len": args.seq_len,
         "steps": args.steps,

@@ -4,8 +4,9 @@ A.json B.json ... --out PATH [--note TEXT]``.
 A machine's device counts can be run as separate ``compare.scaling`` processes (one count each, or several configs
 at once on disjoint GPUs through ``CUDA_VISIBLE_DEVICES``); efficiencies need every count of a config in one report.
 The runs must agree on what a point means (device kind, mode, batch per device, sequence length, steps, NCCL and XLA
-settings); each (config, devices) point may come from one run only. Writes ``<out>.json`` and ``<out>.md`` with the
-runs' commands and ``--note`` (how they were run, e.g. which ones went at once)."""
+settings), and those that ran the reference on its parallelism (DDP or FSDP2); each (config, devices) point may come
+from one run only. Writes ``<out>.json`` and ``<out>.md`` with the runs' commands and ``--note`` (how they were run,
+e.g. which ones went at once)."""
 
 import argparse
 import json
@@ -29,6 +30,9 @@ def join(runs: list[dict], note: str | None = None) -> tuple[dict, list[dict]]:
         if differ:
             raise ValueError(f"run {i} differs from run 0 in {differ}: " + ", ".join(
                 f"{k} {first.get(k)!r} against {run.get(k)!r}" for k in differ))  # fmt: skip
+    parallel = {r["torch_parallel"] for r in runs if r.get("torch_parallel")}
+    if len(parallel) > 1:
+        raise ValueError(f"the runs ran the reference with different parallelism: {sorted(parallel)}")
     points, seen = [], set()
     for run in runs:
         for p in run["points"]:
@@ -39,6 +43,7 @@ def join(runs: list[dict], note: str | None = None) -> tuple[dict, list[dict]]:
             points.append(p)
     points.sort(key=lambda p: (p["config"], p["devices"]))
     header = {k: first.get(k) for k in AGREE}
+    header["torch_parallel"] = next(iter(parallel), None)
     header["devices"] = sorted({p["devices"] for p in points})
     header["date"] = first["date"] if all(r.get("date") == first.get("date") for r in runs) else "several dates"
     header["command"] = [c for r in runs for c in ([r["command"]] if isinstance(r["command"], str) else r["command"])]

@@ -9,6 +9,8 @@
 #   phase 5 (JAX only): Mamba-1 DDP with mesh.grad_reduce=early (per-device gradients, each weight's computed with
 #     its layer's backward, all-reduced explicitly), at 1 GPU on GPU 0 beside 2 on GPUs 1,2; then at 4. The sixth
 #     run's phase 5 was PGLE (JAX_ENABLE_PGLE=true), which changed nothing.
+# Mamba-1 runs with the scan keeping every state its backward reads (model.scan_checkpoint_every=0), the setting of
+# the ninth run's result (benchmarks/scaling/README.md); tools/gpu-ddp-overlap.sh times the default beside it.
 # Every point is a compare.scaling run (JAX, then PyTorch for fsdp/ddp) whose .json/.md land in WORK_DIR/results/;
 # WORK_DIR/progress.log says what ran when. Start it with setsid: it outlasts one device call.
 set -uo pipefail
@@ -22,7 +24,7 @@ log="$work/progress.log"
 source tools/scaling-lib.sh
 declare -A args=(
     [mamba2-780m-fsdp]="--configs mamba2-780m --mode fsdp --per_device_batch 8 --seq_len 2048 --steps 12 --torch"
-    [mamba1-790m-ddp]="--configs mamba1-790m --mode ddp --per_device_batch 4 --seq_len 2048 --steps 12 --torch"
+    [mamba1-790m-ddp]="--configs mamba1-790m --mode ddp --per_device_batch 4 --seq_len 2048 --steps 12 --torch --model.scan_checkpoint_every=0"
     [mamba2-2.7b-fsdp]="--configs mamba2-2.7b --mode fsdp --per_device_batch 2 --seq_len 2048 --steps 10 --torch"
     [mamba2-130m-context]="--configs mamba2-130m --mode context --per_device_batch 1 --seq_len 131072 --steps 8"
     [mamba1-790m-ddp-early]="--configs mamba1-790m --mode ddp --per_device_batch 4 --seq_len 2048 --steps 12 --mesh.grad_reduce=early"

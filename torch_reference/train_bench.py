@@ -15,6 +15,7 @@ its processes (``torch_reference.distributed``), each on its rows of the same gl
 first process reports the global tokens/s (the slowest process's time) and the largest peak."""
 
 import argparse
+import gc
 import json
 import os
 import sys
@@ -274,10 +275,7 @@ def measure(
     peak = torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else None
     peak = None if peak is None else distributed.all_max(peak, process)
     final = distributed.all_mean(losses[-1], process) if losses else None
-    distributed.finish(process)
-    if not process.leader:
-        return {}
-    return {
+    result = {
         "config": config,
         "framework": "torch",
         "mode": "inference" if inference else "training",
@@ -290,6 +288,12 @@ def measure(
         "parameters": sum(p.numel() for p in runner.module.parameters()),
         "processes": process.world,
     }
+    # DDP's reducer holds the process group: let it go before the group does, not at interpreter exit (a gloo rank
+    # once aborted there in CI, "terminate called without an active exception")
+    del runner
+    gc.collect()
+    distributed.finish(process)
+    return result if process.leader else {}
 
 
 def main(argv: list[str] | None = None) -> int:

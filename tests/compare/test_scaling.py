@@ -47,15 +47,19 @@ def test_scaling_runs_both_sides_on_cpu_devices(tmp_path, capsys):
 
 
 def test_scaling_runs_the_reference_alone_with_no_jax(tmp_path):
-    """--no-jax reruns the PyTorch side only (a failed reference point, without repeating the JAX runs)."""
+    """--no-jax reruns the PyTorch side only (a failed reference point, without repeating the JAX runs); here on
+    the parallelism --torch_parallel names (DDP), not the fsdp mode's counterpart (FSDP2)."""
     pytest.importorskip("torch", reason="the PyTorch side is not installed (make setup-torch)")
     from compare.scaling import main
 
     out = tmp_path / "mamba2-tiny-ddp"
-    argv = ["--configs", "mamba2-tiny", "--gpus", "2", "--mode", "ddp", "--torch", "--no-jax", "--steps", "3"]
+    argv = ["--configs", "mamba2-tiny", "--gpus", "2", "--mode", "fsdp", "--torch", "--no-jax", "--steps", "3"]
+    argv += ["--torch_parallel", "ddp"]
     assert main([*argv, "--per_device_batch", "1", "--seq_len", "16", f"--out={out}"]) == 0
-    (point,) = json.loads(out.with_name(out.name + ".json").read_text())["points"]
+    result = json.loads(out.with_name(out.name + ".json").read_text())
+    (point,) = result["points"]
     assert "jax" not in point and point["torch"]["items_per_s"] > 0 and point["torch"]["processes"] == 2
+    assert result["torch_parallel"] == "ddp" and "DDP" in result["torch_settings"]
     assert "| mamba2-tiny | 2 | 2 | not run |" in out.with_name(out.name + ".md").read_text()
     with pytest.raises(SystemExit):
         main(["--configs", "mamba2-tiny", "--no-jax", f"--out={out}"])
@@ -113,5 +117,29 @@ def test_join_refuses_runs_that_disagree_or_repeat_a_point(tmp_path):
         join([_run([1], [1.0]), _run([2], [2.0], seq_len=4096)])
     with pytest.raises(ValueError, match="m at 2 devices comes from more than one run"):
         join([_run([1, 2], [1.0, 2.0]), _run([2], [2.0])])
+    with pytest.raises(ValueError, match=r"different parallelism: \['ddp', 'fsdp'\]"):
+        join([_run([1], [1.0], torch_parallel="ddp"), _run([2], [2.0], torch_parallel="fsdp")])
     with pytest.raises(SystemExit):
         main([str(tmp_path / "absent.json"), f"--out={tmp_path / 'x'}"])
+
+
+def test_join_keeps_the_reference_parallelism_of_the_runs_that_ran_it():
+    from compare.scaling_join import join
+
+    header, _ = join([_run([1], [1.0], torch_parallel=None), _run([2], [2.0], torch_parallel="ddp")])
+    assert header["torch_parallel"] == "ddp"
+
+
+def test_the_reference_runs_the_mode_counterpart_unless_told():
+    from compare.scaling import torch_parallel
+
+    assert torch_parallel("fsdp", None) == "fsdp" and torch_parallel("ddp", None) == "ddp"
+    assert torch_parallel("fsdp", "ddp") == "ddp" and torch_parallel("context", "ddp") is None
+
+
+def test_torch_parallel_is_refused_without_the_reference_or_a_counterpart(tmp_path):
+    from compare.scaling import main
+
+    for argv in (["--mode", "fsdp"], ["--mode", "context", "--torch"]):
+        with pytest.raises(SystemExit):
+            main(["--configs", "mamba2-tiny", *argv, "--torch_parallel", "ddp", f"--out={tmp_path / 'x'}"])
