@@ -204,10 +204,11 @@ def default_config(
         config = dataclasses.replace(config, two_level_states=True, state_segment=every)
     if dstate <= BWD_SPLIT_MAX_DSTATE:
         config = dataclasses.replace(config, bwd_block_p=32, bwd_num_warps=4)
-    if batch * -(-seqlen // config.block_l) * ngroups >= ONE_DBC_PROGRAM_PER_SM * sm_count:
+    blocks = -(-seqlen // config.block_l)  # per sequence; no rule here changes block_l
+    if batch * blocks * ngroups >= ONE_DBC_PROGRAM_PER_SM * sm_count:
         config = dataclasses.replace(config, bwd_head_splits=1)
     programs = batch * nheads * -(-headdim // min(config.block_p, headdim))
     if programs < sm_count:
         config = dataclasses.replace(config, fused_forward_max_l=0)
-    saved = batch * -(-seqlen // config.block_l) * nheads * headdim * dstate * itemsize
+    saved = batch * blocks * nheads * headdim * dstate * itemsize
     return dataclasses.replace(config, checkpoint_every=every) if saved > KEEP_ALL_MAX_BYTES else config
