@@ -25,9 +25,6 @@ case "$gpus" in
     4) all=0,1,2,3 ;;
     *) echo "GPUS must be 2 or 4, got $gpus" >&2; exit 2 ;;
 esac
-export PYTHONPATH=. PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
-mkdir -p "$work/results" "$work/prof"
-log="$work/progress.log"
 source tools/scaling-lib.sh
 ddp="--configs mamba1-790m --mode ddp --per_device_batch 4 --seq_len 2048 --steps 12"
 early="--mesh.grad_reduce=early"

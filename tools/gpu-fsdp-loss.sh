@@ -9,9 +9,6 @@
 #   phase 3, alone on all four: 780m gather, then 2.7b gather
 set -uo pipefail
 work=${1:?usage: tools/gpu-fsdp-loss.sh WORK_DIR}
-export PYTHONPATH=. PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
-mkdir -p "$work/results"
-log="$work/progress.log"
 source tools/scaling-lib.sh
 m780="--configs mamba2-780m --mode fsdp --per_device_batch 8 --seq_len 2048 --steps 12"
 m27="--configs mamba2-2.7b --mode fsdp --per_device_batch 2 --seq_len 2048 --steps 10"

@@ -17,9 +17,6 @@ usage="usage: tools/gpu-mamba1-fsdp.sh WORK_DIR SDIST_DIR BUILD_PARTS_DIR"
 work=${1:?$usage}
 sdist=${2:?$usage}
 parts=${3:?$usage}
-export PYTHONPATH=. PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
-mkdir -p "$work/results"
-log="$work/progress.log"
 source tools/scaling-lib.sh
 fsdp="--configs mamba1-790m --mode fsdp --per_device_batch 4 --seq_len 2048 --steps 12"
 torch_ddp="--torch --torch_parallel ddp"

@@ -14,9 +14,6 @@
 #   phase 3, alone on all four: 780m's profile, then the points context, 780m, 780m gather
 set -uo pipefail
 work=${1:?usage: tools/gpu-mesh-profiles.sh WORK_DIR}
-export PYTHONPATH=. PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
-mkdir -p "$work/prof" "$work/results"
-log="$work/progress.log"
 source tools/scaling-lib.sh
 m780="--config mamba2-780m --mesh.fsdp_gather=xla"
 m27="--config mamba2-2.7b --mesh.fsdp_gather=xla"

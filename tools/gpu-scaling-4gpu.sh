@@ -18,9 +18,6 @@ usage="usage: tools/gpu-scaling-4gpu.sh WORK_DIR SDIST_DIR BUILD_PARTS_DIR"
 work=${1:?$usage}
 sdist=${2:?$usage}
 parts=${3:?$usage}
-export PYTHONPATH=. PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
-mkdir -p "$work/results"
-log="$work/progress.log"
 source tools/scaling-lib.sh
 declare -A args=(
     [mamba2-780m-fsdp]="--configs mamba2-780m --mode fsdp --per_device_batch 8 --seq_len 2048 --steps 12 --torch"

@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# Shared by the multi-GPU queue scripts (sourced, not run): say, a timestamped line to stdout and $log; point, one
-# compare.scaling point (its arguments say which sides run); profile, one compare.mesh_profile run; start_queue, the
-# GPUs named in the log and mamba-ssm's extensions imported. Needs $work (the queue's work folder; points land in
-# $work/results/, profiles in $work/prof/) and $log.
+# Shared by the multi-GPU queue scripts (sourced, not run, after the script sets $work, its work folder): the
+# queue's environment (the repo on PYTHONPATH, unbuffered output, NCCL_NVLS_ENABLE=0), $work/results/ for points,
+# $work/prof/ for profiles and $log ($work/progress.log), then: say, a timestamped line to stdout and $log; point,
+# one compare.scaling point (its arguments say which sides run); profile, one compare.mesh_profile run; start_queue,
+# the GPUs named in the log and mamba-ssm's extensions imported.
+export PYTHONPATH=. PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
+mkdir -p "$work/results" "$work/prof"
+log="$work/progress.log"
 say() { echo "$(date +%H:%M:%S) $*" | tee -a "$log"; }
 point() {  # point GPU_LIST NAME ARGS...: one compare.scaling point on as many GPUs as GPU_LIST names
     local gpus=$1 name=$2 began n
