@@ -8,9 +8,8 @@ set, so that runs on disjoint GPUs can go at once; on the CPU, n host devices):
   mesh of the mode: ``fsdp`` -> mesh 1 x n x 1 (parameters and AdamW state split over the n devices), ``ddp`` ->
   n x 1 x 1 (replicas), ``context`` -> 1 x 1 x n (each sequence's positions over the n devices; Mamba-2);
 - with ``--torch``, the reference in one process per device under ``torchrun`` (``torch_reference.train_bench
-  --parallel``): FSDP2 for ``fsdp``, DDP for ``ddp``, or what ``--torch_parallel`` names, so that each side runs
-  at its own best (e.g. our FSDP beside PyTorch's DDP, where FSDP2 is the slower PyTorch choice); ``context`` has
-  no mamba-ssm counterpart.
+  --parallel``): FSDP2 for ``fsdp``, DDP for ``ddp``, or what ``--torch_parallel`` names, so that each side may
+  run its own best choice (e.g. our FSDP beside PyTorch's DDP); ``context`` has no mamba-ssm counterpart.
 
 The batch per device is fixed (``--per_device_batch``; the global batch grows with n) except in ``context``, where
 ``--per_device_batch`` is the whole batch and n devices share its sequences. Scaling efficiency at n = tokens/s at n
