@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On a 4-GPU machine: Mamba-1's data-parallel step as FSDP (parameters, gradients and AdamW state split; matmul
-# weights gathered and their gradients reduce-scattered in bf16) beside PyTorch's DDP, its faster choice.
+# weights gathered and their gradients reduce-scattered in bf16) beside PyTorch's DDP.
 # mamba1-790m, 4 sequences of 2048 per GPU, NCCL_NVLS_ENABLE=0. Variants (JAX):
 #   fsdp-dense  model.scan_checkpoint_every=0: the scan keeps every state its backward reads (no state rebuild),
 #               PyTorch's DDP beside it at each count (compare.scaling --torch_parallel ddp);
