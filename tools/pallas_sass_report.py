@@ -22,6 +22,7 @@ from pallas_kernels.ssd import api as ssd_api
 
 SSD_WARPS = {  # SsdConfig's warps field of each kernel; the state passes and walks take state_num_warps
     "ssd_fwd_fused": "num_warps",
+    "ssd_fwd_fused_segments": "num_warps",
     "ssd_fwd_out": "num_warps",
     "ssd_fwd_out_persistent": "num_warps",
     "ssd_bwd_dx": "bwd_num_warps",

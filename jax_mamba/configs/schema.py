@@ -118,7 +118,8 @@ class ModelConfig:
     scan_checkpoint_every: int = 256
     # Mamba-2's Pallas SSD: positions between the states its forward keeps for the backward (None: the kernels'
     # choice, every 64-position block's state while a layer's are under 256 MiB, e.g. 201 MB a layer at 780m, L 2048
-    # x 8; 0: every block's; a multiple of 64: float32 states that often, the others rebuilt in the backward)
+    # x 8; 0: every block's; a multiple of 64: float32 states that often, the others rebuilt in the backward; the
+    # configs of 780m and up set 1024, lm-2048-large)
     ssd_checkpoint_every: int | None = None
     # With the Pallas kernels: the backward recomputes each Mamba mixer's conv, projections and gated norm from
     # in_proj's output, keeping only the scan's or SSD's named states (and Mamba-2's SSD output), as mamba-ssm's fused

@@ -290,9 +290,11 @@ class Program:
         idx = (self.b, pl.ds(t0, self.dims.block_l), self.h, pl.ds(self.p0, self.dims.block_p))
         return plgpu.load(ref.at[idx], mask=self.valid(t0)[:, None] & self.pmask[None, :], other=0)
 
-    def store_heads(self, ref, t0, value) -> None:
+    def store_heads(self, ref, t0, value, when=None) -> None:
+        """Store (T, block_p) into a (batch, L, H, P) array; only where ``when`` (a traced bool) holds, if given."""
         idx = (self.b, pl.ds(t0, self.dims.block_l), self.h, pl.ds(self.p0, self.dims.block_p))
-        plgpu.store(ref.at[idx], value.astype(ref.dtype), mask=self.valid(t0)[:, None] & self.pmask[None, :])
+        mask = self.valid(t0)[:, None] & self.pmask[None, :]
+        plgpu.store(ref.at[idx], value.astype(ref.dtype), mask=mask if when is None else mask & when)
 
     @property
     def state_mask(self) -> jax.Array:

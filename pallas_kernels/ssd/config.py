@@ -26,7 +26,9 @@ With ``two_level_states`` the sequential state passes (forward states, backward 
 over segments of ``checkpoint_every`` positions (``state_segment`` where every block's state is kept): each
 segment's own contribution and decay, all segments in parallel; an elementwise walk over the segments
 (``segments``); then the per-block values, all segments in parallel again. For few batch rows x heads at long L,
-where the one-level passes have fewer programs than SMs and walk many blocks.
+where the one-level passes have fewer programs than SMs and walk many blocks. With ``fused_segments`` the forward's
+third level is the fused forward's walk, once per segment: it computes the outputs from each segment's incoming state
+instead of storing every block's state for a separate output pass.
 
 With ``shared_scores`` (the default) the forward's output and the backward's per-head kernel read each block's C·Bᵀ
 (T, T), float32, computed once per group by XLA (``block.block_scores``), instead of each program (head, head dims)
@@ -68,6 +70,7 @@ class SsdConfig:
     shared_scores: bool = True  # C·Bᵀ of each block and group once (XLA), read by the per-head kernels
     two_level_states: bool = False  # state passes segment-parallel plus a walk over segments
     state_segment: int = 1024  # two-level passes, all states kept: positions per segment (a multiple of block_l)
+    fused_segments: bool = False  # two-level forward: outputs by a fused walk per segment (no block-state pass)
 
     def validate(self) -> None:
         for name in ("block_l", "block_p", "state_block_p", "bwd_block_p", "rebuild_block_p"):
@@ -92,7 +95,7 @@ class SsdConfig:
             raise ValueError(
                 f"SsdConfig.state_segment must be a positive multiple of block_l={self.block_l}, got {segment!r}"
             )
-        for name in ("shared_scores", "two_level_states", "bwd_rowwise_dcs"):
+        for name in ("shared_scores", "two_level_states", "bwd_rowwise_dcs", "fused_segments"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"SsdConfig.{name} must be a bool, got {getattr(self, name)!r}")
         for name in ("state_block_n", "bwd_state_chunk"):
@@ -111,6 +114,7 @@ BWD_SPLIT_MAX_DSTATE = 128  # the backward's per-head programs split head dims b
 STATE_PASS_PROGRAMS_PER_SM = 1.9  # sequential passes: wider head-dim tiles while about 2 programs per SM remain
 WIDE_STATE_TILE_MIN_L = 16384  # ... and 32-dim tiles (two per head) only for walks this long
 TWO_LEVEL_MIN_L = 16384  # two-level state passes for walks this long without whole-head tiles' programs
+FUSED_SEGMENTS_MIN_L = 8192  # ... from this L where the forward is split and its segments can be fused (N <= 128)
 LONG_SEGMENT_MIN_L = 65536  # ... over segments of LONG_SEGMENT positions from this L on, else of KEEP_EVERY
 LONG_SEGMENT = 2048
 WIDE_TILE_MAX_DSTATE = 128  # the fused forward, 32- or 64-dim sequential tiles and dB/dC head splits only up to this N
@@ -138,7 +142,7 @@ def default_config(
     *,
     ngroups: int = 1,
 ) -> SsdConfig:
-    """``SsdConfig()`` with nine rules for the shapes:
+    """``SsdConfig()`` with ten rules for the shapes:
 
     - the fused forward only where its programs (batch x heads x head-dim tiles) fill the GPU's ``sm_count``
       SMs: on an H100 (forward ms, fused / split, ``benchmarks/kernels/h100-2026-11-24-ssd-fused-vs-split*``) it
@@ -170,6 +174,16 @@ def default_config(
       1.89 / 9.83, B1 L65536 H128 5.07 / 25.50 against 4.98 / 24.65 at 1024; neutral at B2 L8192 H32 N256
       (0.641 / 3.023 against 0.634 / 3.018) and 130m (1.204 against 1.214 forward+backward), slower with whole-head
       tiles (B4 L16384 H64: 2.53 / 15.17 against 3.01 / 16.11);
+    - where the state passes are two-level, the forward's outputs from one fused walk per segment (``fused_segments``)
+      up to N = WIDE_TILE_MAX_DSTATE, like the fused forward, and with it two levels from L = FUSED_SEGMENTS_MIN_L
+      where the forward is split (too few programs for the fused forward, or L past its limit). On an H100
+      (``benchmarks/kernels/h100-2026-11-27-ssd-fused-segments-*``, ms forward, block-state pass + output pass
+      against fused segments on 64 head dims at 4 warps) B1 L65536 H128 4.87 against 3.50 (32 or 8 warps: 4.93,
+      6.15), B1 L16384 H24 0.264 against 0.220, B1 L131072 H24 1.906 against 1.367; B2 L8192 H32, one-level before,
+      0.404 / 1.629 forward / forward+backward against 0.270 / 1.534 (segments of 512: 0.284 / 1.543); B4 L16384
+      H64 G8, one-level by the rule above, 2.47 one-level against 2.21, but 12.59 against 12.83 forward+backward (its
+      two-level backward); at N 256 (B2 L8192 H32 G4) 0.628 one-level against 0.857 and 1.026 on 32 and 16 head
+      dims (64 spill);
     - past N = WIDE_TILE_MAX_DSTATE no fused forward and the sequential passes on 16 head dims: their float32
       (head dims, N) state with the (T, N) B and C tiles outgrows the registers. Compiled for sm_90 at N 256
       (``benchmarks/kernels/sass/ssd-sm90-2026-11-25-dstate.txt``), bytes spilled a thread: the fused forward
@@ -199,15 +213,17 @@ def default_config(
     elif seqlen >= WIDE_STATE_TILE_MIN_L and batch * nheads * -(-headdim // 32) >= enough:
         config = dataclasses.replace(config, state_block_p=32)
     every = KEEP_EVERY
-    if not whole_heads and seqlen >= TWO_LEVEL_MIN_L:
+    programs = batch * nheads * -(-headdim // min(config.block_p, headdim))  # the fused forward's
+    split_forward = programs < sm_count or seqlen > config.fused_forward_max_l
+    two_level_min_l = FUSED_SEGMENTS_MIN_L if wide_tiles and split_forward else TWO_LEVEL_MIN_L
+    if not whole_heads and seqlen >= two_level_min_l:
         every = LONG_SEGMENT if seqlen >= LONG_SEGMENT_MIN_L else KEEP_EVERY
-        config = dataclasses.replace(config, two_level_states=True, state_segment=every)
+        config = dataclasses.replace(config, two_level_states=True, state_segment=every, fused_segments=wide_tiles)
     if dstate <= BWD_SPLIT_MAX_DSTATE:
         config = dataclasses.replace(config, bwd_block_p=32, bwd_num_warps=4)
     blocks = -(-seqlen // config.block_l)  # per sequence; no rule here changes block_l
     if batch * blocks * ngroups >= ONE_DBC_PROGRAM_PER_SM * sm_count:
         config = dataclasses.replace(config, bwd_head_splits=1)
-    programs = batch * nheads * -(-headdim // min(config.block_p, headdim))
     if programs < sm_count:
         config = dataclasses.replace(config, fused_forward_max_l=0)
     saved = batch * blocks * nheads * headdim * dstate * itemsize

@@ -11,6 +11,10 @@ Two ways, the fused one when L <= ``SsdConfig.fused_forward_max_l``:
     has batch x H x headdim-blocks programs, each walking all L / T blocks: faster while that fills the GPU and the
     walk is short (mamba2-130m and 2.7b layers at L 2048 on an H100: 0.19 vs 0.27 ms and 0.37 vs 0.48 ms), slower
     at long L with few programs, where the split form's block-parallel pass does most of the work.
+With two-level state passes (``SsdConfig.two_level_states``) the split form's state pass gives each segment's
+incoming state; ``SsdConfig.fused_segments`` then runs the fused walk once per segment, all segments in parallel
+(``ssd_fwd_fused_segments``), instead of writing every block's state (``ssd_fwd_block_states``) for the output
+pass to read back.
 Per block, on tensor cores: C·Bᵀ (T, T), masked decays, y = (C·Bᵀ ∘ decay ∘ dt) x plus the incoming state's term
 exp(cs) C·stateᵀ; the state update is a (block_p, T) x (T, Np) dot. Dot operands are in the input dtype (bf16 in
 training), accumulation float32; the stored states are in the dot dtype, as the dots read them. With z and saving
@@ -62,19 +66,34 @@ def _pass_block(prog: Program, t0, state, x_ref, dt_ref, B_ref, A, bias, seq_ref
     return _next_state(blk, state, prog.load_heads(x_ref, t0), prog.load_group(B_ref, t0)), blk.carry
 
 
-def _block_output(prog: Program, blk: Block, t0, x, CB, Cm, state_mm, Dv, z_ref, out_ref, ypre_ref) -> None:
-    """y = (C·Bᵀ ∘ decay ∘ dt) x + exp(cs) C·stateᵀ + D x, stored before (ypre) and after the z gate; ``CB`` is the
-    block's (T, T) float32 C·Bᵀ."""
+def _block_output(prog: Program, blk: Block, t0, x, CB, Cm, state_mm, Dv, z_ref, out_ref, ypre_ref, when=None) -> None:
+    """y = (C·Bᵀ ∘ decay ∘ dt) x + exp(cs) C·stateᵀ + D x, stored before (ypre) and after the z gate (only ``when``,
+    a traced bool, holds, if given); ``CB`` is the block's (T, T) float32 C·Bᵀ."""
     scores = CB * blk.intra * blk.dt[None, :]
     y = mm(scores.astype(x.dtype), x) + blk.from_start[:, None] * mm(Cm, state_mm, trans_b=True)
     if Dv is not None:
         y = y + x.astype(jnp.float32) * Dv[None, :]
     if z_ref is not None:
         if ypre_ref is not None:
-            prog.store_heads(ypre_ref, t0, y)
+            prog.store_heads(ypre_ref, t0, y, when)
         z = prog.load_heads(z_ref, t0).astype(jnp.float32)
         y = y * z * sigmoid(z, prog.dims.interpret)
-    prog.store_heads(out_ref, t0, y)
+    prog.store_heads(out_ref, t0, y, when)
+
+
+def _fused_block(prog: Program, k, t0, state, ins, opt, out_ref, ypre_ref, when=None):
+    """One block of a fused walk: its output from the float32 ``state`` entering it (stored only ``when`` holds,
+    if given), and the state leaving it. ``ins`` = (x, dt, B, C) refs, ``opt`` = (A, dt_bias or None, D's head dims
+    or None, z, seq_idx, scores refs or None)."""
+    x_ref, dt_ref, B_ref, C_ref = ins
+    A, bias, Dv, z_ref, seq_ref, scores_ref = opt
+    blk = prog.block(t0, dt_ref, A, bias, seq_ref)
+    x = prog.load_heads(x_ref, t0)
+    Bm = prog.load_group(B_ref, t0)
+    Cm = prog.load_group(C_ref, t0)
+    CB = prog.load_scores(scores_ref, k) if scores_ref is not None else mm(Cm, Bm, trans_b=True)
+    _block_output(prog, blk, t0, x, CB, Cm, state.astype(x.dtype), Dv, z_ref, out_ref, ypre_ref, when)
+    return _next_state(blk, state, x, Bm)
 
 
 def _fused_kernel(x_ref, dt_ref, A_ref, B_ref, C_ref, *refs, dims: SsdDims, save: bool):
@@ -86,21 +105,36 @@ def _fused_kernel(x_ref, dt_ref, A_ref, B_ref, C_ref, *refs, dims: SsdDims, save
     Dv = prog.load_head_dims(D_ref) if D_ref is not None else None
     ypre_ref = saved[1] if save and z_ref is not None else None
 
+    ins, opt = (x_ref, dt_ref, B_ref, C_ref), (A, bias, Dv, z_ref, seq_ref, scores_ref)
+
     def step(k, state):
-        t0 = k * dims.block_l
-        blk = prog.block(t0, dt_ref, A, bias, seq_ref)
-        x = prog.load_heads(x_ref, t0)
-        Bm = prog.load_group(B_ref, t0)
-        Cm = prog.load_group(C_ref, t0)
-        state_mm = state.astype(x.dtype)
         if save:
             prog.keep_state(saved[0], state, k)
-        CB = prog.load_scores(scores_ref, k) if scores_ref is not None else mm(Cm, Bm, trans_b=True)
-        _block_output(prog, blk, t0, x, CB, Cm, state_mm, Dv, z_ref, out_ref, ypre_ref)
-        return _next_state(blk, state, x, Bm)
+        return _fused_block(prog, k, k * dims.block_l, state, ins, opt, out_ref, ypre_ref)
 
     state = jax.lax.fori_loop(0, dims.nblocks, step, prog.state_or_zeros(init_ref, prog.b, prog.h))
     prog.store_state(final_ref, state, prog.b, prog.h)
+
+
+def _fused_segment_kernel(x_ref, dt_ref, A_ref, B_ref, C_ref, starts_ref, *refs, dims: SsdDims, store_blocks: bool):
+    """Grid ``segment_tiles(dims)`` (``segment_program``): the fused walk over one segment of ``keep_blocks`` blocks
+    from the float32 state entering it (the forward's segment walk), storing every block's output and, with
+    ``store_blocks``, its incoming state in the dot dtype (what the backward keeps when every block's is kept)."""
+    flags = (dims.has_D, dims.has_z, dims.has_bias, dims.has_seq, dims.has_scores)
+    (D_ref, z_ref, bias_ref, seq_ref, scores_ref), (out_ref, *saved) = optional_refs(refs, flags)
+    prog, segment = segment_program(dims)
+    bias = bias_ref[prog.h] if bias_ref is not None else None
+    Dv = prog.load_head_dims(D_ref) if D_ref is not None else None
+    ypre_ref = saved[-1] if len(saved) > int(store_blocks) else None
+    ins, opt = (x_ref, dt_ref, B_ref, C_ref), (A_ref[prog.h], bias, Dv, z_ref, seq_ref, scores_ref)
+
+    def step(j, state):
+        k, inside, t0 = segment_block(dims, segment, j)  # past the end: nothing stored, the state never read
+        if store_blocks:
+            prog.store_state(saved[0], state, prog.b, k, prog.h, when=inside)
+        return _fused_block(prog, jnp.minimum(k, dims.nblocks - 1), t0, state, ins, opt, out_ref, ypre_ref, inside)
+
+    jax.lax.fori_loop(0, dims.keep_blocks, step, prog.state_or_zeros(starts_ref, prog.b, segment, prog.h))
 
 
 def _states_kernel(x_ref, dt_ref, A_ref, B_ref, *refs, dims: SsdDims, keep: bool):
@@ -242,6 +276,15 @@ def ssd_forward(
     segments = segment_dims(dims, config)
     if segments is not None:
         kept, final = two_level_states(x, dt, A, B, dt_bias, initial_states, seq_idx, segments, config)
+        if config.fused_segments:
+            store_blocks = save and not keep
+            shapes = [out_shape] + ([states_shape] if store_blocks else []) + extra
+            inputs = [x, dt, A, B, C, kept] + [t for t in (D, z, dt_bias, seq_idx, scores) if t is not None]
+            kernel = functools.partial(_fused_segment_kernel, dims=segments, store_blocks=store_blocks)
+            grid = (segment_tiles(segments),)
+            out, *saved = call_kernel(kernel, inputs, shapes, grid, segments, warps, stages, "ssd_fwd_fused_segments")
+            states = saved[0] if store_blocks else None
+            return out, final, ((kept if keep else states) if save else None), (saved[-1] if extra else None)
         states = rebuild_block_states(x, dt, A, B, dt_bias, seq_idx, kept, segments, config, "ssd_fwd_block_states")
         kept = [kept]
     else:

@@ -56,6 +56,9 @@ STATE_COLUMNS_SPLIT = split(block_l=16, state_block_n=16)
 TWO_LEVEL_ALL_SPLIT = two_level_keep_all(fused_forward_max_l=0, rebuild_block_p=16)
 TWO_LEVEL_ALL_SHORT = two_level_keep_all(fused_forward_max_l=0)  # 3 blocks: one segment, so one level
 KEPT_COLUMNS_SPLIT = kept(32, fused_forward_max_l=0, state_block_n=16)  # the rebuild too, on 2 column blocks of N 24
+FUSED_SEGMENTS_KEPT = two_level(block_p=16, rebuild_block_p=16, fused_segments=True)
+FUSED_SEGMENTS_ALL = two_level_keep_all(fused_forward_max_l=0, shared_scores=False, fused_segments=True)
+FUSED_SEGMENTS_SHORT = split(block_l=16, state_segment=32, two_level_states=True, fused_segments=True)
 ROWWISE = dict(bwd_rowwise_dcs=True)  # the backward's d cs from row sums (no dM, no (T, T) sums)
 OWN_SCORES_PERSISTENT_ROWWISE = persistent(5, 16, shared_scores=False, bwd_persistent_programs=7, **ROWWISE)
 ONE_DBC_PROGRAM = split(block_l=32, bwd_head_splits=1)  # dB and dC of a group's heads summed in one program
@@ -137,6 +140,12 @@ CASES = [  # batch, L, H, P, N, G, chunk, dtype, D, z, init, seq_idx, softplus, 
     (2, 100, 4, 48, 16, 2, 64, jnp.bfloat16, "H", True, True, True, True, (0.0, INF), TWO_LEVEL_ALL_SPLIT),
     (1, 100, 2, 16, 40, 1, 64, jnp.float32, "HP", True, True, False, True, (0.0, INF), two_level_keep_all()),
     (1, 40, 2, 16, 16, 1, 64, jnp.bfloat16, "H", False, True, True, True, (0.0, INF), TWO_LEVEL_ALL_SHORT),
+    # the two-level forward's outputs by a fused walk per segment: kept states every 3 blocks (bf16, seq_idx, initial
+    # states, 3 head-dim tiles, the last segment 1 block and 2 past the end), every block's state kept (float32,
+    # N 40, own C·Bᵀ), and segments of 2 blocks over 3 (fp16, L 40: the last block partial, one block past L)
+    (2, 100, 4, 48, 16, 2, 64, jnp.bfloat16, "HP", True, True, True, True, (0.0, INF), FUSED_SEGMENTS_KEPT),
+    (1, 100, 2, 16, 40, 1, 64, jnp.float32, "H", True, True, False, True, (0.0, INF), FUSED_SEGMENTS_ALL),
+    (2, 40, 4, 16, 16, 2, 64, jnp.float16, "H", True, True, True, True, (0.0, INF), FUSED_SEGMENTS_SHORT),
     # d cs from row sums: split forward with head dims split in the backward (float32, seq_idx, partial last block),
     # kept states (bf16, 3 groups), own C·Bᵀ with long-lived programs (fp16), dt_limit (bf16), one position
     (1, 100, 4, 32, 16, 2, 64, jnp.float32, "HP", True, True, True, True, (0.0, INF), split(bwd_block_p=16, **ROWWISE)),
@@ -346,6 +355,25 @@ def test_default_config_takes_two_level_state_passes_for_long_walks_short_of_pro
     assert config.checkpoint_every == config.state_segment == LONG_SEGMENT  # the kept states are the segments'
 
 
+def test_default_config_fuses_the_two_level_forward_per_segment_up_to_n_128():
+    """Measured on an H100 (benchmarks/kernels/h100-2026-11-27-ssd-fused-segments-*): where the state passes are
+    two-level, one fused walk per segment replaced the block-state pass and the output pass (forward 4.87 -> 3.50 ms
+    at B1 L65536 H128), and with it two levels from L 8192 where the forward is split (B2 L8192 H32: 0.404 -> 0.270
+    ms); not past N 128, where the fused tiles spill, nor where the passes stay one-level."""
+    from pallas_kernels.ssd.config import default_config
+
+    assert default_config(1, 65536, 128, 64, 128, 2).fused_segments
+    assert default_config(1, 16384, 24, 64, 128, 2).fused_segments
+    split_8192 = default_config(2, 8192, 32, 64, 128, 2)  # 64 programs: a split forward, one-level before
+    assert split_8192.two_level_states and split_8192.fused_segments and split_8192.state_segment == 1024
+    assert not default_config(8, 8192, 24, 64, 128, 2).two_level_states  # 192 programs: the fused forward
+    assert default_config(8, 12288, 24, 64, 128, 2).fused_segments  # ... past its L
+    assert not default_config(2, 4096, 32, 64, 128, 2).two_level_states  # a walk of 64 blocks
+    assert not default_config(1, 16384, 24, 64, 256, 2).fused_segments  # two-level, but N 256
+    assert not default_config(4, 16384, 64, 64, 128, 2).fused_segments  # one-level: whole-head programs
+    assert not default_config(8, 2048, 24, 64, 128, 2).fused_segments  # 130m: the fused forward
+
+
 def test_default_config_keeps_wide_tiles_and_the_fused_forward_to_n_128():
     """Past N 128 they spill on sm_90 (benchmarks/kernels/sass/ssd-sm90-2026-11-25-dstate.txt), and dB/dC take a
     group's heads whole: the same shapes at N 128 and 256."""
@@ -485,6 +513,14 @@ def test_pallas_refuses_what_it_does_not_tile(change, message):
             SsdConfig(fused_forward_max_l=0, checkpoint_every=1024, two_level_states=True),
             [
                 *("ssd_fwd_segment_states", "ssd_fwd_segment_walk", "ssd_fwd_block_states", "ssd_fwd_out"),
+                *("ssd_bwd_rebuild_states", "ssd_bwd_segment_dstates", "ssd_bwd_segment_walk"),
+                *("ssd_bwd_block_dstates", "ssd_bwd_dx", "ssd_bwd_dbc"),
+            ],
+        ),
+        (
+            SsdConfig(fused_forward_max_l=0, checkpoint_every=1024, two_level_states=True, fused_segments=True),
+            [
+                *("ssd_fwd_segment_states", "ssd_fwd_segment_walk", "ssd_fwd_fused_segments"),
                 *("ssd_bwd_rebuild_states", "ssd_bwd_segment_dstates", "ssd_bwd_segment_walk"),
                 *("ssd_bwd_block_dstates", "ssd_bwd_dx", "ssd_bwd_dbc"),
             ],
