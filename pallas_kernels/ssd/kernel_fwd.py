@@ -125,7 +125,7 @@ def _fused_segment_kernel(x_ref, dt_ref, A_ref, B_ref, C_ref, starts_ref, *refs,
     prog, segment = segment_program(dims)
     bias = bias_ref[prog.h] if bias_ref is not None else None
     Dv = prog.load_head_dims(D_ref) if D_ref is not None else None
-    ypre_ref = saved[-1] if len(saved) > int(store_blocks) else None
+    ypre_ref = saved[-1] if len(saved) > int(store_blocks) else None  # the pre-gate output comes last, if saved
     ins, opt = (x_ref, dt_ref, B_ref, C_ref), (A_ref[prog.h], bias, Dv, z_ref, seq_ref, scores_ref)
 
     def step(j, state):
