@@ -37,7 +37,7 @@ train: setup
 	$(PY) -m jax_mamba.train --config $(CONFIG) $(ARGS)
 
 test: setup-torch
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=30 tests $(ARGS)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=30 tests $(ARGS)
 
 lint: setup
 	$(PY) -m ruff check .

@@ -15,6 +15,13 @@ _COMPILATION_CACHE = tempfile.mkdtemp(prefix="jax-mamba-test-cache-")
 atexit.register(shutil.rmtree, _COMPILATION_CACHE, ignore_errors=True)
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", _COMPILATION_CACHE)
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
+# Without a GPU, most tests' time is XLA compiling small CPU programs (eager ops one by one, tiny trainings of a few
+# steps): without LLVM's optimizations they compile about a quarter faster (this process and its subprocesses). Tests
+# marked ``slow`` spend their time running what they compiled (hundreds of training steps, 2-5x slower unoptimized)
+# and get the optimizations back (``_xla_optimizations``). GPU machines keep them everywhere.
+if shutil.which("nvidia-smi") is None:
+    os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")  # inherited by pytest-xdist's workers too
+COMPILE_FAST = os.environ.get("JAX_DISABLE_MOST_OPTIMIZATIONS") == "1"
 
 import jax  # noqa: E402  (after the environment above, which JAX reads when imported)
 import numpy as np  # noqa: E402
@@ -40,13 +47,46 @@ def _has_gpu() -> bool:
         return False
 
 
+# The longest test files (minutes each on 2 cores), longest first: `make test` hands whole files to its processes in
+# collection order (--no-loadscope-reorder), so these start first and no process is left running one alone at the end.
+LONGEST_FILES = (
+    "jax_mamba/test_induction_heads.py",
+    "jax_mamba/test_train_graph.py",
+    "jax_mamba/test_multi_device.py",
+    "pallas_kernels/test_ssd_pallas.py",
+    "compare/test_parity.py",
+    "pallas_kernels/test_selective_scan_pallas.py",
+    "jax_mamba/test_train.py",
+    "jax_mamba/test_train_vision.py",
+)
+
+
+def _file_rank(item) -> int:
+    path = item.nodeid.split("::")[0]
+    return next((i for i, name in enumerate(LONGEST_FILES) if path.endswith(name)), len(LONGEST_FILES))
+
+
 def pytest_collection_modifyitems(config, items):
+    items.sort(key=_file_rank)  # stable: the rest keep their order
     if _has_gpu():
         return
     skip = pytest.mark.skip(reason="needs a GPU; JAX found none")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _xla_optimizations(request):
+    """XLA's optimizations back on for the ``slow`` tests (see COMPILE_FAST)."""
+    if not COMPILE_FAST or request.node.get_closest_marker("slow") is None:
+        yield
+        return
+    jax.config.update("jax_disable_most_optimizations", False)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_disable_most_optimizations", True)
 
 
 @pytest.fixture

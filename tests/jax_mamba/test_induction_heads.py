@@ -1,5 +1,5 @@
 """The Mamba paper's induction-heads task: tiny Mamba-1 and Mamba-2 models must solve it on CPU (accuracy > 0.9 on
-held-out sequences) with the bundled configs, in about a minute each."""
+held-out sequences) with the bundled configs, in a minute or two each on a 2-core CPU."""
 
 import pytest
 

@@ -23,6 +23,7 @@ GRAPH_CLASSES = [
 ]
 
 
+@pytest.mark.slow
 def test_tiny_graph_mamba_learns_the_communities(tmp_path):
     cfg = load_config("graph-mamba-tiny", QUIET)
     result = train(cfg, run_dir=tmp_path, echo=lambda *_: None)
@@ -38,6 +39,7 @@ def test_tiny_graph_mamba_learns_the_communities(tmp_path):
     assert late and end["new_shape_steps_excluded"] == NEW_SHAPE_RUNS * len(late)
 
 
+@pytest.mark.slow
 def test_tiny_graph_mamba_learns_graph_classes(tmp_path):
     overrides = [*QUIET, *GRAPH_CLASSES, "--batch_size=32", "--max_steps=120", "--data.val_fraction=0.2"]
     result = train(load_config("graph-mamba-tiny", overrides), run_dir=tmp_path, echo=lambda *_: None)

@@ -5,6 +5,7 @@ import json
 
 import numpy as np
 import orbax.checkpoint as ocp
+import pytest
 
 from jax_mamba.configs import load_config
 from jax_mamba.data.export_shapes import export
@@ -13,6 +14,7 @@ from jax_mamba.train.loop import train
 from tests.jax_mamba.training_runs import QUIET, evals, losses, records, whole_and_resumed_runs
 
 
+@pytest.mark.slow
 def test_tiny_mambavision_learns_the_shapes(tmp_path):
     result = train(load_config("mambavision-tiny", QUIET), run_dir=tmp_path, echo=lambda *_: None)
     assert result.step == 150 and result.traces == 1 and result.unit == "images" and result.items_per_s > 0
