@@ -1,4 +1,5 @@
-"""Shared fixtures: fresh random inputs every run (reproducible through TEST_SEED), GPU-marker skipping."""
+"""Shared fixtures: fresh random inputs every run (reproducible through TEST_SEED), GPU-marker skipping, and the CPU
+suite's compile settings and file order (it is mostly XLA compiling small programs on 2 cores)."""
 
 import atexit
 import os
@@ -17,7 +18,7 @@ os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", _COMPILATION_CACHE)
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
 # Without a GPU, most tests' time is XLA compiling small CPU programs (eager ops one by one, tiny trainings of a few
 # steps): without LLVM's optimizations they compile about a quarter faster (this process and its subprocesses). Tests
-# marked ``slow`` spend their time running what they compiled (hundreds of training steps, 2-5x slower unoptimized)
+# marked ``slow`` spend their time running what they compiled (hundreds of training steps, 2.4-3.4x slower unoptimized)
 # and get the optimizations back (``_xla_optimizations``). GPU machines keep them everywhere.
 if shutil.which("nvidia-smi") is None:
     os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")  # inherited by pytest-xdist's workers too
