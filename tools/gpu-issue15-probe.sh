@@ -8,7 +8,7 @@
 #   tests:  the SSD's compiled oracle cases (pytest -m gpu -k oracle), the new path's among them
 #   pair:   130m and 2.7b beside mamba-ssm, profiled: the default, the new path at the default tiling (32 head dims,
 #           4 warps), on 16 head dims (161 registers for sm_90: three programs an SM) and on whole heads at 8 warps
-#   long:   B1 L65536 H128 beside mamba-ssm: the default, the new path on 32 and 16 head dims
+#   long:   B1 L65536 H128 beside mamba-ssm: the default, whole heads at 8 warps with the new path and without
 #   n256:   B2 L8192 H32 N256 G4 beside mamba-ssm: the default and the new path (whole heads at 8 warps there)
 #   prof:   the long shape's per-kernel profile, the default and the new path on 32 head dims
 set -u
@@ -36,7 +36,7 @@ if [[ $wanted == *" tests "* ]]; then
 fi
 run pair 330 --shapes 130m 2.7b --torch --profile --pallas-config $NEW --pallas-config $NEW,bwd_block_p=16 \
     --pallas-config $NEW,bwd_block_p=64,bwd_num_warps=8
-run long 420 --shapes long --torch --pallas-config $NEW --pallas-config $NEW,bwd_block_p=16
+run long 450 --shapes long --torch --pallas-config $NEW,bwd_block_p=64,bwd_num_warps=8 --pallas-config bwd_block_p=64,bwd_num_warps=8
 run n256 200 --shape b2-L8192-h32-n256-g4=2,8192,32,64,256,4,256 --shapes b2-L8192-h32-n256-g4 --torch \
     --pallas-config $NEW
 run prof 240 --shapes long --no-torch --profile --reps 5 --pallas-config $NEW

@@ -230,6 +230,10 @@ def _dx_tile(prog: Program, k, *, refs, dims: SsdDims, rowwise: bool, state_chun
     ins = (x_ref, dt_ref, A_ref, states_ref, dstates_ref, dout_ref)
     opt = (z_ref, bias_ref, seq_ref, ypre_ref)
     blk, x32, dy, X, S_in, dS = _head_inputs(prog, k, ins, opt, dz_ref, below=True, states=not state_terms)
+    if state_terms:  # loaded with the other inputs, not at the end of the program's chain
+        first = part == 0
+        state_rows = jnp.where(first, prog.load_time(rows_ref, t0), 0.0)
+        SdS = jnp.where(first, sds_ref[b, k, h], 0.0)
     chunked = 0 < state_chunk < dims.np_  # else S_in and dS (whole) serve the state products, as measured
     if chunked:
         products = (B_ref, C_ref, states_ref, dstates_ref)
@@ -263,11 +267,7 @@ def _dx_tile(prog: Program, k, *, refs, dims: SsdDims, rowwise: bool, state_chun
         plgpu.store(dD_ref.at[b, k, h, pl.ds(prog.p0, dims.block_p)], jnp.sum(dy * x32, axis=0), mask=prog.pmask)
     prog.store_heads(dx_ref, t0, dx)
 
-    if state_terms:
-        first = part == 0
-        state_rows = jnp.where(first, prog.load_time(rows_ref, t0), 0.0)
-        SdS = jnp.where(first, sds_ref[b, k, h], 0.0)
-    else:
+    if not state_terms:
         y_in = blk.from_start[:, None] * (CS if chunked else mm(Cm, S_in, trans_b=True))
         state_rows = jnp.sum(dy * y_in, axis=1)
         SdS = SdS if chunked else jnp.sum(dS.astype(f32) * S_in.astype(f32))
