@@ -11,10 +11,7 @@ partials, linear in the head dims, summed by XLA; ``bwd_persistent_programs`` ma
 looping over the tiles, so that Triton prefetches the next tile's loads; ``bwd_rowwise_dcs`` takes its decay
 gradient from (T, P) row sums instead of the (T, T) dM's row and column sums; ``bwd_state_chunk`` runs its products
 with the states over ``bwd_state_chunk`` of N's columns at a time); dB and dC with ``bwd_head_splits``
-programs per block and group, each looping over its share of the group's heads so that they sum in registers. With
-``dbc_state_terms`` that dB/dC kernel, which runs first, also forms the incoming state's two terms of the decay
-gradient (dy · y_in per position from the (T, N) dy S_in it computes for dC, and S_in · dS per block), so the per-head
-kernel loads neither the block states nor (with shared C·Bᵀ) C and drops its C S_inᵀ product.
+programs per block and group, each looping over its share of the group's heads so that they sum in registers.
 ``block_l`` is the kernels' own chunk: it changes rounding only, never the result (mamba-ssm's ``chunk_size`` is
 accepted and checked but does not tile these kernels).
 
@@ -67,7 +64,6 @@ class SsdConfig:
     bwd_rowwise_dcs: bool = False  # backward per-head kernel: d cs from row sums only (no (T, T) dM, no column sums)
     bwd_state_chunk: int = 0  # backward per-head kernel: state columns per step of its state products; 0: all N
     bwd_head_splits: int = 4  # backward dB/dC kernel: programs sharing a group's heads (at most; rounded to a divisor)
-    dbc_state_terms: bool = False  # backward: the dB/dC kernel forms d cs's incoming-state terms (see the docstring)
     dbc_num_warps: int = 8
     bwd_num_stages: int = 2
     checkpoint_every: int = 0  # positions between the states kept for the backward (a multiple of block_l; 0: all)
@@ -99,7 +95,7 @@ class SsdConfig:
             raise ValueError(
                 f"SsdConfig.state_segment must be a positive multiple of block_l={self.block_l}, got {segment!r}"
             )
-        for name in ("shared_scores", "two_level_states", "bwd_rowwise_dcs", "fused_segments", "dbc_state_terms"):
+        for name in ("shared_scores", "two_level_states", "bwd_rowwise_dcs", "fused_segments"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"SsdConfig.{name} must be a bool, got {getattr(self, name)!r}")
         for name in ("state_block_n", "bwd_state_chunk"):

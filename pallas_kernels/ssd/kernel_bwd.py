@@ -31,11 +31,6 @@ gradient block-parallel (programs launched head and head dims fastest: see ``blo
 
     dCB = Σ_heads dM ∘ decay,   dC = dCB B + Σ_heads from_start ∘ (dy S),   dB = dCBᵀ C + Σ_heads to_end ∘ (X dS)
 
-With ``SsdConfig.dbc_state_terms``, ``ssd_bwd_dbc`` runs before ``ssd_bwd_dx`` and hands it the incoming state's
-terms of d cs, per head: dy · y_in per position (from_start ∘ Σ_n C ∘ (dy S), from the dy S it forms for dC) and
-S_in · dS per block. ``ssd_bwd_dx`` then reads neither S nor (with shared C·Bᵀ) C, and its C S_inᵀ product is gone:
-one of its four (T, ·) x (·, head dims) products and 24 of its about 80 KB of loads a program at N 128.
-
 Two kernels rather than one: together they hold too many tiles for the register file (the fused version spilled at
 the 255-register cap), and the per-head kernel has H times more programs to hide latency with. dB and dC leave as
 one float32 partial per (group, split); these, and dA, d dt_bias and dD per block, are summed by XLA in a fixed
@@ -159,11 +154,11 @@ def _two_level_dstates(dt, A, C, dout, dfinal, z, dt_bias, seq_idx, states, dims
     return dstates, dinit
 
 
-def _head_inputs(prog: Program, k, ins, opt, dz_ref=None, below: bool = False, states: bool = True):
-    """One head's block: its decays, x32, dy, X = dt x (float32) and the block's incoming state (None without
-    ``states``) and the gradient of its outgoing state (dot dtype). ``ins`` = (x, dt, A, states, dstates, dout) refs,
-    ``opt`` = (z, dt_bias, seq_idx, ypre) refs or None; dz is stored when ``dz_ref`` is given; ``below``: the
-    intra-block decays strictly below the diagonal (``Program.block``)."""
+def _head_inputs(prog: Program, k, ins, opt, dz_ref=None, below: bool = False):
+    """One head's block: its decays, x32, dy, X = dt x (float32) and the block's incoming state and the gradient of
+    its outgoing state (dot dtype). ``ins`` = (x, dt, A, states, dstates, dout) refs, ``opt`` = (z, dt_bias, seq_idx,
+    ypre) refs or None; dz is stored when ``dz_ref`` is given; ``below``: the intra-block decays strictly below the
+    diagonal (``Program.block``)."""
     x_ref, dt_ref, A_ref, states_ref, dstates_ref, dout_ref = ins
     z_ref, bias_ref, seq_ref, ypre_ref = opt
     t0 = k * prog.dims.block_l
@@ -171,25 +166,22 @@ def _head_inputs(prog: Program, k, ins, opt, dz_ref=None, below: bool = False, s
     blk = prog.block(t0, dt_ref, A_ref[prog.h], bias, seq_ref, below=below)
     x32 = prog.load_heads(x_ref, t0).astype(jnp.float32)
     dy = _gated_dout(prog, t0, dout_ref, z_ref, ypre_ref, dz_ref)
-    S_in = prog.load_state(states_ref, prog.b, k, prog.h) if states else None
+    S_in = prog.load_state(states_ref, prog.b, k, prog.h)
     dS = prog.load_state(dstates_ref, prog.b, k, prog.h)
     return blk, x32, dy, x32 * blk.dt[:, None], S_in, dS
 
 
-def _dx_kernel(*refs, dims: SsdDims, programs: int, rowwise: bool, state_chunk: int, state_terms: bool):
+def _dx_kernel(*refs, dims: SsdDims, programs: int, rowwise: bool, state_chunk: int):
     """One program per (batch row, block, head, head-dim block), or ``programs`` looping over them
     (``block.for_each_tile``)."""
-    tile = functools.partial(
-        _dx_tile, refs=refs, dims=dims, rowwise=rowwise, state_chunk=state_chunk, state_terms=state_terms
-    )
+    tile = functools.partial(_dx_tile, refs=refs, dims=dims, rowwise=rowwise, state_chunk=state_chunk)
     for_each_tile(dims, programs, tile)
 
 
-def _state_products(prog: Program, k, refs, chunk: int, scores: bool, states: bool):
-    """B dSᵀ, with ``states`` C S_inᵀ (T, block_p) and S_in · dS, and without ``scores`` C·Bᵀ (T, T) of block ``k``,
-    float32 (None where not formed), over the state's N columns ``chunk`` at a time (``SsdConfig.bwd_state_chunk``):
-    a program then holds (T, chunk) tiles of B and C and (block_p, chunk) ones of the states instead of whole (T, N)
-    and (block_p, N) ones."""
+def _state_products(prog: Program, k, refs, chunk: int, scores: bool):
+    """B dSᵀ and C S_inᵀ (T, block_p), S_in · dS and, without ``scores``, C·Bᵀ (T, T) of block ``k``, float32, over
+    the state's N columns ``chunk`` at a time (``SsdConfig.bwd_state_chunk``): a program then holds (T, chunk) tiles
+    of B and C and (block_p, chunk) ones of the states instead of whole (T, N) and (block_p, N) ones."""
     B_ref, C_ref, states_ref, dstates_ref = refs
     dims, t0 = prog.dims, k * prog.dims.block_l
     columns = dims.with_state_tiles(dims.block_p, chunk)
@@ -197,50 +189,37 @@ def _state_products(prog: Program, k, refs, chunk: int, scores: bool, states: bo
     SdS = jnp.float32(0.0)
     for n0 in range(0, dims.dstate, chunk):  # a traced start: the last step's columns may run past N (masked)
         part = Program(columns, prog.p0, b=prog.b, h=prog.h, n0=jnp.int32(n0))
-        B_c, dS_c = part.load_group(B_ref, t0), part.load_state(dstates_ref, prog.b, k, prog.h)
+        B_c, C_c = part.load_group(B_ref, t0), part.load_group(C_ref, t0)
+        S_c, dS_c = part.load_state(states_ref, prog.b, k, prog.h), part.load_state(dstates_ref, prog.b, k, prog.h)
         BdS = BdS + mm(B_c, dS_c, trans_b=True)
-        if states or not scores:
-            C_c = part.load_group(C_ref, t0)
-        if states:
-            S_c = part.load_state(states_ref, prog.b, k, prog.h)
-            CS = CS + mm(C_c, S_c, trans_b=True)
-            SdS = SdS + jnp.sum(dS_c.astype(jnp.float32) * S_c.astype(jnp.float32))
+        CS = CS + mm(C_c, S_c, trans_b=True)
+        SdS = SdS + jnp.sum(dS_c.astype(jnp.float32) * S_c.astype(jnp.float32))
         if not scores:
             CB = CB + mm(C_c, B_c, trans_b=True)
-    return BdS, (CS if states else None), (SdS if states else None), (None if scores else CB)
+    return BdS, CS, SdS, (None if scores else CB)
 
 
-def _dx_tile(prog: Program, k, *, refs, dims: SsdDims, rowwise: bool, state_chunk: int, state_terms: bool):
+def _dx_tile(prog: Program, k, *, refs, dims: SsdDims, rowwise: bool, state_chunk: int):
     """The per-head gradients of block ``k`` for ``prog``'s batch row, head and head dims; d cs by ``_dcs_rowwise``
     or ``_dcs_by_tile_sums`` (``SsdConfig.bwd_rowwise_dcs``), the state products whole or by ``_state_products``
-    (``SsdConfig.bwd_state_chunk``). With ``state_terms`` the incoming state's terms of d cs come from ``ssd_bwd_dbc``
-    (``SsdConfig.dbc_state_terms``): the head's (T,) dy · y_in and its block's S_in · dS, added by the program of the
-    head's first head dims (d cs is linear in them), so no program here reads the state or, with shared C·Bᵀ, C."""
+    (``SsdConfig.bwd_state_chunk``)."""
     x_ref, dt_ref, A_ref, B_ref, C_ref, states_ref, dstates_ref, dout_ref, *rest = refs
     flags = (dims.has_D, dims.has_z, dims.has_bias, dims.has_seq, dims.has_z, dims.has_scores, dims.has_scores)
-    flags += (state_terms, state_terms)
-    (D_ref, z_ref, bias_ref, seq_ref, ypre_ref, scores_ref, diag_ref, rows_ref, sds_ref), outs = optional_refs(
-        rest, flags
-    )
+    (D_ref, z_ref, bias_ref, seq_ref, ypre_ref, scores_ref, diag_ref), outs = optional_refs(rest, flags)
     dx_ref, ddt_ref, dA_ref, *opt_outs = outs
     (dD_ref, dz_ref, dbias_ref), _ = optional_refs(opt_outs, (dims.has_D, dims.has_z, dims.has_bias))
     b, h, t0, part = prog.b, prog.h, k * dims.block_l, prog.p0 // dims.block_p
     f32 = jnp.float32
     mm_dtype = x_ref.dtype
     ins = (x_ref, dt_ref, A_ref, states_ref, dstates_ref, dout_ref)
-    opt = (z_ref, bias_ref, seq_ref, ypre_ref)
-    blk, x32, dy, X, S_in, dS = _head_inputs(prog, k, ins, opt, dz_ref, below=True, states=not state_terms)
-    if state_terms:  # loaded with the other inputs, not at the end of the program's chain
-        first = part == 0
-        state_rows = jnp.where(first, prog.load_time(rows_ref, t0), 0.0)
-        SdS = jnp.where(first, sds_ref[b, k, h], 0.0)
+    blk, x32, dy, X, S_in, dS = _head_inputs(prog, k, ins, (z_ref, bias_ref, seq_ref, ypre_ref), dz_ref, below=True)
     chunked = 0 < state_chunk < dims.np_  # else S_in and dS (whole) serve the state products, as measured
     if chunked:
-        products = (B_ref, C_ref, states_ref, dstates_ref)
-        BdS, CS, SdS, CB = _state_products(prog, k, products, state_chunk, dims.has_scores, not state_terms)
+        products = _state_products(prog, k, (B_ref, C_ref, states_ref, dstates_ref), state_chunk, dims.has_scores)
+        BdS, CS, SdS, CB = products
     else:
         Bm = prog.load_group(B_ref, t0)
-        Cm = prog.load_group(C_ref, t0) if not (state_terms and dims.has_scores) else None
+        Cm = prog.load_group(C_ref, t0)
     dy_mm = dy.astype(mm_dtype)
 
     if scores_ref is not None:
@@ -267,14 +246,13 @@ def _dx_tile(prog: Program, k, *, refs, dims: SsdDims, rowwise: bool, state_chun
         plgpu.store(dD_ref.at[b, k, h, pl.ds(prog.p0, dims.block_p)], jnp.sum(dy * x32, axis=0), mask=prog.pmask)
     prog.store_heads(dx_ref, t0, dx)
 
-    if not state_terms:
-        y_in = blk.from_start[:, None] * (CS if chunked else mm(Cm, S_in, trans_b=True))
-        state_rows = jnp.sum(dy * y_in, axis=1)
-        SdS = SdS if chunked else jnp.sum(dS.astype(f32) * S_in.astype(f32))
+    W = None if rowwise else dM * M_below
+    y_in = blk.from_start[:, None] * (CS if chunked else mm(Cm, S_in, trans_b=True))
     if rowwise:
-        dcs, q_sum = _dcs_rowwise(blk, M_below_mm, X, state_rows, dy_mm, M_dy_below, BdS)
+        dcs, q_sum = _dcs_rowwise(blk, M_below_mm, X, y_in, dy, dy_mm, M_dy_below, BdS)
     else:
-        dcs, q_sum = _dcs_by_tile_sums(blk, dM * M_below, X, state_rows, BdS)
+        dcs, q_sum = _dcs_by_tile_sums(blk, W, X, y_in, dy, BdS)
+    SdS = SdS if chunked else jnp.sum(dS.astype(f32) * S_in.astype(f32))
     last_extra = blk.carry * SdS + q_sum
     dcs = dcs + jnp.where(prog.rows == dims.block_l - 1, last_extra, 0.0)
     da = _reverse_cumsum(dcs)
@@ -285,36 +263,29 @@ def _dx_tile(prog: Program, k, *, refs, dims: SsdDims, rowwise: bool, state_chun
         dbias_ref[b, k, h, part] = jnp.sum(ddt)
 
 
-def _dcs_by_tile_sums(blk: Block, W, X, state_rows, BdS):
+def _dcs_by_tile_sums(blk: Block, W, X, y_in, dy, BdS):
     """d cs of the block's outputs and of the state update's to_end (the state's carry aside), and the sum of the
     to_end terms q, which the last position's d cs gets back: with W = dM ∘ M (dM = dy Xᵀ), the row minus column sums
-    of W, plus ``state_rows`` (T,) = dy · y_in (the incoming state's output), minus q = to_end (X · B dSᵀ)."""
+    of W, plus dy · y_in, minus q = to_end (X · B dSᵀ)."""
     q = blk.to_end * jnp.sum(X * BdS, axis=1)
-    return jnp.sum(W, axis=1) - jnp.sum(W, axis=0) + state_rows - q, jnp.sum(q)
+    return jnp.sum(W, axis=1) - jnp.sum(W, axis=0) + jnp.sum(dy * y_in, axis=1) - q, jnp.sum(q)
 
 
-def _dcs_rowwise(blk: Block, M_mm, X, state_rows, dy_mm, M_dy, BdS):
+def _dcs_rowwise(blk: Block, M_mm, X, y_in, dy, dy_mm, M_dy, BdS):
     """``_dcs_by_tile_sums`` without (T, T) sums: W's row sums are dy · (M X) and its column sums X · (Mᵀ dy) (``M_dy``,
     dX's first term), so d cs = dy · (M X + y_in) - (X · Mᵀ dy + q). One (T, T) x (T, P) product replaces dy Xᵀ and
     no (T, T) tile is summed. Both W sums take M, X and dy as the dots round them, so that over the block they
     cancel as W's own row and column sums do (with dy in float32 on one side, bf16 dA drifted 3x further)."""
     f32 = jnp.float32
     X_mm = X.astype(M_mm.dtype)
-    outputs = dy_mm.astype(f32) * mm(M_mm, X_mm)
+    outputs = dy_mm.astype(f32) * mm(M_mm, X_mm) + dy * y_in
     to_end_terms = blk.to_end[:, None] * X * BdS
     inputs = X_mm.astype(f32) * M_dy + to_end_terms
-    return jnp.sum(outputs, axis=1) + state_rows - jnp.sum(inputs, axis=1), jnp.sum(to_end_terms)
+    return jnp.sum(outputs, axis=1) - jnp.sum(inputs, axis=1), jnp.sum(to_end_terms)
 
 
-def _dbc_kernel(
-    x_ref, dt_ref, A_ref, B_ref, C_ref, states_ref, dstates_ref, dout_ref, *refs, dims: SsdDims, splits, state_terms
-):
-    """dB and dC of one block and group (a share of its heads); with ``state_terms`` also each head's terms of d cs
-    from the incoming state (``SsdConfig.dbc_state_terms``): dy · y_in per position, y_in = from_start ∘ (C S_inᵀ),
-    as from_start ∘ Σ_n C ∘ (dy S_in) from the (T, N) dy S_in that dC takes anyway, and S_in · dS per block."""
-    (z_ref, bias_ref, seq_ref), (dB_ref, dC_ref, *terms) = optional_refs(
-        refs, (dims.has_z, dims.has_bias, dims.has_seq)
-    )
+def _dbc_kernel(x_ref, dt_ref, A_ref, B_ref, C_ref, states_ref, dstates_ref, dout_ref, *refs, dims: SsdDims, splits):
+    (z_ref, bias_ref, seq_ref), (dB_ref, dC_ref) = optional_refs(refs, (dims.has_z, dims.has_bias, dims.has_seq))
     pid = pl.program_id(0)  # splits fastest, then groups, then (batch row, block): a block's programs run together
     split, rest = pid % splits, pid // splits
     g, bk = rest % dims.ngroups, rest // dims.ngroups
@@ -325,8 +296,6 @@ def _dbc_kernel(
     f32 = jnp.float32
     mm_dtype = x_ref.dtype
     ins = (x_ref, dt_ref, A_ref, states_ref, dstates_ref, dout_ref)
-    group = Program(dims, b=b, h=first_head)
-    Cg = group.load_group(C_ref, t0) if state_terms else None  # loaded once for the loop (inside it, it spilled)
 
     def head(j, acc):
         """One head's share of the group's dCB = Σ dM ∘ decay, dC and dB."""
@@ -336,23 +305,17 @@ def _dbc_kernel(
         dy_mm = dy.astype(mm_dtype)
         X_mm = X.astype(mm_dtype)
         dCB = dCB + mm(dy_mm, X_mm, trans_b=True) * blk.intra
-        if state_terms:
-            rows_ref, sds_ref = terms
-            sds_ref[b, k, prog.h] = jnp.sum(S_in.astype(f32) * dS.astype(f32))
-        dy_S = mm(dy_mm, S_in)
-        if state_terms:
-            prog.store_time(rows_ref, t0, blk.from_start * jnp.sum(Cg.astype(f32) * dy_S, axis=1))
-        dC = dC + blk.from_start[:, None] * dy_S
+        dC = dC + blk.from_start[:, None] * mm(dy_mm, S_in)
         dB = dB + blk.to_end[:, None] * mm(X_mm, dS)
         return dCB, dB, dC
 
     tile = jnp.zeros((dims.block_l, dims.np_), f32)
     dCB, dB, dC = jax.lax.fori_loop(0, heads, head, (jnp.zeros((dims.block_l, dims.block_l), f32), tile, tile))
+    group = Program(dims, b=b, h=first_head)
     dCB = dCB.astype(mm_dtype)
     slot = g * splits + split
     group.store_group(dC_ref, t0, dC + mm(dCB, group.load_group(B_ref, t0)), slot)
-    Cg = group.load_group(C_ref, t0) if Cg is None else Cg
-    group.store_group(dB_ref, t0, dB + mm(dCB, Cg, trans_a=True), slot)
+    group.store_group(dB_ref, t0, dB + mm(dCB, group.load_group(C_ref, t0), trans_a=True), slot)
 
 
 def head_splits(heads_per_group: int, most: int) -> int:
@@ -365,7 +328,7 @@ def ssd_backward(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, states,
     where splits > 1, else in B's and C's dtypes), dA (batch, nblocks, H), dD (batch, nblocks, H, P) or None and
     d dt_bias (batch, nblocks, H) or None, and d initial_states (batch, H, P, N) float32 or None. ``dims`` has whole
     heads (block_p >= headdim); the per-head kernel splits them by ``config.bwd_block_p``."""
-    batch, _, nheads, headdim = x.shape
+    batch, seqlen, nheads, headdim = x.shape
     f32 = jnp.float32
     segments = segment_dims(dims, config)
     if segments is not None:
@@ -389,7 +352,6 @@ def ssd_backward(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, states,
         )
 
     tensors = [x, dt, A, B, C, states, dstates, dout]
-    dB, dC, *terms = _dbc(tensors, z, dt_bias, seq_idx, dims, config)
     scores = block_scores(B, C, dims.block_l) if dims.has_scores else None
     diagonal = None if scores is None else jnp.diagonal(scores, axis1=3, axis2=4)  # (batch, nblocks, G, T)
     xdims = dims.with_block_p(config.bwd_block_p)
@@ -411,9 +373,8 @@ def ssd_backward(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, states,
             programs=programs,
             rowwise=config.bwd_rowwise_dcs,
             state_chunk=config.bwd_state_chunk,
-            state_terms=config.dbc_state_terms,
         ),
-        tensors + [t for t in (D, z, dt_bias, seq_idx, ypre, scores, diagonal) if t is not None] + terms,
+        tensors + [t for t in (D, z, dt_bias, seq_idx, ypre, scores, diagonal) if t is not None],
         shapes,
         tile_grid(xdims, programs),
         xdims,
@@ -426,32 +387,21 @@ def ssd_backward(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, states,
     dA = dA.sum(axis=-1)
     dbias = None if dbias is None else dbias.sum(axis=-1)
 
-    return dx, ddt, dB, dC, dA, dD, dz, dbias, (dinit[0] if dinit else None)
-
-
-def _dbc(tensors, z, dt_bias, seq_idx, dims: SsdDims, config) -> list[jax.Array]:
-    """``ssd_bwd_dbc``: partials dB and dC (``ssd_backward`` says their form) and, with ``config.dbc_state_terms``,
-    the incoming state's terms of d cs for ``ssd_bwd_dx``: dy · y_in (batch, L, H) and S_in · dS (batch, nblocks, H),
-    float32."""
-    x, _, _, B, C, *_ = tensors
-    batch, seqlen, nheads, _ = x.shape
     splits = head_splits(dims.heads_per_group, config.bwd_head_splits)
     # float32 partials where several programs share a group's heads (XLA sums them); else dB and dC themselves, in
     # B's and C's dtypes (the same rounding as that sum's cast, without a 66 us float32 round trip at B2 L8192 N256)
-    partial_shape = (batch, seqlen, dims.ngroups * splits, dims.dstate)
-    shapes = [jax.ShapeDtypeStruct(partial_shape, jnp.float32 if splits > 1 else t.dtype) for t in (B, C)]
-    if config.dbc_state_terms:
-        shapes += [
-            jax.ShapeDtypeStruct((batch, seqlen, nheads), jnp.float32),
-            jax.ShapeDtypeStruct((batch, dims.nblocks, nheads), jnp.float32),
-        ]
-    return call_kernel(
-        functools.partial(_dbc_kernel, dims=dims, splits=splits, state_terms=config.dbc_state_terms),
+    partial_bc = [
+        jax.ShapeDtypeStruct((batch, seqlen, dims.ngroups * splits, dims.dstate), f32 if splits > 1 else t.dtype)
+        for t in (B, C)
+    ]
+    dB, dC = call_kernel(
+        functools.partial(_dbc_kernel, dims=dims, splits=splits),
         tensors + [t for t in (z, dt_bias, seq_idx) if t is not None],
-        shapes,
+        partial_bc,
         (batch * dims.nblocks * dims.ngroups * splits,),
         dims,
         config.dbc_num_warps,
         config.bwd_num_stages,
         "ssd_bwd_dbc",
     )
+    return dx, ddt, dB, dC, dA, dD, dz, dbias, (dinit[0] if dinit else None)
