@@ -28,7 +28,9 @@ segment's own contribution and decay, all segments in parallel; an elementwise w
 (``segments``); then the per-block values, all segments in parallel again. For few batch rows x heads at long L,
 where the one-level passes have fewer programs than SMs and walk many blocks. With ``fused_segments`` the forward's
 third level is the fused forward's walk, once per segment: it computes the outputs from each segment's incoming state
-instead of storing every block's state for a separate output pass.
+instead of storing every block's state for a separate output pass. Without ``two_level_backward`` only the forward
+is two-level: where whole-head tiles fill the GPU, the backward's one-level pass walks each block once instead of
+twice.
 
 With ``shared_scores`` (the default) the forward's output and the backward's per-head kernel read each block's C·Bᵀ
 (T, T), float32, computed once per group by XLA (``block.block_scores``), instead of each program (head, head dims)
@@ -71,6 +73,7 @@ class SsdConfig:
     two_level_states: bool = False  # state passes segment-parallel plus a walk over segments
     state_segment: int = 1024  # two-level passes, all states kept: positions per segment (a multiple of block_l)
     fused_segments: bool = False  # two-level forward: outputs by a fused walk per segment (no block-state pass)
+    two_level_backward: bool = True  # with two_level_states: the backward's state-gradient pass in two levels too
 
     def validate(self) -> None:
         for name in ("block_l", "block_p", "state_block_p", "bwd_block_p", "rebuild_block_p"):
@@ -95,7 +98,7 @@ class SsdConfig:
             raise ValueError(
                 f"SsdConfig.state_segment must be a positive multiple of block_l={self.block_l}, got {segment!r}"
             )
-        for name in ("shared_scores", "two_level_states", "bwd_rowwise_dcs", "fused_segments"):
+        for name in ("shared_scores", "two_level_states", "bwd_rowwise_dcs", "fused_segments", "two_level_backward"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"SsdConfig.{name} must be a bool, got {getattr(self, name)!r}")
         for name in ("state_block_n", "bwd_state_chunk"):
@@ -142,7 +145,7 @@ def default_config(
     *,
     ngroups: int = 1,
 ) -> SsdConfig:
-    """``SsdConfig()`` with ten rules for the shapes:
+    """``SsdConfig()`` with eleven rules for the shapes:
 
     - the fused forward only where its programs (batch x heads x head-dim tiles) fill the GPU's ``sm_count``
       SMs: on an H100 (forward ms, fused / split, ``benchmarks/kernels/h100-2026-11-24-ssd-fused-vs-split*``) it
@@ -180,10 +183,12 @@ def default_config(
       (``benchmarks/kernels/h100-2026-11-27-ssd-fused-segments-*``, ms forward, block-state pass + output pass
       against fused segments on 64 head dims at 4 warps) B1 L65536 H128 4.87 against 3.50 (32 or 8 warps: 4.93,
       6.15), B1 L16384 H24 0.264 against 0.220, B1 L131072 H24 1.906 against 1.367; B2 L8192 H32, one-level before,
-      0.404 / 1.629 forward / forward+backward against 0.270 / 1.534 (segments of 512: 0.284 / 1.543); B4 L16384
-      H64 G8, one-level by the rule above, 2.47 one-level against 2.21, but 12.59 against 12.83 forward+backward (its
-      two-level backward); at N 256 (B2 L8192 H32 G4) 0.628 one-level against 0.857 and 1.026 on 32 and 16 head
-      dims (64 spill);
+      0.404 / 1.629 forward / forward+backward against 0.270 / 1.534 (segments of 512: 0.284 / 1.543); at N 256
+      (B2 L8192 H32 G4) 0.628 one-level against 0.857 and 1.026 on 32 and 16 head dims (64 spill);
+    - with whole-head tiles too, the forward alone two-level with fused segments (``two_level_backward`` off), where
+      the forward is split and N <= WIDE_TILE_MAX_DSTATE: at B4 L16384 H64 G8 on an H100 the forward took 2.21
+      against 2.47 ms one-level, and with the two-level backward 12.83 against 12.59 ms forward+backward
+      (``...-fused-segments-whole``); the one-level backward keeps its time;
     - past N = WIDE_TILE_MAX_DSTATE no fused forward and the sequential passes on 16 head dims: their float32
       (head dims, N) state with the (T, N) B and C tiles outgrows the registers. Compiled for sm_90 at N 256
       (``benchmarks/kernels/sass/ssd-sm90-2026-11-25-dstate.txt``), bytes spilled a thread: the fused forward
@@ -215,10 +220,17 @@ def default_config(
     every = KEEP_EVERY
     programs = batch * nheads * -(-headdim // min(config.block_p, headdim))  # the fused forward's
     split_forward = programs < sm_count or seqlen > config.fused_forward_max_l
-    two_level_min_l = FUSED_SEGMENTS_MIN_L if wide_tiles and split_forward else TWO_LEVEL_MIN_L
-    if not whole_heads and seqlen >= two_level_min_l:
+    fusable = wide_tiles and split_forward
+    two_level_min_l = FUSED_SEGMENTS_MIN_L if fusable else TWO_LEVEL_MIN_L
+    if seqlen >= two_level_min_l and (fusable or not whole_heads):
         every = LONG_SEGMENT if seqlen >= LONG_SEGMENT_MIN_L else KEEP_EVERY
-        config = dataclasses.replace(config, two_level_states=True, state_segment=every, fused_segments=wide_tiles)
+        config = dataclasses.replace(
+            config,
+            two_level_states=True,
+            state_segment=every,
+            fused_segments=wide_tiles,
+            two_level_backward=not whole_heads,
+        )
     if dstate <= BWD_SPLIT_MAX_DSTATE:
         config = dataclasses.replace(config, bwd_block_p=32, bwd_num_warps=4)
     blocks = -(-seqlen // config.block_l)  # per sequence; no rule here changes block_l

@@ -330,7 +330,7 @@ def ssd_backward(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, states,
     heads (block_p >= headdim); the per-head kernel splits them by ``config.bwd_block_p``."""
     batch, seqlen, nheads, headdim = x.shape
     f32 = jnp.float32
-    segments = segment_dims(dims, config)
+    segments = segment_dims(dims, config) if config.two_level_backward else None
     if segments is not None:
         dstates, dinit = _two_level_dstates(dt, A, C, dout, dfinal, z, dt_bias, seq_idx, states, segments, config)
         dinit = [dinit] if initial_states is not None else []

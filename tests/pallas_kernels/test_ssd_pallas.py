@@ -59,6 +59,7 @@ KEPT_COLUMNS_SPLIT = kept(32, fused_forward_max_l=0, state_block_n=16)  # the re
 FUSED_SEGMENTS_KEPT = two_level(block_p=16, rebuild_block_p=16, fused_segments=True)
 FUSED_SEGMENTS_ALL = two_level_keep_all(fused_forward_max_l=0, shared_scores=False, fused_segments=True)
 FUSED_SEGMENTS_SHORT = split(block_l=16, state_segment=32, two_level_states=True, fused_segments=True)
+FORWARD_TWO_LEVEL = dict(fused_segments=True, two_level_backward=False)  # the backward's state gradients one-level
 ROWWISE = dict(bwd_rowwise_dcs=True)  # the backward's d cs from row sums (no dM, no (T, T) sums)
 OWN_SCORES_PERSISTENT_ROWWISE = persistent(5, 16, shared_scores=False, bwd_persistent_programs=7, **ROWWISE)
 ONE_DBC_PROGRAM = split(block_l=32, bwd_head_splits=1)  # dB and dC of a group's heads summed in one program
@@ -146,6 +147,42 @@ CASES = [  # batch, L, H, P, N, G, chunk, dtype, D, z, init, seq_idx, softplus, 
     (2, 100, 4, 48, 16, 2, 64, jnp.bfloat16, "HP", True, True, True, True, (0.0, INF), FUSED_SEGMENTS_KEPT),
     (1, 100, 2, 16, 40, 1, 64, jnp.float32, "H", True, True, False, True, (0.0, INF), FUSED_SEGMENTS_ALL),
     (2, 40, 4, 16, 16, 2, 64, jnp.float16, "H", True, True, True, True, (0.0, INF), FUSED_SEGMENTS_SHORT),
+    # ... with the backward's state-gradient pass one-level: kept states (bf16, seq_idx, 2 head-dim tiles), every
+    # block's state kept (float32, N 24, initial states)
+    (
+        2,
+        100,
+        4,
+        32,
+        16,
+        2,
+        64,
+        jnp.bfloat16,
+        "H",
+        True,
+        True,
+        True,
+        True,
+        (0.0, INF),
+        two_level(block_p=16, **FORWARD_TWO_LEVEL),
+    ),
+    (
+        1,
+        100,
+        3,
+        16,
+        24,
+        1,
+        64,
+        jnp.float32,
+        "HP",
+        True,
+        True,
+        False,
+        True,
+        (0.0, INF),
+        two_level_keep_all(fused_forward_max_l=0, **FORWARD_TWO_LEVEL),
+    ),
     # d cs from row sums: split forward with head dims split in the backward (float32, seq_idx, partial last block),
     # kept states (bf16, 3 groups), own C·Bᵀ with long-lived programs (fp16), dt_limit (bf16), one position
     (1, 100, 4, 32, 16, 2, 64, jnp.float32, "HP", True, True, True, True, (0.0, INF), split(bwd_block_p=16, **ROWWISE)),
@@ -348,7 +385,9 @@ def test_default_config_takes_two_level_state_passes_for_long_walks_short_of_pro
     assert two_level(1, 16384, 24, 64, 128, 2) == KEEP_EVERY  # 24 heads: 0.557 -> 0.274 ms forward
     assert two_level(1, 65536, 8, 64, 128, 2) == LONG_SEGMENT  # 1.706 -> 0.401 ms forward
     assert two_level(1, 65536, 128, 64, 128, 2) == LONG_SEGMENT  # 128 whole-head programs
-    assert two_level(4, 16384, 64, 64, 128, 2) is None  # 256 whole-head programs: two levels were slower
+    whole = default_config(4, 16384, 64, 64, 128, 2)  # 256 whole-head programs: a two-level backward was slower
+    assert whole.two_level_states and whole.fused_segments and not whole.two_level_backward
+    assert not default_config(4, 16384, 64, 64, 256, 2).two_level_states  # ... and at N 256 nothing fuses
     assert two_level(2, 8192, 32, 64, 256, 2) is None  # a walk of 128 blocks: no gain
     assert two_level(8, 2048, 24, 64, 128, 2) is None  # 130m
     config = default_config(1, 131072, 24, 64, 128, 2)
@@ -370,7 +409,8 @@ def test_default_config_fuses_the_two_level_forward_per_segment_up_to_n_128():
     assert default_config(8, 12288, 24, 64, 128, 2).fused_segments  # ... past its L
     assert not default_config(2, 4096, 32, 64, 128, 2).two_level_states  # a walk of 64 blocks
     assert not default_config(1, 16384, 24, 64, 256, 2).fused_segments  # two-level, but N 256
-    assert not default_config(4, 16384, 64, 64, 128, 2).fused_segments  # one-level: whole-head programs
+    assert default_config(4, 16384, 64, 64, 128, 2).fused_segments  # whole-head programs: the forward only
+    assert default_config(1, 16384, 24, 64, 128, 2).two_level_backward  # few programs: both passes
     assert not default_config(8, 2048, 24, 64, 128, 2).fused_segments  # 130m: the fused forward
 
 
@@ -523,6 +563,19 @@ def test_pallas_refuses_what_it_does_not_tile(change, message):
                 *("ssd_fwd_segment_states", "ssd_fwd_segment_walk", "ssd_fwd_fused_segments"),
                 *("ssd_bwd_rebuild_states", "ssd_bwd_segment_dstates", "ssd_bwd_segment_walk"),
                 *("ssd_bwd_block_dstates", "ssd_bwd_dx", "ssd_bwd_dbc"),
+            ],
+        ),
+        (
+            SsdConfig(
+                fused_forward_max_l=0,
+                checkpoint_every=1024,
+                two_level_states=True,
+                fused_segments=True,
+                two_level_backward=False,
+            ),
+            [
+                *("ssd_fwd_segment_states", "ssd_fwd_segment_walk", "ssd_fwd_fused_segments"),
+                *("ssd_bwd_rebuild_states", "ssd_bwd_dstates", "ssd_bwd_dx", "ssd_bwd_dbc"),
             ],
         ),
         (

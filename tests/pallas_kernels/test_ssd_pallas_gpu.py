@@ -2,6 +2,8 @@
 the mamba2-130m shape in bf16, forward and every gradient, against the pure-JAX reference and mamba-ssm's
 ``mamba_chunk_scan_combined`` (its Triton kernels) on the same values."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -22,6 +24,7 @@ TWO_LEVEL = SsdConfig(checkpoint_every=128, two_level_states=True)  # state pass
 TWO_LEVEL_ALL = SsdConfig(fused_forward_max_l=0, state_segment=128, two_level_states=True)  # ... every state kept
 FUSED_SEGMENTS = SsdConfig(checkpoint_every=128, two_level_states=True, fused_segments=True)  # outputs per segment
 FUSED_SEGMENTS_ALL = SsdConfig(fused_forward_max_l=0, state_segment=128, two_level_states=True, fused_segments=True)
+FORWARD_TWO_LEVEL = dataclasses.replace(FUSED_SEGMENTS, two_level_backward=False)  # the backward's passes one-level
 ROWWISE = SsdConfig(bwd_rowwise_dcs=True)  # the backward's d cs from row sums
 STATE_CHUNKS = SsdConfig(bwd_rowwise_dcs=True, bwd_block_p=16, bwd_state_chunk=32)  # ... its state products by 32
 PERSISTENT = SsdConfig(bwd_persistent_programs=4, bwd_num_warps=8)  # ssd_bwd_dx as 4 long-lived programs
@@ -37,6 +40,7 @@ PERSISTENT = SsdConfig(bwd_persistent_programs=4, bwd_num_warps=8)  # ssd_bwd_dx
         (jnp.bfloat16, True, TWO_LEVEL_ALL),
         (jnp.float32, True, FUSED_SEGMENTS),
         (jnp.bfloat16, True, FUSED_SEGMENTS_ALL),
+        (jnp.bfloat16, True, FORWARD_TWO_LEVEL),
         (jnp.bfloat16, True, ROWWISE),
         (jnp.bfloat16, True, STATE_CHUNKS),
         (jnp.bfloat16, True, PERSISTENT),
@@ -45,8 +49,8 @@ PERSISTENT = SsdConfig(bwd_persistent_programs=4, bwd_num_warps=8)  # ssd_bwd_dx
 def test_pallas_matches_oracle_on_gpu(rng, dtype, seq, config):
     """L not a multiple of the block, headdim and N not powers of two, three groups, packed sequences; the default
     path, kept states, the two-level state passes (states kept or not; the forward's outputs by fused segments or
-    from every block's state), the row-wise d cs, the state products by column chunks and the long-lived backward
-    programs, compiled."""
+    from every block's state; the forward's alone), the row-wise d cs, the state products by column chunks and the
+    long-lived backward programs, compiled."""
     cpu.test_pallas_matches_oracle_and_reference(
         rng, 2, 301, 6, 48, 40, 3, 256, dtype, "HP", True, True, seq, True, (0.0, float("inf")), config
     )
