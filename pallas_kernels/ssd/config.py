@@ -186,9 +186,12 @@ def default_config(
       0.404 / 1.629 forward / forward+backward against 0.270 / 1.534 (segments of 512: 0.284 / 1.543); at N 256
       (B2 L8192 H32 G4) 0.628 one-level against 0.857 and 1.026 on 32 and 16 head dims (64 spill);
     - with whole-head tiles too, the forward alone two-level with fused segments (``two_level_backward`` off), where
-      the forward is split and N <= WIDE_TILE_MAX_DSTATE: at B4 L16384 H64 G8 on an H100 the forward took 2.21
-      against 2.47 ms one-level, and with the two-level backward 12.83 against 12.59 ms forward+backward
-      (``...-fused-segments-whole``); the one-level backward keeps its time;
+      the forward is split and N <= WIDE_TILE_MAX_DSTATE. At B4 L16384 H64 G8 on an H100 the forward took 2.21
+      against 2.47 ms one-level, but with the two-level backward 12.83 against 12.59 ms forward+backward
+      (``...-fused-segments-whole``). With the backward one-level, on an H200
+      (``benchmarks/kernels/h200-2026-11-27-ssd-forward-two-level-whole.txt``, ms forward / forward+backward,
+      one-level against this): B4 L16384 H64 G8 2.206 / 12.323 against 2.103 / 11.438, B2 L16384 H128 1.955 /
+      11.061 against 1.859 / 10.780;
     - past N = WIDE_TILE_MAX_DSTATE no fused forward and the sequential passes on 16 head dims: their float32
       (head dims, N) state with the (T, N) B and C tiles outgrows the registers. Compiled for sm_90 at N 256
       (``benchmarks/kernels/sass/ssd-sm90-2026-11-25-dstate.txt``), bytes spilled a thread: the fused forward
