@@ -60,6 +60,8 @@ FUSED_SEGMENTS_KEPT = two_level(block_p=16, rebuild_block_p=16, fused_segments=T
 FUSED_SEGMENTS_ALL = two_level_keep_all(fused_forward_max_l=0, shared_scores=False, fused_segments=True)
 FUSED_SEGMENTS_SHORT = split(block_l=16, state_segment=32, two_level_states=True, fused_segments=True)
 FORWARD_TWO_LEVEL = dict(fused_segments=True, two_level_backward=False)  # the backward's state gradients one-level
+FORWARD_TWO_LEVEL_KEPT = two_level(block_p=16, **FORWARD_TWO_LEVEL)
+FORWARD_TWO_LEVEL_ALL = two_level_keep_all(fused_forward_max_l=0, **FORWARD_TWO_LEVEL)
 ROWWISE = dict(bwd_rowwise_dcs=True)  # the backward's d cs from row sums (no dM, no (T, T) sums)
 OWN_SCORES_PERSISTENT_ROWWISE = persistent(5, 16, shared_scores=False, bwd_persistent_programs=7, **ROWWISE)
 ONE_DBC_PROGRAM = split(block_l=32, bwd_head_splits=1)  # dB and dC of a group's heads summed in one program
@@ -149,40 +151,8 @@ CASES = [  # batch, L, H, P, N, G, chunk, dtype, D, z, init, seq_idx, softplus, 
     (2, 40, 4, 16, 16, 2, 64, jnp.float16, "H", True, True, True, True, (0.0, INF), FUSED_SEGMENTS_SHORT),
     # ... with the backward's state-gradient pass one-level: kept states (bf16, seq_idx, 2 head-dim tiles), every
     # block's state kept (float32, N 24, initial states)
-    (
-        2,
-        100,
-        4,
-        32,
-        16,
-        2,
-        64,
-        jnp.bfloat16,
-        "H",
-        True,
-        True,
-        True,
-        True,
-        (0.0, INF),
-        two_level(block_p=16, **FORWARD_TWO_LEVEL),
-    ),
-    (
-        1,
-        100,
-        3,
-        16,
-        24,
-        1,
-        64,
-        jnp.float32,
-        "HP",
-        True,
-        True,
-        False,
-        True,
-        (0.0, INF),
-        two_level_keep_all(fused_forward_max_l=0, **FORWARD_TWO_LEVEL),
-    ),
+    (2, 100, 4, 32, 16, 2, 64, jnp.bfloat16, "H", True, True, True, True, (0.0, INF), FORWARD_TWO_LEVEL_KEPT),
+    (1, 100, 3, 16, 24, 1, 64, jnp.float32, "HP", True, True, False, True, (0.0, INF), FORWARD_TWO_LEVEL_ALL),
     # d cs from row sums: split forward with head dims split in the backward (float32, seq_idx, partial last block),
     # kept states (bf16, 3 groups), own C·Bᵀ with long-lived programs (fp16), dt_limit (bf16), one position
     (1, 100, 4, 32, 16, 2, 64, jnp.float32, "HP", True, True, True, True, (0.0, INF), split(bwd_block_p=16, **ROWWISE)),
