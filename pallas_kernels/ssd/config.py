@@ -120,6 +120,10 @@ TWO_LEVEL_MIN_L = 16384  # two-level state passes for walks this long without wh
 FUSED_SEGMENTS_MIN_L = 8192  # ... from this L where the forward is split and its segments can be fused (N <= 128)
 LONG_SEGMENT_MIN_L = 65536  # ... over segments of LONG_SEGMENT positions from this L on, else of KEEP_EVERY
 LONG_SEGMENT = 2048
+FEW_PROGRAMS_PER_SM = 0.25  # a split forward this short of programs: two levels with fused segments below L 8192 too
+SHORT_SEGMENTS_MIN_L = 2048  # ... from this L (eight segments of SHORT_SEGMENT)
+SHORT_SEGMENT = 256  # ... over segments of 1/SEGMENTS_PER_WALK of L (rounded up to a power of two), at least this
+SEGMENTS_PER_WALK = 16
 WIDE_TILE_MAX_DSTATE = 128  # the fused forward, 32- or 64-dim sequential tiles and dB/dC head splits only up to this N
 ONE_DBC_PROGRAM_PER_SM = 0.9  # dB/dC: one program per block and group where these many per SM remain without splits
 
@@ -145,7 +149,7 @@ def default_config(
     *,
     ngroups: int = 1,
 ) -> SsdConfig:
-    """``SsdConfig()`` with eleven rules for the shapes:
+    """``SsdConfig()`` with twelve rules for the shapes:
 
     - the fused forward only where its programs (batch x heads x head-dim tiles) fill the GPU's ``sm_count``
       SMs: on an H100 (forward ms, fused / split, ``benchmarks/kernels/h100-2026-11-24-ssd-fused-vs-split*``) it
@@ -192,6 +196,18 @@ def default_config(
       (``benchmarks/kernels/h200-2026-11-27-ssd-forward-two-level-whole.txt``, ms forward / forward+backward,
       one-level against this): B4 L16384 H64 G8 2.206 / 12.323 against 2.103 / 11.438, B2 L16384 H128 1.955 /
       11.061 against 1.859 / 10.780;
+    - where the fused forward has at most FEW_PROGRAMS_PER_SM x ``sm_count`` programs (so the split forward's
+      one-level state pass, four 16-dim tiles per head, leaves SMs idle), two levels with fused segments from L =
+      SHORT_SEGMENTS_MIN_L up to TWO_LEVEL_MIN_L, over segments of L / SEGMENTS_PER_WALK (at least SHORT_SEGMENT):
+      each segment's walk is then 1/16 of the sequence, and batch x heads x 16 programs walk them. On an H200
+      (``benchmarks/kernels/h200-2026-11-27-ssd-short-segments*``, ms forward / forward+backward, this rule
+      against one level, and segments of 1024 at L 8192): B1 L4096 H24 0.076 / 0.358 against 0.144 / 0.467, B2
+      L8192 H8 0.087 / 0.434 against 0.117 / 0.491, B1 L8192 H24 0.127 / 0.611 against 0.133 / 0.640, B1 L2048 H24
+      0.064 / 0.215 against 0.079 / 0.236, B1 L4096 H8 P128 N64 G2 0.075 / 0.229 against 0.098 / 0.328, B2 L2048 H8
+      0.063 / 0.203 against 0.108 / 0.198. At L 1024 (B1 H8) the forward+backward moved both ways between two runs
+      (0.090 against 0.092, then 0.201 against 0.154: the launches of the two-level backward at 0.1 ms), hence
+      L >= 2048; with more programs the segments lost (B4 L1024 H24, 96 programs: 0.073 / 0.352 against 0.077 /
+      0.329) or did nothing (B16 L512 H8, 128: 0.057 / 0.237 against 0.065 / 0.230);
     - past N = WIDE_TILE_MAX_DSTATE no fused forward and the sequential passes on 16 head dims: their float32
       (head dims, N) state with the (T, N) B and C tiles outgrows the registers. Compiled for sm_90 at N 256
       (``benchmarks/kernels/sass/ssd-sm90-2026-11-25-dstate.txt``), bytes spilled a thread: the fused forward
@@ -225,8 +241,13 @@ def default_config(
     split_forward = programs < sm_count or seqlen > config.fused_forward_max_l
     fusable = wide_tiles and split_forward
     two_level_min_l = FUSED_SEGMENTS_MIN_L if fusable else TWO_LEVEL_MIN_L
+    short_segments = fusable and programs <= FEW_PROGRAMS_PER_SM * sm_count and seqlen < TWO_LEVEL_MIN_L
+    if short_segments:
+        two_level_min_l = SHORT_SEGMENTS_MIN_L
     if seqlen >= two_level_min_l and (fusable or not whole_heads):
         every = LONG_SEGMENT if seqlen >= LONG_SEGMENT_MIN_L else KEEP_EVERY
+        if short_segments:
+            every = max(SHORT_SEGMENT, next_pow2(seqlen) // SEGMENTS_PER_WALK)
         config = dataclasses.replace(
             config,
             two_level_states=True,

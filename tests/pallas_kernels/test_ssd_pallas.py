@@ -384,6 +384,30 @@ def test_default_config_fuses_the_two_level_forward_per_segment_up_to_n_128():
     assert not default_config(8, 2048, 24, 64, 128, 2).fused_segments  # 130m: the fused forward
 
 
+def test_default_config_cuts_short_walks_into_segments_where_the_fused_forward_has_few_programs():
+    """Measured on an H200 (benchmarks/kernels/h200-2026-11-27-ssd-short-segments.md): with at most a quarter as
+    many fused programs as SMs, two levels with fused segments of L / 16 (at least 256) from L 2048 (B1 L4096 H24:
+    0.144 / 0.467 -> 0.076 / 0.358 ms forward / forward+backward); not with more programs (B4 L1024 H24: 96,
+    slower), nor past N 128, nor at L 1024 (the forward+backward moved both ways)."""
+    from pallas_kernels.ssd.config import KEEP_EVERY, SHORT_SEGMENT, default_config
+
+    def segment(*shape, dstate=128, sm_count=132):
+        config = default_config(*shape, 64, dstate, 2, sm_count)
+        if not config.two_level_states:
+            return None
+        assert config.fused_segments and config.two_level_backward and config.checkpoint_every == 0, shape
+        return config.state_segment
+
+    assert segment(2, 2048, 8) == segment(1, 4096, 24) == SHORT_SEGMENT
+    assert segment(1, 8192, 24) == segment(2, 6000, 8) == 512  # L rounded up to a power of two, over 16
+    assert segment(1, 16384, 24) == KEEP_EVERY  # from L 16384 the longer walks' rule
+    assert segment(2, 8192, 32) == KEEP_EVERY  # 64 programs: segments of 512 did not win there
+    assert segment(4, 2048, 24) is None  # 96 programs
+    assert segment(4, 2048, 24, sm_count=400) == SHORT_SEGMENT  # ... few on a larger GPU
+    assert segment(1, 1024, 8) is None and segment(16, 512, 8) is None
+    assert segment(1, 4096, 24, dstate=256) is None  # the fused tiles spill
+
+
 def test_default_config_keeps_wide_tiles_and_the_fused_forward_to_n_128():
     """Past N 128 they spill on sm_90 (benchmarks/kernels/sass/ssd-sm90-2026-11-25-dstate.txt), and dB/dC take a
     group's heads whole: the same shapes at N 128 and 256."""
