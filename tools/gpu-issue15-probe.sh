@@ -15,6 +15,11 @@
 #   verify: the new default (SsdConfig segments of L / 16 where the fused forward has few programs) against the rule
 #           before it (one level below L 8192; segments of 1024 at L 8192), beside mamba-ssm, at the shapes it
 #           changes and two it leaves (B4 L1024 H24, B2 L8192 H32)
+#   between: a quarter to all of the SMs' worth of fused programs (split, one level below L 8192): B2 L4096 H32,
+#           B4 L2048 H24, B2 L4096 H48, B4 L4096 H32 N64 G2, B2 L2048 H32 P128: the default against fused segments of
+#           512 and 256 with the backward one-level
+#   verify2: the default with both new rules against one level (two_level_states=0), beside mamba-ssm, at the
+#           partial-wave shapes, one few-program shape and 130m (unchanged)
 set -u
 export PYTHONPATH=. PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 bash tools/gpu-parity.sh /tmp/p .sdist unpack > "$OUT/unpack.log" 2>&1 || { tail "$OUT/unpack.log"; exit 1; }
@@ -49,6 +54,16 @@ run verify 500 --shape b2-L2048-h8=2,2048,8,64,128,1,256 --shape b1-L2048-h24=1,
     --shape b1-L4096-h8-p128-n64-g2=1,4096,8,128,64,2,256 --shape b4-L1024-h24=4,1024,24,64,128,1,256 \
     --shapes b2-L2048-h8 b1-L2048-h24 b1-L4096-h24 b1-L1024-h8 b2-L8192-h8 b1-L8192-h24 b1-L4096-h8-p128-n64-g2 \
     b4-L1024-h24 --torch --pallas-config two_level_states=0 --pallas-config state_segment=1024
+run between 300 --shape b2-L4096-h32=2,4096,32,64,128,1,256 --shape b4-L2048-h24=4,2048,24,64,128,1,256 \
+    --shape b2-L4096-h48=2,4096,48,64,128,1,256 --shape b4-L4096-h32-n64-g2=4,4096,32,64,64,2,256 \
+    --shape b2-L2048-h32-p128=2,2048,32,128,128,1,256 \
+    --shapes b2-L4096-h32 b4-L2048-h24 b2-L4096-h48 b4-L4096-h32-n64-g2 b2-L2048-h32-p128 --no-torch \
+    --pallas-config $SEG=512,$ONE --pallas-config $SEG=256,$ONE
+run verify2 420 --shape b2-L4096-h32=2,4096,32,64,128,1,256 --shape b4-L2048-h24=4,2048,24,64,128,1,256 \
+    --shape b2-L4096-h48=2,4096,48,64,128,1,256 --shape b4-L4096-h32-n64-g2=4,4096,32,64,64,2,256 \
+    --shape b2-L2048-h32-p128=2,2048,32,128,128,1,256 --shape b1-L4096-h24=1,4096,24,64,128,1,256 \
+    --shapes b2-L4096-h32 b4-L2048-h24 b2-L4096-h48 b4-L4096-h32-n64-g2 b2-L2048-h32-p128 b1-L4096-h24 130m \
+    --torch --pallas-config two_level_states=0
 # one file back: this run's files (folders under $OUT are left as they are)
 files=$(cd "$OUT" && find . -maxdepth 1 -type f ! -name issue15-probe.tgz)
 (cd "$OUT" && tar czf /tmp/issue15-probe.tgz $files && rm -f $files && mv /tmp/issue15-probe.tgz .)

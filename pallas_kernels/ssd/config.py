@@ -124,6 +124,7 @@ FEW_PROGRAMS_PER_SM = 0.25  # a split forward this short of programs: two levels
 SHORT_SEGMENTS_MIN_L = 2048  # ... from this L (eight segments of SHORT_SEGMENT)
 SHORT_SEGMENT = 256  # ... over segments of 1/SEGMENTS_PER_WALK of L (rounded up to a power of two), at least this
 SEGMENTS_PER_WALK = 16
+PARTIAL_WAVE_SEGMENT = 512  # with more (but fewer than the SMs) below L 8192: segments of 512, the backward one-level
 WIDE_TILE_MAX_DSTATE = 128  # the fused forward, 32- or 64-dim sequential tiles and dB/dC head splits only up to this N
 ONE_DBC_PROGRAM_PER_SM = 0.9  # dB/dC: one program per block and group where these many per SM remain without splits
 
@@ -149,7 +150,7 @@ def default_config(
     *,
     ngroups: int = 1,
 ) -> SsdConfig:
-    """``SsdConfig()`` with twelve rules for the shapes:
+    """``SsdConfig()`` with thirteen rules for the shapes:
 
     - the fused forward only where its programs (batch x heads x head-dim tiles) fill the GPU's ``sm_count``
       SMs: on an H100 (forward ms, fused / split, ``benchmarks/kernels/h100-2026-11-24-ssd-fused-vs-split*``) it
@@ -208,6 +209,15 @@ def default_config(
       (0.090 against 0.092, then 0.201 against 0.154: the launches of the two-level backward at 0.1 ms), hence
       L >= 2048; with more programs the segments lost (B4 L1024 H24, 96 programs: 0.073 / 0.352 against 0.077 /
       0.329) or did nothing (B16 L512 H8, 128: 0.057 / 0.237 against 0.065 / 0.230);
+    - where the fused forward has more programs than that but fewer than ``sm_count`` (split, one-level before), the
+      forward two-level with fused segments of PARTIAL_WAVE_SEGMENT from L = SHORT_SEGMENTS_MIN_L up to
+      FUSED_SEGMENTS_MIN_L, the backward one-level (two-level it lost: B4 L4096 H32 N64 G2, 128 programs, 1.365
+      against 1.409 ms forward+backward on an H200, ``...-short-segments-n64``). On an H100
+      (``benchmarks/kernels/h100-2026-11-27-ssd-short-segments-between``, one level against segments of 512 /
+      256): B2 L4096 H32 0.209 / 0.820 against 0.151 / 0.780 and 0.177 / 0.802, B2 L4096 H48 0.265 / 1.124 against
+      0.205 / 1.097 and 0.251 / 1.146, B2 L2048 H32 P128 0.213 / 0.850 against 0.151 / 0.795 and 0.173 / 0.824, B4
+      L4096 H32 N64 G2 0.270 / 1.387 against 0.231 / 1.370 and 0.266 / 1.387, B4 L2048 H24 0.141 / 0.589 against
+      0.122 / 0.597 and 0.128 / 0.594;
     - past N = WIDE_TILE_MAX_DSTATE no fused forward and the sequential passes on 16 head dims: their float32
       (head dims, N) state with the (T, N) B and C tiles outgrows the registers. Compiled for sm_90 at N 256
       (``benchmarks/kernels/sass/ssd-sm90-2026-11-25-dstate.txt``), bytes spilled a thread: the fused forward
@@ -241,19 +251,23 @@ def default_config(
     split_forward = programs < sm_count or seqlen > config.fused_forward_max_l
     fusable = wide_tiles and split_forward
     two_level_min_l = FUSED_SEGMENTS_MIN_L if fusable else TWO_LEVEL_MIN_L
-    short_segments = fusable and programs <= FEW_PROGRAMS_PER_SM * sm_count and seqlen < TWO_LEVEL_MIN_L
-    if short_segments:
+    few_programs = programs <= FEW_PROGRAMS_PER_SM * sm_count
+    short_segments = fusable and few_programs and seqlen < TWO_LEVEL_MIN_L
+    partial_wave = fusable and not few_programs and seqlen < FUSED_SEGMENTS_MIN_L  # so programs < sm_count
+    if short_segments or partial_wave:
         two_level_min_l = SHORT_SEGMENTS_MIN_L
     if seqlen >= two_level_min_l and (fusable or not whole_heads):
         every = LONG_SEGMENT if seqlen >= LONG_SEGMENT_MIN_L else KEEP_EVERY
         if short_segments:
             every = max(SHORT_SEGMENT, next_pow2(seqlen) // SEGMENTS_PER_WALK)
+        elif partial_wave:
+            every = PARTIAL_WAVE_SEGMENT
         config = dataclasses.replace(
             config,
             two_level_states=True,
             state_segment=every,
             fused_segments=wide_tiles,
-            two_level_backward=not whole_heads,
+            two_level_backward=not (whole_heads or partial_wave),
         )
     if dstate <= BWD_SPLIT_MAX_DSTATE:
         config = dataclasses.replace(config, bwd_block_p=32, bwd_num_warps=4)

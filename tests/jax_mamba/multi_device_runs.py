@@ -24,14 +24,17 @@ from jax_mamba.train.step import init_training
 from tests.jax_mamba.training_runs import QUIET, losses, records
 
 STEPS = ["--max_steps=3", "--log_every=1", "--eval_every=3", "--save_every=3", "--eval_batches=1"]
+# One Mamba layer each (the hybrid: one Mamba layer, then its attention layer): what the meshes split is the same in
+# every layer, and each layer more only lengthens the compilations.
+ONE_LAYER = ["--n_layer=1"]
 MODELS = {
-    "mamba1": ("mamba1-tiny", []),
-    "mamba2": ("mamba2-tiny", []),
-    "hybrid": ("hybrid-tiny", []),
-    "mamba2-pallas": ("mamba2-tiny", ["--model.impl=pallas", "--n_layer=1", "--seq_len=32"]),
+    "mamba1": ("mamba1-tiny", ONE_LAYER),
+    "mamba2": ("mamba2-tiny", ONE_LAYER),
+    "hybrid": ("hybrid-tiny", ["--n_layer=2"]),
+    "mamba2-pallas": ("mamba2-tiny", [*ONE_LAYER, "--model.impl=pallas", "--seq_len=32"]),
 }
 CHUNKED = ["--loss_chunk_tokens=48"]  # LM head and loss over chunks of 48 positions a device (batch 8 x 64)
-MODELS["mamba2-chunked"] = ("mamba2-tiny", CHUNKED)
+MODELS["mamba2-chunked"] = ("mamba2-tiny", [*ONE_LAYER, *CHUNKED])
 XLA = ["--mesh.fsdp_gather=xla"]  # FSDP left to XLA's partitioner (the default gathers split parameters whole)
 MODELS.update({f"{m}-xla": (MODELS[m][0], MODELS[m][1] + XLA) for m in ("mamba2", "hybrid", "mamba2-chunked")})
 EARLY = ["--mesh.grad_reduce=early"]  # per-device gradients summed explicitly, weight gradients tied to their layer
@@ -95,7 +98,7 @@ def data_parallel_collectives() -> dict[str, int]:
     (``in_loops``: in any computation but the entry one). Chunks of whole rows, each held by one device, made every
     device gather and compute the LM head of the whole batch; the chunk loop's transpose, left to XLA, all-reduced
     the head's weight gradient once per chunk."""
-    cfg = load_config("mamba2-tiny", [*QUIET, *CHUNKED, "--mesh.data=8"])
+    cfg = load_config("mamba2-tiny", [*QUIET, *ONE_LAYER, *CHUNKED, "--mesh.data=8"])
     with mesh_training(cfg) as (_, _, setup, batches):
         args = (setup.params, setup.opt_state, setup.state, batches(0), np.int32(0))
         text = setup.train_step.lower(*args).compile().as_text()
@@ -133,7 +136,7 @@ def gathered_in_bf16() -> dict:
     """FSDP with whole-parameter gathers (the default ``mesh.fsdp_gather``) and bf16 compute (data 4 x fsdp 2): the
     (shape, dtype) of every all-gather in the step's partitioned program, against the shapes of the matmul weights
     the model computes with in bf16."""
-    cfg = load_config("mamba2-tiny", [*QUIET, "--model.compute_dtype=bfloat16", "--mesh.fsdp=2"])
+    cfg = load_config("mamba2-tiny", [*QUIET, *ONE_LAYER, "--model.compute_dtype=bfloat16", "--mesh.fsdp=2"])
     text, kernels = partitioned_step(cfg)
     return {"gathers": collective_types(text, "all-gather"), "kernels": kernels}
 
@@ -145,7 +148,7 @@ def early_grad_reduce() -> dict:
     early step against the shapes of the weights the model computes with in bf16."""
     found = {}
     for mode in ("xla", "early"):
-        cfg = load_config("mamba1-tiny", [*QUIET, "--model.compute_dtype=bfloat16", "--mesh.data=4",
+        cfg = load_config("mamba1-tiny", [*QUIET, *ONE_LAYER, "--model.compute_dtype=bfloat16", "--mesh.data=4",
                                           f"--mesh.grad_reduce={mode}"])  # fmt: skip
         text, found["kernels"] = partitioned_step(cfg)
         found[mode] = {"barriers": text.count(" opt-barrier("), "all_reduces": collective_types(text, "all-reduce")}

@@ -377,7 +377,7 @@ def test_default_config_fuses_the_two_level_forward_per_segment_up_to_n_128():
     assert split_8192.two_level_states and split_8192.fused_segments and split_8192.state_segment == 1024
     assert not default_config(8, 8192, 24, 64, 128, 2).two_level_states  # 192 programs: the fused forward
     assert default_config(8, 12288, 24, 64, 128, 2).fused_segments  # ... past its L
-    assert not default_config(2, 4096, 32, 64, 128, 2).two_level_states  # a walk of 64 blocks
+    assert not default_config(4, 1024, 32, 64, 128, 2).two_level_states  # a walk of 16 blocks
     assert not default_config(1, 16384, 24, 64, 256, 2).fused_segments  # two-level, but N 256
     assert default_config(4, 16384, 64, 64, 128, 2).fused_segments  # whole-head programs: the forward only
     assert default_config(1, 16384, 24, 64, 128, 2).two_level_backward  # few programs: both passes
@@ -402,10 +402,27 @@ def test_default_config_cuts_short_walks_into_segments_where_the_fused_forward_h
     assert segment(1, 8192, 24) == segment(2, 6000, 8) == 512  # L rounded up to a power of two, over 16
     assert segment(1, 16384, 24) == KEEP_EVERY  # from L 16384 the longer walks' rule
     assert segment(2, 8192, 32) == KEEP_EVERY  # 64 programs: segments of 512 did not win there
-    assert segment(4, 2048, 24) is None  # 96 programs
-    assert segment(4, 2048, 24, sm_count=400) == SHORT_SEGMENT  # ... few on a larger GPU
+    assert segment(4, 2048, 24, sm_count=400) == SHORT_SEGMENT  # 96 programs: few on a larger GPU
     assert segment(1, 1024, 8) is None and segment(16, 512, 8) is None
     assert segment(1, 4096, 24, dstate=256) is None  # the fused tiles spill
+
+
+def test_default_config_cuts_the_forward_into_segments_of_512_where_the_fused_forward_runs_a_partial_wave():
+    """Measured on an H100 (benchmarks/kernels/h100-2026-11-27-ssd-short-segments-between): with a quarter to all of
+    the SMs' worth of fused programs, below L 8192, two levels with fused segments of 512 and the backward one-level
+    (B2 L4096 H32, 64 programs: 0.209 / 0.820 -> 0.151 / 0.780 ms forward / forward+backward)."""
+    from pallas_kernels.ssd.config import KEEP_EVERY, PARTIAL_WAVE_SEGMENT, default_config
+
+    for shape, groups in (((2, 4096, 32, 64, 128), 1), ((4, 2048, 24, 64, 128), 1), ((4, 4096, 32, 64, 64), 2)):
+        config = default_config(*shape, 2, ngroups=groups)
+        assert config.two_level_states and config.fused_segments and not config.two_level_backward, shape
+        assert config.state_segment == PARTIAL_WAVE_SEGMENT and config.checkpoint_every == 0, shape
+    assert default_config(2, 2048, 32, 128, 128, 2).state_segment == PARTIAL_WAVE_SEGMENT  # 2 tiles of 64 a head
+    long_walk = default_config(2, 8192, 32, 64, 128, 2)  # from L 8192 the longer walks' rule
+    assert long_walk.state_segment == KEEP_EVERY and long_walk.two_level_backward
+    assert not default_config(4, 1024, 24, 64, 128, 2).two_level_states  # L 1024
+    assert not default_config(8, 2048, 24, 64, 128, 2).two_level_states  # 130m: 192 programs, the fused forward
+    assert not default_config(2, 4096, 32, 64, 256, 2).two_level_states  # N 256
 
 
 def test_default_config_keeps_wide_tiles_and_the_fused_forward_to_n_128():
