@@ -207,8 +207,8 @@ def default_config(
       0.064 / 0.215 against 0.079 / 0.236, B1 L4096 H8 P128 N64 G2 0.075 / 0.229 against 0.098 / 0.328, B2 L2048 H8
       0.063 / 0.203 against 0.108 / 0.198. At L 1024 (B1 H8) the forward+backward moved both ways between two runs
       (0.090 against 0.092, then 0.201 against 0.154: the launches of the two-level backward at 0.1 ms), hence
-      L >= 2048; with more programs the segments lost (B4 L1024 H24, 96 programs: 0.073 / 0.352 against 0.077 /
-      0.329) or did nothing (B16 L512 H8, 128: 0.057 / 0.237 against 0.065 / 0.230);
+      L >= 2048; with more programs, short segments and a two-level backward lost (B4 L1024 H24, 96 programs: 0.073
+      / 0.352 against 0.077 / 0.329) or did nothing (B16 L512 H8, 128: 0.057 / 0.237 against 0.065 / 0.230);
     - where the fused forward has more programs than that but fewer than ``sm_count`` (split, one-level before), the
       forward two-level with fused segments of PARTIAL_WAVE_SEGMENT from L = SHORT_SEGMENTS_MIN_L up to
       FUSED_SEGMENTS_MIN_L, the backward one-level (two-level it lost: B4 L4096 H32 N64 G2, 128 programs, 1.365
