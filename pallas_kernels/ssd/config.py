@@ -117,7 +117,7 @@ BWD_SPLIT_MAX_DSTATE = 128  # the backward's per-head programs split head dims b
 STATE_PASS_PROGRAMS_PER_SM = 1.9  # sequential passes: wider head-dim tiles while about 2 programs per SM remain
 WIDE_STATE_TILE_MIN_L = 16384  # ... and 32-dim tiles (two per head) only for walks this long
 TWO_LEVEL_MIN_L = 16384  # two-level state passes for walks this long without whole-head tiles' programs
-FUSED_SEGMENTS_MIN_L = 8192  # ... from this L where the forward is split and its segments can be fused (N <= 128)
+FUSED_SEGMENTS_MIN_L = 8192  # ... over KEEP_EVERY from this L where the forward is split and can fuse its segments
 LONG_SEGMENT_MIN_L = 65536  # ... over segments of LONG_SEGMENT positions from this L on, else of KEEP_EVERY
 LONG_SEGMENT = 2048
 FEW_PROGRAMS_PER_SM = 0.25  # a split forward this short of programs: two levels with fused segments below L 8192 too
@@ -250,12 +250,12 @@ def default_config(
     programs = batch * nheads * -(-headdim // min(config.block_p, headdim))  # the fused forward's
     split_forward = programs < sm_count or seqlen > config.fused_forward_max_l
     fusable = wide_tiles and split_forward
-    two_level_min_l = FUSED_SEGMENTS_MIN_L if fusable else TWO_LEVEL_MIN_L
+    # a split forward that can fuse its segments goes two-level from SHORT_SEGMENTS_MIN_L: over the few-program or
+    # partial-wave segments below FUSED_SEGMENTS_MIN_L (TWO_LEVEL_MIN_L for few programs), the longer walks' beyond
+    two_level_min_l = SHORT_SEGMENTS_MIN_L if fusable else TWO_LEVEL_MIN_L
     few_programs = programs <= FEW_PROGRAMS_PER_SM * sm_count
     short_segments = fusable and few_programs and seqlen < TWO_LEVEL_MIN_L
     partial_wave = fusable and not few_programs and seqlen < FUSED_SEGMENTS_MIN_L  # so programs < sm_count
-    if short_segments or partial_wave:
-        two_level_min_l = SHORT_SEGMENTS_MIN_L
     if seqlen >= two_level_min_l and (fusable or not whole_heads):
         every = LONG_SEGMENT if seqlen >= LONG_SEGMENT_MIN_L else KEEP_EVERY
         if short_segments:
