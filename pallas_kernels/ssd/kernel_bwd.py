@@ -31,6 +31,9 @@ gradient block-parallel (programs launched head and head dims fastest: see ``blo
 
     dCB = Σ_heads dM ∘ decay,   dC = dCB B + Σ_heads from_start ∘ (dy S),   dB = dCBᵀ C + Σ_heads to_end ∘ (X dS)
 
+With ``SsdConfig.bwd_dx_mosaic`` (the default's) step 2 runs on Mosaic GPU instead where that kernel covers the shape
+(``kernel_bwd_mosaic``): the same math from shared memory and ``wgmma``, twice as fast at 130m and at L 65536.
+
 Two kernels rather than one: together they hold too many tiles for the register file (the fused version spilled at
 the 255-register cap), and the per-head kernel has H times more programs to hide latency with. dB and dC leave as
 one float32 partial per (group, split); these, and dA, d dt_bias and dD per block, are summed by XLA in a fixed
@@ -62,6 +65,7 @@ from pallas_kernels.ssd.block import (
     sequential_program,
     tile_grid,
 )
+from pallas_kernels.ssd.kernel_bwd_mosaic import mosaic_dx, mosaic_dx_supported
 from pallas_kernels.ssd.segments import segment_outputs, segment_walk
 
 
@@ -328,7 +332,7 @@ def ssd_backward(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, states,
     where splits > 1, else in B's and C's dtypes), dA (batch, nblocks, H), dD (batch, nblocks, H, P) or None and
     d dt_bias (batch, nblocks, H) or None, and d initial_states (batch, H, P, N) float32 or None. ``dims`` has whole
     heads (block_p >= headdim); the per-head kernel splits them by ``config.bwd_block_p``."""
-    batch, seqlen, nheads, headdim = x.shape
+    batch, _, nheads, headdim = x.shape
     f32 = jnp.float32
     segments = segment_dims(dims, config) if config.two_level_backward else None
     if segments is not None:
@@ -352,6 +356,19 @@ def ssd_backward(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, states,
         )
 
     tensors = [x, dt, A, B, C, states, dstates, dout]
+    if config.bwd_dx_mosaic and mosaic_dx_supported(dims, x.dtype):
+        dx, ddt, dA, dbias, dD, dz = mosaic_dx(x, dt, A, B, C, D, z, dt_bias, states, dstates, dout, ypre, dims)
+    else:
+        dx, ddt, dA, dD, dz, dbias = _triton_dx(tensors, D, z, dt_bias, seq_idx, ypre, dims, config)
+    dB, dC = _dbc(tensors, z, dt_bias, seq_idx, dims, config)
+    return dx, ddt, dB, dC, dA, dD, dz, dbias, (dinit[0] if dinit else None)
+
+
+def _triton_dx(tensors, D, z, dt_bias, seq_idx, ypre, dims: SsdDims, config):
+    """``ssd_bwd_dx`` on the Triton backend: dx, ddt, dA, dD or None, dz or None, d dt_bias or None."""
+    x, dt, B, C = tensors[0], tensors[1], tensors[3], tensors[4]
+    batch, _, nheads, headdim = x.shape
+    f32 = jnp.float32
     scores = block_scores(B, C, dims.block_l) if dims.has_scores else None
     diagonal = None if scores is None else jnp.diagonal(scores, axis1=3, axis2=4)  # (batch, nblocks, G, T)
     xdims = dims.with_block_p(config.bwd_block_p)
@@ -386,7 +403,14 @@ def ssd_backward(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, states,
     ddt = ddt.sum(axis=-1).astype(dt.dtype)
     dA = dA.sum(axis=-1)
     dbias = None if dbias is None else dbias.sum(axis=-1)
+    return dx, ddt, dA, dD, dz, dbias
 
+
+def _dbc(tensors, z, dt_bias, seq_idx, dims: SsdDims, config):
+    """``ssd_bwd_dbc``: dB and dC, float32 partials per (group, split) or, with one split, in B's and C's dtypes."""
+    x, B, C = tensors[0], tensors[3], tensors[4]
+    batch, seqlen = x.shape[:2]
+    f32 = jnp.float32
     splits = head_splits(dims.heads_per_group, config.bwd_head_splits)
     # float32 partials where several programs share a group's heads (XLA sums them); else dB and dC themselves, in
     # B's and C's dtypes (the same rounding as that sum's cast, without a 66 us float32 round trip at B2 L8192 N256)
@@ -404,4 +428,4 @@ def ssd_backward(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, states,
         config.bwd_num_stages,
         "ssd_bwd_dbc",
     )
-    return dx, ddt, dB, dC, dA, dD, dz, dbias, (dinit[0] if dinit else None)
+    return dB, dC

@@ -66,6 +66,7 @@ ROWWISE = dict(bwd_rowwise_dcs=True)  # the backward's d cs from row sums (no dM
 OWN_SCORES_PERSISTENT_ROWWISE = persistent(5, 16, shared_scores=False, bwd_persistent_programs=7, **ROWWISE)
 ONE_DBC_PROGRAM = split(block_l=32, bwd_head_splits=1)  # dB and dC of a group's heads summed in one program
 STATE_CHUNKS = dict(block_l=32, bwd_state_chunk=16, bwd_block_p=16, **ROWWISE)
+MOSAIC_DX = SsdConfig(bwd_dx_mosaic=True)  # the backward's per-head kernel on Mosaic GPU (blocks of 64 positions)
 OWN_SCORES_STATE_CHUNKS = split(block_l=32, bwd_state_chunk=16, bwd_block_p=16, shared_scores=False)
 
 CASES = [  # batch, L, H, P, N, G, chunk, dtype, D, z, init, seq_idx, softplus, dt_limit, config
@@ -164,6 +165,54 @@ CASES = [  # batch, L, H, P, N, G, chunk, dtype, D, z, init, seq_idx, softplus, 
     # C·Bᵀ with the row-wise d cs (bf16, seq_idx), own C·Bᵀ summed over the steps too (float32, 2 head-dim parts)
     (2, 100, 4, 32, 40, 2, 64, jnp.bfloat16, "HP", True, True, True, True, (0.0, INF), SsdConfig(**STATE_CHUNKS)),
     (1, 130, 4, 32, 40, 4, 64, jnp.float32, "H", True, True, False, True, (0.0, INF), OWN_SCORES_STATE_CHUNKS),
+    # the per-head backward kernel on Mosaic GPU: 3 blocks, groups of 2 heads, z, D per head dim (bf16); two 64-dim
+    # parts per head, N 128, dt_limit, no z (fp16); one block, N 256, no D, no softplus (bf16). Shapes it does not
+    # cover (seq_idx, L or P not multiples of 64) run the Triton kernel: the last two cases
+    pytest.param(
+        2, 192, 4, 64, 64, 2, 64, jnp.bfloat16, "HP", True, True, False, True, (0.0, INF), MOSAIC_DX, id="mosaic-dx"
+    ),
+    pytest.param(
+        1,
+        128,
+        2,
+        128,
+        128,
+        1,
+        256,
+        jnp.float16,
+        "H",
+        False,
+        False,
+        False,
+        True,
+        (0.0, 0.05),
+        MOSAIC_DX,
+        id="mosaic-dx-p128",
+    ),
+    pytest.param(
+        1,
+        64,
+        2,
+        64,
+        256,
+        1,
+        64,
+        jnp.bfloat16,
+        None,
+        True,
+        True,
+        False,
+        False,
+        (0.0, INF),
+        MOSAIC_DX,
+        id="mosaic-dx-n256",
+    ),
+    pytest.param(
+        1, 128, 2, 64, 64, 1, 64, jnp.bfloat16, "H", True, True, True, True, (0.0, INF), MOSAIC_DX, id="mosaic-dx-seq"
+    ),
+    pytest.param(
+        1, 100, 2, 64, 64, 1, 64, jnp.bfloat16, "H", True, True, False, True, (0.0, INF), MOSAIC_DX, id="mosaic-dx-l100"
+    ),
 ]
 
 
@@ -462,6 +511,49 @@ def test_default_config_takes_a_groups_heads_in_one_dbc_program_where_blocks_and
     assert splits(2, 2049, 1) == 4  # 66 programs, a partial last block counted
 
 
+def test_default_config_takes_the_mosaic_gpu_backward_kernel_where_it_covers_the_shape():
+    """Measured on an H100 (benchmarks/kernels/h100-2026-11-27-ssd-mosaic-dx*): the Mosaic GPU per-head backward
+    kernel took 225 against 486 us at 130m, and forward+backward was faster at N 64, 128 and 256, P 128 and B16 L512
+    H8. The default asks for it; the kernel's own check sends the shapes it does not cover to the Triton kernel."""
+    from pallas_kernels.ssd.block import ssd_dims
+    from pallas_kernels.ssd.config import default_config
+    from pallas_kernels.ssd.kernel_bwd_mosaic import mosaic_dx_supported
+
+    assert default_config(8, 2048, 24, 64, 128, 2).bwd_dx_mosaic
+    assert default_config(2, 8192, 32, 64, 256, 2, ngroups=4).bwd_dx_mosaic
+    assert not SsdConfig().bwd_dx_mosaic
+
+    def covered(seqlen=128, headdim=64, dstate=64, dtype=jnp.bfloat16, seq=False, block_l=64):
+        x = jnp.zeros((1, seqlen, 2, headdim), dtype)
+        B = jnp.zeros((1, seqlen, 1, dstate), dtype)
+        seq_idx = jnp.zeros((1, seqlen), jnp.int32) if seq else None
+        dims = ssd_dims(x, B, None, None, None, None, seq_idx, True, (0.0, INF), block_l, 64, True)
+        return mosaic_dx_supported(dims, dtype)
+
+    assert covered() and covered(headdim=128, dstate=256, dtype=jnp.float16)
+    assert not covered(seqlen=100)  # a partial last block
+    assert not covered(headdim=48) and not covered(dstate=40) and not covered(dstate=512)
+    assert not covered(dtype=jnp.float32) and not covered(seq=True) and not covered(block_l=32)
+
+
+def test_the_backward_runs_the_mosaic_gpu_kernel_only_where_it_covers_the_shape(rng, monkeypatch):
+    """``bwd_dx_mosaic`` sends a covered shape to ``kernel_bwd_mosaic.mosaic_dx`` and the others (seq_idx here) to the
+    Triton kernel, with the same gradients as the oracle either way (the cases ``mosaic-dx*`` above)."""
+    from pallas_kernels.ssd import kernel_bwd
+
+    calls = []
+    real = kernel_bwd.mosaic_dx
+    monkeypatch.setattr(kernel_bwd, "mosaic_dx", lambda *a: calls.append(a[-1]) or real(*a))
+    for seq, mosaic_calls in ((False, 1), (True, 1)):  # the second, with seq_idx, adds none
+        arrays, _, seq_idx = make_inputs(rng, 1, 128, 2, 64, 64, 1, jnp.bfloat16, seq=seq)
+        dout = jnp.asarray(rng.normal(size=(1, 128, 2, 64)), jnp.bfloat16)
+        dfinal = jnp.zeros((1, 2, 64, 64), jnp.float32)
+        _, _, grads = run_with_vjp(arrays, seq_idx, 64, True, (0.0, INF), dout, dfinal, impl="pallas", config=MOSAIC_DX)
+        assert all(bool(jnp.isfinite(g.astype(jnp.float32)).all()) for g in grads.values())
+        assert len(calls) == mosaic_calls, seq
+    assert not calls[0].has_seq
+
+
 def test_default_config_shares_scores_only_where_a_group_has_several_heads():
     """Measured on an H100 (benchmarks/kernels/h100-2026-11-25-ssd-shared*, ...-ssd-other-b)."""
     from pallas_kernels.ssd.config import default_config
@@ -630,3 +722,30 @@ def test_kernels_lower_to_triton_for_an_h100(monkeypatch, config, kernels):
     modules = triton_modules(forward_backward, x, dt, heads, bc, bc, heads, x, heads)
     assert [name for name, _ in modules] == kernels
     assert all("tt.func" in ir for _, ir in modules)
+
+
+def test_mosaic_gpu_backward_kernel_lowers_for_an_h100(monkeypatch):
+    """Interpret mode does not choose register layouts: this lowers the Mosaic GPU kernel for CUDA (its layout
+    inference runs in Python), so that a layout it cannot find fails here and not first on the GPU. The per-head
+    kernel leaves the Triton kernels' list."""
+    from compare.triton_ir import triton_modules
+    from pallas_kernels.ssd import api
+
+    monkeypatch.setattr(api, "interpret_mode", lambda: False)
+    x = jax.ShapeDtypeStruct((1, 1024, 4, 128), jnp.bfloat16)
+    dt = jax.ShapeDtypeStruct((1, 1024, 4), jnp.bfloat16)
+    bc = jax.ShapeDtypeStruct((1, 1024, 2, 128), jnp.bfloat16)
+    heads = jax.ShapeDtypeStruct((4,), jnp.float32)
+    head_dims = jax.ShapeDtypeStruct((4, 128), jnp.float32)
+
+    def forward_backward(*args):
+        def forward(x, dt, A, B, C, D, z, bias):
+            return mamba_chunk_scan_combined(
+                x, dt, A, B, C, 256, D=D, z=z, dt_bias=bias, dt_softplus=True, impl="pallas", config=MOSAIC_DX
+            )
+
+        out, vjp = jax.vjp(forward, *args)
+        return vjp(out)
+
+    modules = triton_modules(forward_backward, x, dt, heads, bc, bc, head_dims, x, heads)
+    assert [name for name, _ in modules] == ["ssd_fwd_fused", "ssd_bwd_dstates", "ssd_bwd_dbc"]

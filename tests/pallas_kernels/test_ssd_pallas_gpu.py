@@ -28,6 +28,7 @@ FORWARD_TWO_LEVEL = dataclasses.replace(FUSED_SEGMENTS, two_level_backward=False
 ROWWISE = SsdConfig(bwd_rowwise_dcs=True)  # the backward's d cs from row sums
 STATE_CHUNKS = SsdConfig(bwd_rowwise_dcs=True, bwd_block_p=16, bwd_state_chunk=32)  # ... its state products by 32
 PERSISTENT = SsdConfig(bwd_persistent_programs=4, bwd_num_warps=8)  # ssd_bwd_dx as 4 long-lived programs
+MOSAIC_DX = SsdConfig(bwd_dx_mosaic=True)  # the backward's per-head kernel on Mosaic GPU
 
 
 @pytest.mark.parametrize(
@@ -53,6 +54,37 @@ def test_pallas_matches_oracle_on_gpu(rng, dtype, seq, config):
     long-lived backward programs, compiled."""
     cpu.test_pallas_matches_oracle_and_reference(
         rng, 2, 301, 6, 48, 40, 3, 256, dtype, "HP", True, True, seq, True, (0.0, float("inf")), config
+    )
+
+
+@pytest.mark.parametrize(
+    "batch,seqlen,nheads,headdim,dstate,groups,dtype,D,z",
+    [
+        (2, 320, 6, 64, 64, 3, jnp.bfloat16, "HP", True),
+        (1, 192, 4, 128, 128, 2, jnp.float16, "H", False),
+        (1, 64, 2, 64, 256, 1, jnp.bfloat16, None, True),
+    ],
+)
+def test_mosaic_dx_matches_oracle_on_gpu(rng, batch, seqlen, nheads, headdim, dstate, groups, dtype, D, z):
+    """The Mosaic GPU per-head backward kernel, compiled: several blocks, groups of 2-3 heads, two 64-dim parts per
+    head (P 128), N 64-256, with and without z and D."""
+    cpu.test_pallas_matches_oracle_and_reference(
+        rng,
+        batch,
+        seqlen,
+        nheads,
+        headdim,
+        dstate,
+        groups,
+        256,
+        dtype,
+        D,
+        z,
+        True,
+        False,
+        True,
+        (0.0, float("inf")),
+        MOSAIC_DX,
     )
 
 
