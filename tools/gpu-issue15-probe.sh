@@ -13,6 +13,8 @@
 #           beside mamba-ssm: 130m, the long shape, B4 L16384 H64 G8 and 2.7b
 #   mother: no mamba-ssm; N 256 (B2 L8192 H32 G4, where the default keeps Triton), N 64 (B4 L4096 H32 G2), B16 L512
 #           H8 and P 128 (B2 L2048 H32): the default against the Triton and the Mosaic GPU kernels
+#   mfinal: after M's tile became the one Mᵀ dy reads (transposed): the compiled Mosaic oracle tests and 130m against
+#           the reference and mamba-ssm, then 130m and the long shape against the Triton kernel, no mamba-ssm
 #   msingle: the same shapes, the default against the kept kernel (one head a program, 4 tiles of shared memory
 #           reused for X, M and Mᵀ so that two programs fit an SM at N 128), with the profiler's per-kernel times
 set -u
@@ -56,6 +58,14 @@ run mother 590 --shape b2-L8192-h32-n256-g4=2,8192,32,64,256,4,256 --shape b4-L4
     --shape b16-L512-h8=16,512,8,64,128,1,256 --shape b2-L2048-h32-p128=2,2048,32,128,128,1,256 \
     --shapes b2-L8192-h32-n256-g4 b4-L4096-h32-n64-g2 b16-L512-h8 b2-L2048-h32-p128 --no-torch \
     --pallas-config bwd_dx_mosaic=0 --pallas-config bwd_dx_mosaic=1
+if [[ $wanted == *" mfinal "* ]]; then
+    echo "== mfinal $(date +%T)"
+    timeout 300 python3 -m pytest -p no:cacheprovider -q -m gpu -rA -k "mosaic_dx or 130m" \
+        tests/pallas_kernels/test_ssd_pallas_gpu.py > "$OUT/mfinal-tests.txt" 2>&1
+    echo "exit $?"
+    grep -E "^(PASSED|FAILED|ERROR)|passed|failed" "$OUT/mfinal-tests.txt" | tail -6
+fi
+run mfinal 200 --shapes 130m long --no-torch --pallas-config bwd_dx_mosaic=0
 # one file back: this run's files (folders under $OUT are left as they are)
 files=$(cd "$OUT" && find . -maxdepth 1 -type f ! -name issue15-probe.tgz)
 (cd "$OUT" && tar czf /tmp/issue15-probe.tgz $files && rm -f $files && mv /tmp/issue15-probe.tgz .)

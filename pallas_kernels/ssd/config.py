@@ -32,8 +32,8 @@ instead of storing every block's state for a separate output pass. Without ``two
 is two-level: where whole-head tiles fill the GPU, the backward's one-level pass walks each block once instead of
 twice.
 
-With ``bwd_dx_mosaic`` the backward's per-head kernel runs on Pallas's Mosaic GPU backend (``kernel_bwd_mosaic``) where
-that kernel covers the shape, else on Triton as every other kernel.
+With ``bwd_dx_mosaic`` (off by default until it has run on a GPU) the backward's per-head kernel runs on Pallas's
+Mosaic GPU backend (``kernel_bwd_mosaic``) where that kernel covers the shape, else on Triton as every other kernel.
 
 With ``shared_scores`` (the default) the forward's output and the backward's per-head kernel read each block's C·Bᵀ
 (T, T), float32, computed once per group by XLA (``block.block_scores``), instead of each program (head, head dims)
@@ -155,7 +155,7 @@ def default_config(
     *,
     ngroups: int = 1,
 ) -> SsdConfig:
-    """``SsdConfig()`` with fourteen rules for the shapes:
+    """``SsdConfig()`` with thirteen rules for the shapes:
 
     - the fused forward only where its programs (batch x heads x head-dim tiles) fill the GPU's ``sm_count``
       SMs: on an H100 (forward ms, fused / split, ``benchmarks/kernels/h100-2026-11-24-ssd-fused-vs-split*``) it
@@ -240,14 +240,12 @@ def default_config(
     - the backward's decay gradient from row sums (``bwd_rowwise_dcs``) everywhere: on an H100
       (``benchmarks/kernels/h100x2-2026-11-25-ssd-bwd-candidates.md``) ``ssd_bwd_dx`` took 480 against 508 us at
       130m and 817 against 839 at 2.7b, and compiled for sm_90 it ran 10-13% fewer instructions at every shape tried
-      (N 64-256, G 1-8, L 512-131072) with no spills and no more registers;
-    - the backward's per-head kernel on Mosaic GPU (``bwd_dx_mosaic``) wherever ``kernel_bwd_mosaic`` covers the
-      shape (16-bit inputs; L, head dims and N multiples of 64; no seq_idx). On an H100
-      (``benchmarks/kernels/h100-2026-11-27-ssd-mosaic-dx*``): us of the kernel against ``ssd_bwd_dx``, 130m 225
-      against 486, B1 L65536 H128 5374 against 10197, B4 L16384 H64 G8 2706 against 5268; ms forward+backward, N
-      256 (B2 L8192 H32 G4) 1.948 against 2.223, N 64 (B4 L4096 H32 G2) 1.076 against 1.365, P 128 (B2 L2048 H32)
-      0.660 against 0.800, B16 L512 H8 0.213 against 0.248."""
-    config = SsdConfig(shared_scores=nheads > ngroups, bwd_rowwise_dcs=True, bwd_dx_mosaic=True)
+      (N 64-256, G 1-8, L 512-131072) with no spills and no more registers.
+
+    Not yet a rule: the backward's per-head kernel on Mosaic GPU (``bwd_dx_mosaic``). An earlier version of it was
+    faster everywhere measured (``benchmarks/kernels/h100-2026-11-27-ssd-mosaic-dx*``) but drifted in dA at 130m;
+    the version here has not yet run on a GPU (``benchmarks/kernels/ssd-notes.md``, eighteenth round)."""
+    config = SsdConfig(shared_scores=nheads > ngroups, bwd_rowwise_dcs=True)
     enough = STATE_PASS_PROGRAMS_PER_SM * sm_count
     whole_heads = batch * nheads * -(-headdim // 64) >= enough
     wide_tiles = dstate <= WIDE_TILE_MAX_DSTATE

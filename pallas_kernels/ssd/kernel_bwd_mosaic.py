@@ -10,8 +10,8 @@ registers a thread. Two things made it fast (H100, 130m, ncu, ``benchmarks/kerne
 - at most two (64, 64) accumulators live at a time (the products in three scopes). With all four (T, P) products in
   one scope it spilled (255 registers, 6.6 million local-memory requests) and took 414 us; now 224 registers, no
   spills, 227 us, DRAM at 76% of its peak;
-- five (64, 64) tiles of shared memory reused (x, then dx; dout, then dy; z, then dz, then Mᵀ; ypre, then M; X) beside
-  B, C, S_in and dS: 112 KB at N 128, so two programs share an SM.
+- five (64, 64) tiles of shared memory reused (x, then dx; dout, then dy; z, then dz; ypre, then M; X) beside B, C,
+  S_in and dS: 112 KB at N 128, so two programs share an SM.
 
 A program looping over several heads of a group (C·Bᵀ once, the next head's loads during this head's math) was
 slower in every case tried (B1 L65536 H128: 27.4-28.5 ms forward+backward against 22.8 with the Triton kernel in
@@ -19,7 +19,7 @@ the same run) and was dropped.
 
 Per program, with T = 64 positions i (rows of M) and j (columns), cs the block's cumulative dt·A (from XLA):
 
-    M  = C Bᵀ ∘ exp(cs_i - cs_j) below the diagonal,  Mᵀ from B Cᵀ the same way (a second product, no transpose)
+    M  = C Bᵀ ∘ exp(cs_i - cs_j) below the diagonal, in the dot dtype (Mᵀ dy reads its tile transposed)
     dX = Mᵀ dy + diag(C Bᵀ) ∘ dy + to_end ∘ (B dSᵀ),   dx = dt dX + D dy,   dD = Σ_i dy x,   dz from the gate
     d cs (row sums, as ``kernel_bwd._dcs_rowwise``) = dy · (M X + from_start ∘ C S_inᵀ) - X · Mᵀ dy - q,
     q = to_end ∘ (X · B dSᵀ)
@@ -144,27 +144,25 @@ def ssd_bwd_dx_mosaic(*refs, dims: SsdDims, parts: int):
     wait("B", "C")
     acc = plgpu.ACC((TILE, TILE), f32)  # zeroed at the start of its scope
 
-    def scores(MT_acc, M_acc):
-        plgpu.wgmma(MT_acc, B_s, C_s.transpose((1, 0)))  # [j, i] = B_j · C_i
+    def scores(M_acc):
         plgpu.wgmma(M_acc, C_s, B_s.transpose((1, 0)))  # [i, j] = C_i · B_j
-        return MT_acc[...], M_acc[...]
+        return M_acc[...]
 
-    MT, M = pl.run_scoped(scores, acc, acc)
+    M = pl.run_scoped(scores, acc)
     row = plgpu.broadcasted_iota(jnp.int32, (TILE, TILE), 0, layout=wg)
     col = plgpu.broadcasted_iota(jnp.int32, (TILE, TILE), 1, layout=wg)
     # a shared-memory buffer is read in one register layout: cs has a copy for the columns
-    log_decay = on_rows(cs_r) - on_cols(plgpu.load(cols_s.at[0], layout=cols_v))  # [r, c] = cs_r - cs_c
+    log_decay = on_rows(cs_r) - on_cols(plgpu.load(cols_s.at[0], layout=cols_v))  # [i, j] = cs_i - cs_j
     M_diag = jnp.sum(jnp.where(row == col, M, 0.0), axis=1).astype(dtype).astype(f32)
-    ypre_s[...] = jnp.where(row > col, M * jnp.exp(jnp.minimum(log_decay, 0.0)), 0.0).astype(dtype)  # M below
-    if dims.has_z:
-        plgpu.wait_smem_to_gmem(0, wait_read_only=True)  # dz has left z's buffer
-    z_s[...] = jnp.where(row < col, MT * jnp.exp(jnp.minimum(-log_decay, 0.0)), 0.0).astype(dtype)  # Mᵀ below
+    # M below the diagonal, in the dot dtype: both M X and Mᵀ dy read these values, so that d cs's two sums of
+    # W = dM ∘ M cancel over the block as W's own row and column sums would
+    ypre_s[...] = jnp.where(row > col, M * jnp.exp(jnp.minimum(log_decay, 0.0)), 0.0).astype(dtype)
     plgpu.commit_smem()
     wait("S", "dS")
 
     # the products in three scopes, so that at most two (T, P) accumulators are live (the registers spilled at four)
     def to_inputs(MTdy_acc, BdS_acc):
-        plgpu.wgmma(MTdy_acc, z_s, dout_s)  # Mᵀ dy below the diagonal (rows j)
+        plgpu.wgmma(MTdy_acc, ypre_s.transpose((1, 0)), dout_s)  # Mᵀ dy below the diagonal (rows j)
         plgpu.wgmma(BdS_acc, B_s, dS_s.transpose((1, 0)))  # B dSᵀ
         return MTdy_acc[...], BdS_acc[...]
 
@@ -224,7 +222,7 @@ def mosaic_dx(x, dt, A, B, C, D, z, dt_bias, states, dstates, dout, ypre, dims: 
     scratch = [
         tile16((TILE, TILE)),  # x, then dx
         tile16((TILE, TILE)),  # dout, then dy
-        tile16((TILE, TILE)),  # z, then dz, then Mᵀ below the diagonal
+        tile16((TILE, TILE)),  # z, then dz
         tile16((TILE, TILE)),  # ypre, then M below the diagonal
         tile16((TILE, TILE)),  # X = dt x
         tile16((TILE, n)),  # B

@@ -511,17 +511,10 @@ def test_default_config_takes_a_groups_heads_in_one_dbc_program_where_blocks_and
     assert splits(2, 2049, 1) == 4  # 66 programs, a partial last block counted
 
 
-def test_default_config_takes_the_mosaic_gpu_backward_kernel_where_it_covers_the_shape():
-    """Measured on an H100 (benchmarks/kernels/h100-2026-11-27-ssd-mosaic-dx*): the Mosaic GPU per-head backward
-    kernel took 225 against 486 us at 130m, and forward+backward was faster at N 64, 128 and 256, P 128 and B16 L512
-    H8. The default asks for it; the kernel's own check sends the shapes it does not cover to the Triton kernel."""
+def test_mosaic_gpu_backward_kernel_covers_16_bit_shapes_in_blocks_and_tiles_of_64():
+    """``mosaic_dx_supported``: the shapes the Mosaic GPU kernel takes (the rest stay on the Triton kernel)."""
     from pallas_kernels.ssd.block import ssd_dims
-    from pallas_kernels.ssd.config import default_config
     from pallas_kernels.ssd.kernel_bwd_mosaic import mosaic_dx_supported
-
-    assert default_config(8, 2048, 24, 64, 128, 2).bwd_dx_mosaic
-    assert default_config(2, 8192, 32, 64, 256, 2, ngroups=4).bwd_dx_mosaic
-    assert not SsdConfig().bwd_dx_mosaic
 
     def covered(seqlen=128, headdim=64, dstate=64, dtype=jnp.bfloat16, seq=False, block_l=64):
         x = jnp.zeros((1, seqlen, 2, headdim), dtype)
