@@ -42,6 +42,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from pallas_kernels.ssd.block import SsdDims
+from pallas_kernels.ssd.reference import process_dt
 
 TILE = 64  # positions per block and head dims per program: one warpgroup's wgmma rows
 MAX_DSTATE = 256  # shared memory: B, C, S_in and dS at N 256 are 128 KB of a program's 227
@@ -65,9 +66,7 @@ def block_decays(dt: jax.Array, A: jax.Array, dt_bias, dims: SsdDims) -> tuple[j
     """dt after bias, softplus and dt_limit, its cumulative dt·A from each block's start and cs_last - cs, each
     (batch, H, L) float32: the kernel's per-position inputs, from dt (batch, L, H) and A (H,)."""
     batch, seqlen, nheads = dt.shape
-    raw = dt.astype(jnp.float32) + (0.0 if dt_bias is None else dt_bias.astype(jnp.float32))
-    proc = jax.nn.softplus(raw) if dims.softplus else raw
-    proc = jnp.clip(proc, dims.dt_limit[0], dims.dt_limit[1])
+    proc = process_dt(dt, dt_bias, dims.softplus, dims.dt_limit)
     blocks = (proc * A.astype(jnp.float32)).reshape(batch, seqlen // TILE, TILE, nheads)
     cs = jnp.cumsum(blocks, axis=2)
     to_end = cs[:, :, -1:, :] - cs
