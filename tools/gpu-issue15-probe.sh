@@ -3,20 +3,21 @@
 # beside them where a run says --torch: run from the repository root as the device command,
 # `bash tools/gpu-issue15-probe.sh RUN ...`, files in $OUT/issue15-probe.tgz. Needs mamba-ssm's sdist in .sdist/ (its
 # Triton SSD only: the `unpack` stage of tools/gpu-parity.sh, no CUDA build). The runs (this round: the backward's
-# per-head kernel on Mosaic GPU, SsdConfig.bwd_mosaic_heads; earlier rounds' runs are in this file's history):
+# per-head kernel on Mosaic GPU, SsdConfig.bwd_dx_mosaic, off by default; earlier rounds' runs are in this file's history):
 #   mcheck: the compiled oracle tests of the Mosaic GPU kernel (pytest -m gpu -k mosaic_dx)
-#   mfirst: 130m and the long shape: the default against the first Mosaic GPU kernel (since changed), no mamba-ssm
+#   Every run below sets bwd_dx_mosaic=1 beside the default (the Triton kernel). Its files hold the version of the
+#   kernel it ran then (ssd-notes.md, eighteenth round); rerun, they time the committed one.
+#   mfirst: 130m and the long shape, no mamba-ssm (first ran the first version)
 #   mheads (removed with its kernel): 130m, the long shape and B4 L16384 H64 G8 with a Mosaic GPU kernel taking up
 #           to 2, 8 and 32 heads a program (two load slots: the next head's loads during this head's math)
 #   mncu: ncu on one launch of the Mosaic GPU kernel at 130m (occupancy, launch, warp states, memory)
-#   mverify: the new default (the Mosaic GPU kernel up to N 128) against the Triton kernel (bwd_dx_mosaic=0),
-#           beside mamba-ssm: 130m, the long shape, B4 L16384 H64 G8 and 2.7b
-#   mother: no mamba-ssm; N 256 (B2 L8192 H32 G4, where the default keeps Triton), N 64 (B4 L4096 H32 G2), B16 L512
-#           H8 and P 128 (B2 L2048 H32): the default against the Triton and the Mosaic GPU kernels
+#   mverify: beside mamba-ssm: 130m, the long shape, B4 L16384 H64 G8 and 2.7b (first ran version 4)
+#   mother: no mamba-ssm; N 256 (B2 L8192 H32 G4), N 64 (B4 L4096 H32 G2), B16 L512 H8 and P 128 (B2 L2048 H32)
+#           (first ran version 4)
 #   mfinal: after M's tile became the one Mᵀ dy reads (transposed): the compiled Mosaic oracle tests and 130m against
-#           the reference and mamba-ssm, then 130m and the long shape against the Triton kernel, no mamba-ssm
-#   msingle: the same shapes, the default against the kept kernel (one head a program, 4 tiles of shared memory
-#           reused for X, M and Mᵀ so that two programs fit an SM at N 128), with the profiler's per-kernel times
+#           the reference and mamba-ssm, then 130m and the long shape, no mamba-ssm (not yet run)
+#   msingle: 130m, the long shape and B4 L16384 H64 G8 with the profiler's per-kernel times (first ran versions 3
+#           and 4)
 set -u
 export PYTHONPATH=. PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 bash tools/gpu-parity.sh /tmp/p .sdist unpack > "$OUT/unpack.log" 2>&1 || { tail "$OUT/unpack.log"; exit 1; }
@@ -53,11 +54,11 @@ fi
 run msingle 420 --shape b4-L16384-h64-g8=4,16384,64,64,128,8,256 --shapes 130m long b4-L16384-h64-g8 --no-torch \
     --pallas-config bwd_dx_mosaic=1 --profile
 run mverify 590 --shape b4-L16384-h64-g8=4,16384,64,64,128,8,256 --shapes 130m long b4-L16384-h64-g8 2.7b --torch \
-    --pallas-config bwd_dx_mosaic=0
+    --pallas-config bwd_dx_mosaic=1
 run mother 590 --shape b2-L8192-h32-n256-g4=2,8192,32,64,256,4,256 --shape b4-L4096-h32-n64-g2=4,4096,32,64,64,2,256 \
     --shape b16-L512-h8=16,512,8,64,128,1,256 --shape b2-L2048-h32-p128=2,2048,32,128,128,1,256 \
     --shapes b2-L8192-h32-n256-g4 b4-L4096-h32-n64-g2 b16-L512-h8 b2-L2048-h32-p128 --no-torch \
-    --pallas-config bwd_dx_mosaic=0 --pallas-config bwd_dx_mosaic=1
+    --pallas-config bwd_dx_mosaic=1
 if [[ $wanted == *" mfinal "* ]]; then
     echo "== mfinal $(date +%T)"
     timeout 300 python3 -m pytest -p no:cacheprovider -q -m gpu -rA -k "mosaic_dx or 130m" \
@@ -65,7 +66,7 @@ if [[ $wanted == *" mfinal "* ]]; then
     echo "exit $?"
     grep -E "^(PASSED|FAILED|ERROR)|passed|failed" "$OUT/mfinal-tests.txt" | tail -6
 fi
-run mfinal 200 --shapes 130m long --no-torch --pallas-config bwd_dx_mosaic=0
+run mfinal 200 --shapes 130m long --no-torch --pallas-config bwd_dx_mosaic=1
 # one file back: this run's files (folders under $OUT are left as they are)
 files=$(cd "$OUT" && find . -maxdepth 1 -type f ! -name issue15-probe.tgz)
 (cd "$OUT" && tar czf /tmp/issue15-probe.tgz $files && rm -f $files && mv /tmp/issue15-probe.tgz .)

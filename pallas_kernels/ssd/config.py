@@ -102,8 +102,14 @@ class SsdConfig:
             raise ValueError(
                 f"SsdConfig.state_segment must be a positive multiple of block_l={self.block_l}, got {segment!r}"
             )
-        bools = ("shared_scores", "two_level_states", "bwd_rowwise_dcs", "fused_segments", "two_level_backward")
-        for name in (*bools, "bwd_dx_mosaic"):
+        for name in (
+            "shared_scores",
+            "two_level_states",
+            "bwd_rowwise_dcs",
+            "fused_segments",
+            "two_level_backward",
+            "bwd_dx_mosaic",
+        ):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"SsdConfig.{name} must be a bool, got {getattr(self, name)!r}")
         for name in ("state_block_n", "bwd_state_chunk"):

@@ -266,7 +266,7 @@ def finish_dx(dt, A, dt_bias, dt_p, cs, dcs, q, xdx, sds, dims: SsdDims):
     carry = jnp.exp(cs_b[..., -1])  # (batch, H, nblocks)
     extra = carry * jnp.moveaxis(sds.sum(axis=3), 1, 2) + q.sum(axis=3)
     dcs = dcs.at[..., -1].add(extra)
-    da = jnp.flip(jnp.cumsum(jnp.flip(dcs, axis=3), axis=3), axis=3)
+    da = lax.cumsum(dcs, axis=3, reverse=True)
     dt_b = per_block(dt_p)
     ddt = xdx + da * A.astype(jnp.float32)[None, :, None, None]
     raw = dt.astype(jnp.float32) + (0.0 if dt_bias is None else dt_bias.astype(jnp.float32))
