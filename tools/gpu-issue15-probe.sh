@@ -3,10 +3,12 @@
 # beside them where a run says --torch: run from the repository root as the device command,
 # `bash tools/gpu-issue15-probe.sh RUN ...`, files in $OUT/issue15-probe.tgz. Needs mamba-ssm's sdist in .sdist/ (its
 # Triton SSD only: the `unpack` stage of tools/gpu-parity.sh, no CUDA build). The runs (this round: the backward's
-# per-head kernel on Mosaic GPU, SsdConfig.bwd_dx_mosaic, off by default; earlier rounds' runs are in this file's history):
+# per-head kernel on Mosaic GPU, SsdConfig.bwd_dx_mosaic, the default on Hopper; earlier rounds' runs are in this file's
+# history):
 #   mcheck: the compiled oracle tests of the Mosaic GPU kernel (pytest -m gpu -k mosaic_dx)
-#   Every run below sets bwd_dx_mosaic=1 beside the default (the Triton kernel). Its files hold the version of the
-#   kernel it ran then (ssd-notes.md, eighteenth round); rerun, they time the committed one.
+#   Every run below sets bwd_dx_mosaic=0 (the Triton kernel) beside the default (the Mosaic GPU kernel on Hopper);
+#   when they first ran the default was Triton and they set bwd_dx_mosaic=1. Their files hold the version of the
+#   kernel they ran then (ssd-notes.md, eighteenth and nineteenth rounds); rerun, they time the committed one.
 #   mfirst: 130m and the long shape, no mamba-ssm (first ran the first version)
 #   mheads (removed with its kernel): 130m, the long shape and B4 L16384 H64 G8 with a Mosaic GPU kernel taking up
 #           to 2, 8 and 32 heads a program (two load slots: the next head's loads during this head's math)
@@ -14,8 +16,12 @@
 #   mverify: beside mamba-ssm: 130m, the long shape, B4 L16384 H64 G8 and 2.7b (first ran version 4)
 #   mother: no mamba-ssm; N 256 (B2 L8192 H32 G4), N 64 (B4 L4096 H32 G2), B16 L512 H8 and P 128 (B2 L2048 H32)
 #           (first ran version 4)
-#   mfinal: after M's tile became the one Mᵀ dy reads (transposed): the compiled Mosaic oracle tests and 130m against
-#           the reference and mamba-ssm, then 130m and the long shape, no mamba-ssm (not yet run)
+#   mtests: the compiled Mosaic oracle tests and 130m against the reference and mamba-ssm, Mosaic and Triton kernels
+#           (run alone: up to 570 s)
+#   mfinal: 130m and the long shape, no mamba-ssm (first ran the committed version, after M's tile became the one
+#           Mᵀ dy reads, transposed; its tests, then part of this run, were cut at 300 s during the 130m test)
+#   mdefault: beside mamba-ssm: 130m, the long shape and 2.7b, the default (Mosaic GPU from this round) against the
+#           Triton kernel (first ran the committed version)
 #   msingle: 130m, the long shape and B4 L16384 H64 G8 with the profiler's per-kernel times (first ran versions 3
 #           and 4)
 set -u
@@ -42,31 +48,32 @@ if [[ $wanted == *" mcheck "* ]]; then
     echo "exit $?"
     tail -5 "$OUT/mcheck.txt"
 fi
-run mfirst 300 --shapes 130m long --no-torch --pallas-config bwd_dx_mosaic=1
+run mfirst 300 --shapes 130m long --no-torch --pallas-config bwd_dx_mosaic=0
 if [[ $wanted == *" mncu "* ]]; then
     echo "== mncu $(date +%T)"
     timeout 300 ncu --clock-control none -k regex:mosaic -c 1 --section SpeedOfLight --section Occupancy \
         --section LaunchStats --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
-        python3 tools/ssd_step.py --shape 8,2048,24,64,128,1 --config bwd_dx_mosaic=1 --steps 1 > "$OUT/mncu.txt" 2>&1
+        python3 tools/ssd_step.py --shape 8,2048,24,64,128,1 --steps 1 > "$OUT/mncu.txt" 2>&1
     echo "exit $?"
     grep -E "Registers|Shared Memory|Achieved Occupancy|Theoretical Occupancy|Duration|Block Limit|Stall|Warp Cycles|Issued|DRAM Throughput|Memory Throughput|Compute" "$OUT/mncu.txt" | head -40
 fi
 run msingle 420 --shape b4-L16384-h64-g8=4,16384,64,64,128,8,256 --shapes 130m long b4-L16384-h64-g8 --no-torch \
-    --pallas-config bwd_dx_mosaic=1 --profile
+    --pallas-config bwd_dx_mosaic=0 --profile
 run mverify 590 --shape b4-L16384-h64-g8=4,16384,64,64,128,8,256 --shapes 130m long b4-L16384-h64-g8 2.7b --torch \
-    --pallas-config bwd_dx_mosaic=1
+    --pallas-config bwd_dx_mosaic=0
 run mother 590 --shape b2-L8192-h32-n256-g4=2,8192,32,64,256,4,256 --shape b4-L4096-h32-n64-g2=4,4096,32,64,64,2,256 \
     --shape b16-L512-h8=16,512,8,64,128,1,256 --shape b2-L2048-h32-p128=2,2048,32,128,128,1,256 \
     --shapes b2-L8192-h32-n256-g4 b4-L4096-h32-n64-g2 b16-L512-h8 b2-L2048-h32-p128 --no-torch \
-    --pallas-config bwd_dx_mosaic=1
-if [[ $wanted == *" mfinal "* ]]; then
-    echo "== mfinal $(date +%T)"
-    timeout 300 python3 -m pytest -p no:cacheprovider -q -m gpu -rA -k "mosaic_dx or 130m" \
-        tests/pallas_kernels/test_ssd_pallas_gpu.py > "$OUT/mfinal-tests.txt" 2>&1
+    --pallas-config bwd_dx_mosaic=0
+if [[ $wanted == *" mtests "* ]]; then
+    echo "== mtests $(date +%T)"
+    timeout 570 python3 -m pytest -p no:cacheprovider -q -m gpu -rA -k "mosaic_dx or 130m" \
+        tests/pallas_kernels/test_ssd_pallas_gpu.py > "$OUT/mtests.txt" 2>&1
     echo "exit $?"
-    grep -E "^(PASSED|FAILED|ERROR)|passed|failed" "$OUT/mfinal-tests.txt" | tail -6
+    grep -E "^(PASSED|FAILED|ERROR)|passed|failed" "$OUT/mtests.txt" | tail -6
 fi
-run mfinal 200 --shapes 130m long --no-torch --pallas-config bwd_dx_mosaic=1
+run mfinal 200 --shapes 130m long --no-torch --pallas-config bwd_dx_mosaic=0
+run mdefault 500 --shapes 130m long 2.7b --torch --pallas-config bwd_dx_mosaic=0
 # one file back: this run's files (folders under $OUT are left as they are)
 files=$(cd "$OUT" && find . -maxdepth 1 -type f ! -name issue15-probe.tgz)
 (cd "$OUT" && tar czf /tmp/issue15-probe.tgz $files && rm -f $files && mv /tmp/issue15-probe.tgz .)

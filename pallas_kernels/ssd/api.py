@@ -15,7 +15,7 @@ from pallas_kernels._checks import (
     check_seq_idx,
     check_shape,
 )
-from pallas_kernels._triton import gpu_sm_count, interpret_mode
+from pallas_kernels._triton import gpu_has_wgmma, gpu_sm_count, interpret_mode
 from pallas_kernels.ssd import pallas, reference
 from pallas_kernels.ssd.block import ssd_dims
 from pallas_kernels.ssd.config import MAX_DSTATE, MAX_HEADDIM, SsdConfig, default_config, keeping_states_every
@@ -45,9 +45,11 @@ def pallas_config(
     batch: int, seqlen: int, nheads: int, headdim: int, dstate: int, dtype, ngroups: int = 1
 ) -> SsdConfig:
     """The tiling ``impl="pallas"`` uses when given no ``config``: ``default_config`` for these sizes, the inputs'
-    dtype and this GPU's SM count."""
+    dtype, this GPU's SM count and whether it has Hopper's ``wgmma``."""
     itemsize = jnp.dtype(dtype).itemsize
-    return default_config(batch, seqlen, nheads, headdim, dstate, itemsize, gpu_sm_count(), ngroups=ngroups)
+    return default_config(
+        batch, seqlen, nheads, headdim, dstate, itemsize, gpu_sm_count(), ngroups=ngroups, wgmma=gpu_has_wgmma()
+    )
 
 
 @jax.named_scope("ssd")  # the op's XLA-side work is attributed to it in profiles

@@ -32,7 +32,7 @@ instead of storing every block's state for a separate output pass. Without ``two
 is two-level: where whole-head tiles fill the GPU, the backward's one-level pass walks each block once instead of
 twice.
 
-With ``bwd_dx_mosaic`` (off by default until it has run on a GPU) the backward's per-head kernel runs on Pallas's
+With ``bwd_dx_mosaic`` (``default_config`` sets it on Hopper GPUs) the backward's per-head kernel runs on Pallas's
 Mosaic GPU backend (``kernel_bwd_mosaic``) where that kernel covers the shape, else on Triton as every other kernel.
 
 With ``shared_scores`` (the default) the forward's output and the backward's per-head kernel read each block's C·Bᵀ
@@ -160,8 +160,9 @@ def default_config(
     sm_count: int = 132,
     *,
     ngroups: int = 1,
+    wgmma: bool = True,
 ) -> SsdConfig:
-    """``SsdConfig()`` with thirteen rules for the shapes:
+    """``SsdConfig()`` with fourteen rules for the shapes and the GPU:
 
     - the fused forward only where its programs (batch x heads x head-dim tiles) fill the GPU's ``sm_count``
       SMs: on an H100 (forward ms, fused / split, ``benchmarks/kernels/h100-2026-11-24-ssd-fused-vs-split*``) it
@@ -246,12 +247,15 @@ def default_config(
     - the backward's decay gradient from row sums (``bwd_rowwise_dcs``) everywhere: on an H100
       (``benchmarks/kernels/h100x2-2026-11-25-ssd-bwd-candidates.md``) ``ssd_bwd_dx`` took 480 against 508 us at
       130m and 817 against 839 at 2.7b, and compiled for sm_90 it ran 10-13% fewer instructions at every shape tried
-      (N 64-256, G 1-8, L 512-131072) with no spills and no more registers.
-
-    Not yet a rule: the backward's per-head kernel on Mosaic GPU (``bwd_dx_mosaic``). An earlier version of it was
-    faster everywhere measured (``benchmarks/kernels/h100-2026-11-27-ssd-mosaic-dx*``) but drifted in dA at 130m;
-    the version here has not yet run on a GPU (``benchmarks/kernels/ssd-notes.md``, eighteenth round)."""
-    config = SsdConfig(shared_scores=nheads > ngroups, bwd_rowwise_dcs=True)
+      (N 64-256, G 1-8, L 512-131072) with no spills and no more registers;
+    - the backward's per-head kernel on Mosaic GPU (``bwd_dx_mosaic``) on a GPU with Hopper's ``wgmma`` (``wgmma``),
+      for the shapes it covers (``kernel_bwd_mosaic.mosaic_dx_supported``: 16-bit inputs, L, P and N multiples of
+      64, no seq_idx; the Triton kernel elsewhere). On an H100 (``benchmarks/kernels/h100-2026-11-27-ssd-mosaic-dx*``,
+      ms forward+backward, Triton against Mosaic) 130m 1.101 against 0.856, B1 L65536 H128 22.589 against 18.240
+      (``...-final``); with an earlier version B4 L16384 H64 G8 12.245 against 9.417, 2.7b 1.869 against 1.473, N 256
+      (B2 L8192 H32 G4) 2.223 against 1.948, N 64 1.365 against 1.076, P 128 0.800 against 0.660, B16 L512 H8 0.248
+      against 0.213."""
+    config = SsdConfig(shared_scores=nheads > ngroups, bwd_rowwise_dcs=True, bwd_dx_mosaic=wgmma)
     enough = STATE_PASS_PROGRAMS_PER_SM * sm_count
     whole_heads = batch * nheads * -(-headdim // 64) >= enough
     wide_tiles = dstate <= WIDE_TILE_MAX_DSTATE

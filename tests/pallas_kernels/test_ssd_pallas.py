@@ -547,6 +547,24 @@ def test_the_backward_runs_the_mosaic_gpu_kernel_only_where_it_covers_the_shape(
     assert not calls[0].has_seq
 
 
+def test_default_config_runs_the_mosaic_gpu_kernel_on_gpus_with_wgmma(monkeypatch):
+    """Measured on an H100 (benchmarks/kernels/h100-2026-11-27-ssd-mosaic-dx*); ``wgmma`` is Hopper's alone (compute
+    capability 9.x: not an A100's 8.0, nor a B200's 10.0), and the interpreter stands in for an H100."""
+    from types import SimpleNamespace
+
+    from pallas_kernels import _triton
+    from pallas_kernels.ssd.api import pallas_config
+    from pallas_kernels.ssd.config import default_config
+
+    assert default_config(8, 2048, 24, 64, 128, 2).bwd_dx_mosaic
+    assert not default_config(8, 2048, 24, 64, 128, 2, wgmma=False).bwd_dx_mosaic
+    assert pallas_config(8, 2048, 24, 64, 128, jnp.bfloat16).bwd_dx_mosaic  # interpreted, as on an H100
+    monkeypatch.setattr(_triton, "interpret_mode", lambda: False)
+    for capability, wgmma in (("9.0", True), ("8.0", False), ("10.0", False), (None, False)):
+        monkeypatch.setattr(_triton.jax, "devices", lambda c=capability: [SimpleNamespace(compute_capability=c)])
+        assert _triton.gpu_has_wgmma() is wgmma, capability
+
+
 def test_default_config_shares_scores_only_where_a_group_has_several_heads():
     """Measured on an H100 (benchmarks/kernels/h100-2026-11-25-ssd-shared*, ...-ssd-other-b)."""
     from pallas_kernels.ssd.config import default_config

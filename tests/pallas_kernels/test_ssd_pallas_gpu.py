@@ -88,26 +88,30 @@ def test_mosaic_dx_matches_oracle_on_gpu(rng, batch, seqlen, nheads, headdim, ds
     )
 
 
-def _vjp(arrays, dtypes, cotangent, chunk, impl):
+def _vjp(arrays, dtypes, cotangent, chunk, impl, config=None):
     names = list(arrays)
 
     def run(*xs):
         kw = dict(zip(names, xs, strict=True))
-        return mamba_chunk_scan_combined(**kw, chunk_size=chunk, dt_softplus=True, impl=impl)
+        return mamba_chunk_scan_combined(**kw, chunk_size=chunk, dt_softplus=True, impl=impl, config=config)
 
     out, vjp = jax.vjp(jax.jit(run), *[jnp.asarray(arrays[k], dtypes[k]) for k in names])
     grads = dict(zip(names, vjp(jnp.asarray(cotangent, out.dtype)), strict=True))
     return np.asarray(out.astype(jnp.float32)), {k: np.asarray(v.astype(jnp.float32)) for k, v in grads.items()}
 
 
-def test_pallas_matches_reference_and_mamba_ssm_at_130m(cuda_triton_reference):
+@pytest.mark.parametrize("mosaic_dx", [True, False], ids=["mosaic-dx", "triton-dx"])
+def test_pallas_matches_reference_and_mamba_ssm_at_130m(cuda_triton_reference, mosaic_dx):
+    """The default tiling at 130m, with the backward's per-head kernel on Mosaic GPU (the default on Hopper) and on
+    Triton (elsewhere)."""
     from torch_reference.ops import run_ssd
 
     op = OPS["ssd"]
     shape = op.shapes["130m"]
     arrays, dtypes, cotangent = op.inputs(shape, "bfloat16", seed=np.random.randint(2**31))
     chunk = shape[-1]
-    out, grads = _vjp(arrays, dtypes, cotangent, chunk, "pallas")
+    config = dataclasses.replace(op.shape_config(shape, "bfloat16"), bwd_dx_mosaic=mosaic_dx)
+    out, grads = _vjp(arrays, dtypes, cotangent, chunk, "pallas", config)
     ref_out, ref_grads = _vjp(arrays, dtypes, cotangent, chunk, "reference")
     f32 = {k: "float32" for k in dtypes}
     kw = dict(chunk_size=chunk, dt_softplus=True)
