@@ -5,7 +5,7 @@
 # Triton SSD only: the `unpack` stage of tools/gpu-parity.sh, no CUDA build). The runs (this round: the backward's
 # per-head kernel on Mosaic GPU, SsdConfig.bwd_dx_mosaic, the default on Hopper; earlier rounds' runs are in this file's
 # history):
-#   mcheck: the compiled oracle tests of the Mosaic GPU kernel (pytest -m gpu -k mosaic_dx)
+#   mcheck: the compiled oracle tests of the Mosaic GPU kernels (pytest -m gpu -k mosaic_kernels)
 #   Every run below sets bwd_dx_mosaic=0 (the Triton kernel) beside the default (the Mosaic GPU kernel on Hopper);
 #   when they first ran the default was Triton and they set bwd_dx_mosaic=1. Their files hold the version of the
 #   kernel they ran then (ssd-notes.md, eighteenth and nineteenth rounds); rerun, they time the committed one.
@@ -22,6 +22,11 @@
 #           Mᵀ dy reads, transposed; its tests, then part of this run, were cut at 300 s during the 130m test)
 #   mdefault: beside mamba-ssm: 130m, the long shape and 2.7b, the default (Mosaic GPU from this round) against the
 #           Triton kernel (first ran the committed version)
+#   dtests: the dB/dC kernel on Mosaic GPU (SsdConfig.bwd_dbc_mosaic, opt-in): the compiled oracle tests of both
+#           Mosaic kernels and 130m against the reference and mamba-ssm with both (run alone: up to 570 s; not yet run)
+#   dfirst: the dB/dC kernel on 128 and on 64 of N's columns beside the default, with the profiler's per-kernel
+#           times: 130m, the long shape, B4 L16384 H64 G8 and N 256 (B2 L8192 H32 G4), no mamba-ssm (not yet
+#           run)
 #   msingle: 130m, the long shape and B4 L16384 H64 G8 with the profiler's per-kernel times (first ran versions 3
 #           and 4)
 set -u
@@ -39,15 +44,17 @@ run() {
     echo "exit $?"
     grep -E "^\| \S+ \| (forward|forward\+backward) \|" "$OUT/$name.txt" | cut -c1-140
 }
+gpu_tests() {  # NAME LIMIT K-EXPRESSION: the SSD's GPU tests that match, each test's outcome printed (-rA)
+    [[ $wanted == *" $1 "* ]] || return 0
+    echo "== $1 $(date +%T)"
+    timeout "$2" python3 -m pytest -p no:cacheprovider -q -m gpu -rA -k "$3" tests/pallas_kernels/test_ssd_pallas_gpu.py \
+        > "$OUT/$1.txt" 2>&1
+    echo "exit $?"
+    grep -E "^(PASSED|FAILED|ERROR)|passed|failed" "$OUT/$1.txt" | tail -12
+}
 SEG="fused_forward_max_l=0,two_level_states=1,fused_segments=1,state_segment"
 ONE=two_level_backward=0
-if [[ $wanted == *" mcheck "* ]]; then
-    echo "== mcheck $(date +%T)"
-    timeout 300 python3 -m pytest -p no:cacheprovider -q -m gpu -k mosaic_dx tests/pallas_kernels/test_ssd_pallas_gpu.py \
-        > "$OUT/mcheck.txt" 2>&1
-    echo "exit $?"
-    tail -5 "$OUT/mcheck.txt"
-fi
+gpu_tests mcheck 300 mosaic_kernels
 run mfirst 300 --shapes 130m long --no-torch --pallas-config bwd_dx_mosaic=0
 if [[ $wanted == *" mncu "* ]]; then
     echo "== mncu $(date +%T)"
@@ -65,14 +72,12 @@ run mother 590 --shape b2-L8192-h32-n256-g4=2,8192,32,64,256,4,256 --shape b4-L4
     --shape b16-L512-h8=16,512,8,64,128,1,256 --shape b2-L2048-h32-p128=2,2048,32,128,128,1,256 \
     --shapes b2-L8192-h32-n256-g4 b4-L4096-h32-n64-g2 b16-L512-h8 b2-L2048-h32-p128 --no-torch \
     --pallas-config bwd_dx_mosaic=0
-if [[ $wanted == *" mtests "* ]]; then
-    echo "== mtests $(date +%T)"
-    timeout 570 python3 -m pytest -p no:cacheprovider -q -m gpu -rA -k "mosaic_dx or 130m" \
-        tests/pallas_kernels/test_ssd_pallas_gpu.py > "$OUT/mtests.txt" 2>&1
-    echo "exit $?"
-    grep -E "^(PASSED|FAILED|ERROR)|passed|failed" "$OUT/mtests.txt" | tail -6
-fi
+gpu_tests mtests 570 "mosaic_kernels or 130m"
 run mfinal 200 --shapes 130m long --no-torch --pallas-config bwd_dx_mosaic=0
+gpu_tests dtests 570 "mosaic_kernels or 130m and mosaic"
+run dfirst 590 --shape b4-L16384-h64-g8=4,16384,64,64,128,8,256 --shape b2-L8192-h32-n256-g4=2,8192,32,64,256,4,256 \
+    --shapes 130m long b4-L16384-h64-g8 b2-L8192-h32-n256-g4 --no-torch --profile \
+    --pallas-config bwd_dbc_mosaic=1 --pallas-config bwd_dbc_mosaic=1,bwd_dbc_columns=64
 run mdefault 500 --shapes 130m long 2.7b --torch --pallas-config bwd_dx_mosaic=0
 # one file back: this run's files (folders under $OUT are left as they are)
 files=$(cd "$OUT" && find . -maxdepth 1 -type f ! -name issue15-probe.tgz)

@@ -34,6 +34,8 @@ twice.
 
 With ``bwd_dx_mosaic`` (``default_config`` sets it on Hopper GPUs) the backward's per-head kernel runs on Pallas's
 Mosaic GPU backend (``kernel_bwd_mosaic``) where that kernel covers the shape, else on Triton as every other kernel.
+With ``bwd_dbc_mosaic`` (opt-in until measured on a GPU) the dB/dC kernel does too (``kernel_bwd_dbc_mosaic``), on
+``bwd_dbc_columns`` of N's columns a program.
 
 With ``shared_scores`` (the default) the forward's output and the backward's per-head kernel read each block's C·Bᵀ
 (T, T), float32, computed once per group by XLA (``block.block_scores``), instead of each program (head, head dims)
@@ -78,6 +80,8 @@ class SsdConfig:
     fused_segments: bool = False  # two-level forward: outputs by a fused walk per segment (no block-state pass)
     two_level_backward: bool = True  # with two_level_states: the backward's state-gradient pass in two levels too
     bwd_dx_mosaic: bool = False  # backward per-head kernel on Mosaic GPU (``kernel_bwd_mosaic``) where it covers
+    bwd_dbc_mosaic: bool = False  # backward dB/dC kernel on Mosaic GPU (``kernel_bwd_dbc_mosaic``) where it covers
+    bwd_dbc_columns: int = 128  # ... N's columns per program there (64 or 128: its two float32 accumulators' width)
 
     def validate(self) -> None:
         for name in ("block_l", "block_p", "state_block_p", "bwd_block_p", "rebuild_block_p"):
@@ -109,6 +113,7 @@ class SsdConfig:
             "fused_segments",
             "two_level_backward",
             "bwd_dx_mosaic",
+            "bwd_dbc_mosaic",
         ):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"SsdConfig.{name} must be a bool, got {getattr(self, name)!r}")
@@ -116,6 +121,8 @@ class SsdConfig:
             n = getattr(self, name)
             if not isinstance(n, int) or (n != 0 and (n < MIN_DOT or n != next_pow2(n))):
                 raise ValueError(f"SsdConfig.{name} must be 0 or a power of two >= {MIN_DOT}, got {n!r}")
+        if self.bwd_dbc_columns not in (64, 128):
+            raise ValueError(f"SsdConfig.bwd_dbc_columns must be 64 or 128, got {self.bwd_dbc_columns!r}")
         for name in ("fused_forward_max_l", "persistent_programs", "bwd_persistent_programs"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:

@@ -33,7 +33,9 @@ gradient block-parallel (programs launched head and head dims fastest: see ``blo
 
 With ``SsdConfig.bwd_dx_mosaic`` (``default_config`` sets it on Hopper GPUs) step 2 runs on Mosaic GPU instead
 where that kernel covers the shape (``kernel_bwd_mosaic``): the same math from shared memory and ``wgmma``, about
-twice as fast as the Triton kernel at 130m and at L 65536 on an H100.
+twice as fast as the Triton kernel at 130m and at L 65536 on an H100. With ``SsdConfig.bwd_dbc_mosaic`` (opt-in, not
+yet measured on a GPU) step 3 does too (``kernel_bwd_dbc_mosaic``): the group's heads pipelined through shared memory,
+their state products accumulated by ``wgmma``.
 
 Two kernels rather than one: together they hold too many tiles for the register file (the fused version spilled at
 the 255-register cap), and the per-head kernel has H times more programs to hide latency with. dB and dC leave as
@@ -66,6 +68,7 @@ from pallas_kernels.ssd.block import (
     sequential_program,
     tile_grid,
 )
+from pallas_kernels.ssd.kernel_bwd_dbc_mosaic import mosaic_dbc, mosaic_dbc_supported
 from pallas_kernels.ssd.kernel_bwd_mosaic import mosaic_dx, mosaic_dx_supported
 from pallas_kernels.ssd.segments import segment_outputs, segment_walk
 
@@ -361,7 +364,10 @@ def ssd_backward(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, states,
         dx, ddt, dA, dbias, dD, dz = mosaic_dx(x, dt, A, B, C, D, z, dt_bias, states, dstates, dout, ypre, dims)
     else:
         dx, ddt, dA, dD, dz, dbias = _triton_dx(tensors, D, z, dt_bias, seq_idx, ypre, dims, config)
-    dB, dC = _dbc(tensors, z, dt_bias, seq_idx, dims, config)
+    if config.bwd_dbc_mosaic and mosaic_dbc_supported(dims, x.dtype, config.bwd_dbc_columns):
+        dB, dC = mosaic_dbc(x, dt, A, B, C, z, dt_bias, states, dstates, dout, dims, config.bwd_dbc_columns)
+    else:
+        dB, dC = _dbc(tensors, z, dt_bias, seq_idx, dims, config)
     return dx, ddt, dB, dC, dA, dD, dz, dbias, (dinit[0] if dinit else None)
 
 

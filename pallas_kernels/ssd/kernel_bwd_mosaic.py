@@ -46,11 +46,17 @@ from pallas_kernels.ssd.reference import process_dt
 
 TILE = 64  # positions per block and head dims per program: one warpgroup's wgmma rows
 MAX_DSTATE = 256  # shared memory: B, C, S_in and dS at N 256 are 128 KB of a program's 227
-_TRANSFORMS = (plgpu.TilingTransform((8, 64)), plgpu.SwizzleTransform(128))  # 16-bit rows of 64: 128-byte swizzle
+TRANSFORMS = (plgpu.TilingTransform((8, 64)), plgpu.SwizzleTransform(128))  # 16-bit rows of 64: 128-byte swizzle
 
 
 def mosaic_dx_supported(dims: SsdDims, dtype) -> bool:
     """Whether the Mosaic GPU kernel covers this problem (else the Triton kernel runs)."""
+    return covers_tiles(dims, dtype)
+
+
+def covers_tiles(dims: SsdDims, dtype) -> bool:
+    """The Mosaic GPU kernels' common cover: 16-bit inputs in blocks of 64 positions, head dims and N in tiles of 64
+    (N <= MAX_DSTATE), no seq_idx."""
     return (
         dims.block_l == TILE
         and dims.headdim % TILE == 0
@@ -216,7 +222,7 @@ def mosaic_dx(x, dt, A, B, C, D, z, dt_bias, states, dstates, dout, ypre, dims: 
     batch, seqlen, nheads, headdim = x.shape
     parts, nblocks, f32 = headdim // TILE, seqlen // TILE, jnp.float32
     dt_p, cs, to_end = block_decays(dt, A, dt_bias, dims)
-    tile16 = lambda shape: plgpu.SMEM(shape, x.dtype, transforms=_TRANSFORMS)  # noqa: E731
+    tile16 = lambda shape: plgpu.SMEM(shape, x.dtype, transforms=TRANSFORMS)  # noqa: E731
     n = dims.dstate
     scratch = [
         tile16((TILE, TILE)),  # x, then dx

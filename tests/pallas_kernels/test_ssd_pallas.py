@@ -3,6 +3,8 @@ oracle and the pure-JAX reference, on awkward shapes and tilings, with and witho
 
 Interpret mode fills outputs with NaN before the kernel runs, so any element a kernel forgets to write fails."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -10,6 +12,7 @@ import pytest
 
 from compare.tolerances import assert_close, reference_noise_scale
 from pallas_kernels import mamba_chunk_scan_combined
+from pallas_kernels.ssd.block import SsdDims
 from pallas_kernels.ssd.config import SsdConfig
 from tests.pallas_kernels.test_ssd_reference import INF, make_inputs, oracle, oracle_with_spread, run_with_vjp
 
@@ -67,6 +70,8 @@ OWN_SCORES_PERSISTENT_ROWWISE = persistent(5, 16, shared_scores=False, bwd_persi
 ONE_DBC_PROGRAM = split(block_l=32, bwd_head_splits=1)  # dB and dC of a group's heads summed in one program
 STATE_CHUNKS = dict(block_l=32, bwd_state_chunk=16, bwd_block_p=16, **ROWWISE)
 MOSAIC_DX = SsdConfig(bwd_dx_mosaic=True)  # the backward's per-head kernel on Mosaic GPU (blocks of 64 positions)
+MOSAIC = SsdConfig(bwd_dx_mosaic=True, bwd_dbc_mosaic=True)  # ... and its dB/dC kernel
+MOSAIC_64_COLUMNS = dataclasses.replace(MOSAIC, bwd_dbc_columns=64)  # ... on 64 of N's columns a program
 OWN_SCORES_STATE_CHUNKS = split(block_l=32, bwd_state_chunk=16, bwd_block_p=16, shared_scores=False)
 
 CASES = [  # batch, L, H, P, N, G, chunk, dtype, D, z, init, seq_idx, softplus, dt_limit, config
@@ -165,11 +170,12 @@ CASES = [  # batch, L, H, P, N, G, chunk, dtype, D, z, init, seq_idx, softplus, 
     # C·Bᵀ with the row-wise d cs (bf16, seq_idx), own C·Bᵀ summed over the steps too (float32, 2 head-dim parts)
     (2, 100, 4, 32, 40, 2, 64, jnp.bfloat16, "HP", True, True, True, True, (0.0, INF), SsdConfig(**STATE_CHUNKS)),
     (1, 130, 4, 32, 40, 4, 64, jnp.float32, "H", True, True, False, True, (0.0, INF), OWN_SCORES_STATE_CHUNKS),
-    # the per-head backward kernel on Mosaic GPU: 3 blocks, groups of 2 heads, z, D per head dim (bf16); two 64-dim
-    # parts per head, N 128, dt_limit, no z (fp16); one block, N 256, no D, no softplus (bf16). Shapes it does not
-    # cover (seq_idx, L or P not multiples of 64) run the Triton kernel: the last two cases
+    # the backward's per-head and dB/dC kernels on Mosaic GPU: 3 blocks, groups of 2 heads, z, D per head dim (bf16);
+    # two 64-dim parts per head, N 128, dt_limit, no z (fp16); one block, N 256 (dB/dC in four column tiles), no D, no
+    # softplus (bf16). Shapes they do not cover (seq_idx, L or P not multiples of 64) run the Triton kernels: the last
+    # two cases
     pytest.param(
-        2, 192, 4, 64, 64, 2, 64, jnp.bfloat16, "HP", True, True, False, True, (0.0, INF), MOSAIC_DX, id="mosaic-dx"
+        2, 192, 4, 64, 64, 2, 64, jnp.bfloat16, "HP", True, True, False, True, (0.0, INF), MOSAIC, id="mosaic"
     ),
     pytest.param(
         1,
@@ -186,8 +192,8 @@ CASES = [  # batch, L, H, P, N, G, chunk, dtype, D, z, init, seq_idx, softplus, 
         False,
         True,
         (0.0, 0.05),
-        MOSAIC_DX,
-        id="mosaic-dx-p128",
+        MOSAIC,
+        id="mosaic-p128",
     ),
     pytest.param(
         1,
@@ -204,14 +210,14 @@ CASES = [  # batch, L, H, P, N, G, chunk, dtype, D, z, init, seq_idx, softplus, 
         False,
         False,
         (0.0, INF),
-        MOSAIC_DX,
-        id="mosaic-dx-n256",
+        MOSAIC_64_COLUMNS,
+        id="mosaic-n256",
     ),
     pytest.param(
-        1, 128, 2, 64, 64, 1, 64, jnp.bfloat16, "H", True, True, True, True, (0.0, INF), MOSAIC_DX, id="mosaic-dx-seq"
+        1, 128, 2, 64, 64, 1, 64, jnp.bfloat16, "H", True, True, True, True, (0.0, INF), MOSAIC, id="mosaic-seq"
     ),
     pytest.param(
-        1, 100, 2, 64, 64, 1, 64, jnp.bfloat16, "H", True, True, False, True, (0.0, INF), MOSAIC_DX, id="mosaic-dx-l100"
+        1, 100, 2, 64, 64, 1, 64, jnp.bfloat16, "H", True, True, False, True, (0.0, INF), MOSAIC, id="mosaic-l100"
     ),
 ]
 
@@ -511,40 +517,51 @@ def test_default_config_takes_a_groups_heads_in_one_dbc_program_where_blocks_and
     assert splits(2, 2049, 1) == 4  # 66 programs, a partial last block counted
 
 
-def test_mosaic_gpu_backward_kernel_covers_16_bit_shapes_in_blocks_and_tiles_of_64():
-    """``mosaic_dx_supported``: the shapes the Mosaic GPU kernel takes (the rest stay on the Triton kernel)."""
+def test_mosaic_gpu_backward_kernels_cover_16_bit_shapes_in_blocks_and_tiles_of_64():
+    """``mosaic_dx_supported`` and ``mosaic_dbc_supported``: the shapes the Mosaic GPU kernels take (the rest stay
+    on the Triton kernels)."""
     from pallas_kernels.ssd.block import ssd_dims
+    from pallas_kernels.ssd.kernel_bwd_dbc_mosaic import mosaic_dbc_supported
     from pallas_kernels.ssd.kernel_bwd_mosaic import mosaic_dx_supported
 
-    def covered(seqlen=128, headdim=64, dstate=64, dtype=jnp.bfloat16, seq=False, block_l=64):
+    def covered(seqlen=128, headdim=64, dstate=64, dtype=jnp.bfloat16, seq=False, block_l=64, kernel="dx"):
         x = jnp.zeros((1, seqlen, 2, headdim), dtype)
         B = jnp.zeros((1, seqlen, 1, dstate), dtype)
         seq_idx = jnp.zeros((1, seqlen), jnp.int32) if seq else None
         dims = ssd_dims(x, B, None, None, None, None, seq_idx, True, (0.0, INF), block_l, 64, True)
-        return mosaic_dx_supported(dims, dtype)
+        return (mosaic_dx_supported if kernel == "dx" else mosaic_dbc_supported)(dims, dtype)
 
-    assert covered() and covered(headdim=128, dstate=256, dtype=jnp.float16)
-    assert not covered(seqlen=100)  # a partial last block
-    assert not covered(headdim=48) and not covered(dstate=40) and not covered(dstate=512)
-    assert not covered(dtype=jnp.float32) and not covered(seq=True) and not covered(block_l=32)
+    for kernel in ("dx", "dbc"):
+        assert covered(kernel=kernel) and covered(headdim=128, dstate=256, dtype=jnp.float16, kernel=kernel)
+        assert not covered(seqlen=100, kernel=kernel)  # a partial last block
+        assert not covered(headdim=48, kernel=kernel) and not covered(dstate=40, kernel=kernel)
+        assert not covered(dstate=512, kernel=kernel) and not covered(dtype=jnp.float32, kernel=kernel)
+        assert not covered(seq=True, kernel=kernel) and not covered(block_l=32, kernel=kernel)
+    assert covered(dstate=192) and not covered(dstate=192, kernel="dbc")  # dB/dC's column tiles: N <= 128 or 256
 
 
-def test_the_backward_runs_the_mosaic_gpu_kernel_only_where_it_covers_the_shape(rng, monkeypatch):
-    """``bwd_dx_mosaic`` sends a covered shape to ``kernel_bwd_mosaic.mosaic_dx`` and the others (seq_idx here) to the
-    Triton kernel, with the same gradients as the oracle either way (the cases ``mosaic-dx*`` above)."""
+def test_the_backward_runs_the_mosaic_gpu_kernels_only_where_they_cover_the_shape(rng, monkeypatch):
+    """``bwd_dx_mosaic`` and ``bwd_dbc_mosaic`` send a covered shape to ``mosaic_dx`` and ``mosaic_dbc`` and the
+    others (seq_idx here) to the Triton kernels, with the same gradients as the oracle either way (the cases
+    ``mosaic*`` above); each switch alone moves its own kernel."""
     from pallas_kernels.ssd import kernel_bwd
 
     calls = []
-    real = kernel_bwd.mosaic_dx
-    monkeypatch.setattr(kernel_bwd, "mosaic_dx", lambda *a: calls.append(a[-1]) or real(*a))
-    for seq, mosaic_calls in ((False, 1), (True, 1)):  # the second, with seq_idx, adds none
+    dims_of = lambda args: next(a for a in args if isinstance(a, SsdDims))  # noqa: E731
+    for name in ("mosaic_dx", "mosaic_dbc"):
+        real = getattr(kernel_bwd, name)
+        monkeypatch.setattr(kernel_bwd, name, lambda *a, n=name, f=real: calls.append((n, dims_of(a))) or f(*a))
+    runs = ((False, MOSAIC, ["mosaic_dx", "mosaic_dbc"]), (True, MOSAIC, []))  # with seq_idx: none
+    runs += ((False, MOSAIC_DX, ["mosaic_dx"]), (False, SsdConfig(bwd_dbc_mosaic=True), ["mosaic_dbc"]))
+    for seq, config, expected in runs:
+        calls.clear()
         arrays, _, seq_idx = make_inputs(rng, 1, 128, 2, 64, 64, 1, jnp.bfloat16, seq=seq)
         dout = jnp.asarray(rng.normal(size=(1, 128, 2, 64)), jnp.bfloat16)
         dfinal = jnp.zeros((1, 2, 64, 64), jnp.float32)
-        _, _, grads = run_with_vjp(arrays, seq_idx, 64, True, (0.0, INF), dout, dfinal, impl="pallas", config=MOSAIC_DX)
+        _, _, grads = run_with_vjp(arrays, seq_idx, 64, True, (0.0, INF), dout, dfinal, impl="pallas", config=config)
         assert all(bool(jnp.isfinite(g.astype(jnp.float32)).all()) for g in grads.values())
-        assert len(calls) == mosaic_calls, seq
-    assert not calls[0].has_seq
+        assert [name for name, _ in calls] == expected, (seq, config)
+        assert not any(dims.has_seq for _, dims in calls)
 
 
 def test_default_config_runs_the_mosaic_gpu_kernel_on_gpus_with_wgmma(monkeypatch):
@@ -645,6 +662,7 @@ def test_bf16_inputs_keep_their_dtypes_mixed_with_float32_b(rng):
         ({"config": SsdConfig(bwd_state_chunk=24)}, "SsdConfig.bwd_state_chunk must be 0 or a power of two >= 16"),
         ({"config": SsdConfig(bwd_persistent_programs=-1)}, "SsdConfig.bwd_persistent_programs must be an int >= 0"),
         ({"config": SsdConfig(state_segment=100)}, "state_segment must be a positive multiple of block_l=64, got 100"),
+        ({"config": SsdConfig(bwd_dbc_columns=32)}, "SsdConfig.bwd_dbc_columns must be 64 or 128, got 32"),
         ({"checkpoint_every": 100}, "checkpoint_every must be None, 0 or a multiple of 64 > 0, got 100"),
         ({"checkpoint_every": 128, "config": SsdConfig()}, "pass either config or checkpoint_every"),
     ],
@@ -710,6 +728,7 @@ def test_pallas_refuses_what_it_does_not_tile(change, message):
         # the per-head kernel on Mosaic GPU: gone from the Triton list, and lowered too (its register-layout inference
         # runs in Python, and interpret mode does not choose layouts)
         (MOSAIC_DX, ["ssd_fwd_fused", "ssd_bwd_dstates", "ssd_bwd_dbc"]),
+        (MOSAIC, ["ssd_fwd_fused", "ssd_bwd_dstates"]),
     ],
 )
 def test_kernels_lower_to_triton_for_an_h100(monkeypatch, config, kernels):

@@ -29,6 +29,8 @@ ROWWISE = SsdConfig(bwd_rowwise_dcs=True)  # the backward's d cs from row sums
 STATE_CHUNKS = SsdConfig(bwd_rowwise_dcs=True, bwd_block_p=16, bwd_state_chunk=32)  # ... its state products by 32
 PERSISTENT = SsdConfig(bwd_persistent_programs=4, bwd_num_warps=8)  # ssd_bwd_dx as 4 long-lived programs
 MOSAIC_DX = SsdConfig(bwd_dx_mosaic=True)  # the backward's per-head kernel on Mosaic GPU
+MOSAIC = SsdConfig(bwd_dx_mosaic=True, bwd_dbc_mosaic=True)  # ... and its dB/dC kernel (128 of N's columns a program)
+MOSAIC_64_COLUMNS = dataclasses.replace(MOSAIC, bwd_dbc_columns=64)
 
 
 @pytest.mark.parametrize(
@@ -58,16 +60,21 @@ def test_pallas_matches_oracle_on_gpu(rng, dtype, seq, config):
 
 
 @pytest.mark.parametrize(
-    "batch,seqlen,nheads,headdim,dstate,groups,dtype,D,z",
+    "batch,seqlen,nheads,headdim,dstate,groups,dtype,D,z,config",
     [
-        (2, 320, 6, 64, 64, 3, jnp.bfloat16, "HP", True),
-        (1, 192, 4, 128, 128, 2, jnp.float16, "H", False),
-        (1, 64, 2, 64, 256, 1, jnp.bfloat16, None, True),
+        (2, 320, 6, 64, 64, 3, jnp.bfloat16, "HP", True, MOSAIC_DX),
+        (1, 192, 4, 128, 128, 2, jnp.float16, "H", False, MOSAIC_DX),
+        (1, 64, 2, 64, 256, 1, jnp.bfloat16, None, True, MOSAIC_DX),
+        (2, 320, 6, 64, 64, 3, jnp.bfloat16, "HP", True, MOSAIC),
+        (1, 192, 4, 128, 128, 2, jnp.float16, "H", False, MOSAIC),
+        (1, 128, 4, 64, 256, 1, jnp.bfloat16, None, True, MOSAIC),
+        (1, 128, 4, 64, 256, 2, jnp.bfloat16, "H", True, MOSAIC_64_COLUMNS),
     ],
 )
-def test_mosaic_dx_matches_oracle_on_gpu(rng, batch, seqlen, nheads, headdim, dstate, groups, dtype, D, z):
-    """The Mosaic GPU per-head backward kernel, compiled: several blocks, groups of 2-3 heads, two 64-dim parts per
-    head (P 128), N 64-256, with and without z and D."""
+def test_mosaic_kernels_match_oracle_on_gpu(rng, batch, seqlen, nheads, headdim, dstate, groups, dtype, D, z, config):
+    """The Mosaic GPU backward kernels, compiled: the per-head kernel alone (the default on Hopper), then with the
+    dB/dC kernel; several blocks, groups of 1-3 heads, two 64-dim parts per head (P 128), N 64-256 (two and four
+    column tiles), with and without z and D."""
     cpu.test_pallas_matches_oracle_and_reference(
         rng,
         batch,
@@ -84,7 +91,7 @@ def test_mosaic_dx_matches_oracle_on_gpu(rng, batch, seqlen, nheads, headdim, ds
         False,
         True,
         (0.0, float("inf")),
-        MOSAIC_DX,
+        config,
     )
 
 
@@ -100,17 +107,20 @@ def _vjp(arrays, dtypes, cotangent, chunk, impl, config=None):
     return np.asarray(out.astype(jnp.float32)), {k: np.asarray(v.astype(jnp.float32)) for k, v in grads.items()}
 
 
-@pytest.mark.parametrize("mosaic_dx", [True, False], ids=["mosaic-dx", "triton-dx"])
-def test_pallas_matches_reference_and_mamba_ssm_at_130m(cuda_triton_reference, mosaic_dx):
-    """The default tiling at 130m, with the backward's per-head kernel on Mosaic GPU (the default on Hopper) and on
-    Triton (elsewhere)."""
+@pytest.mark.parametrize(
+    "mosaic_dx,mosaic_dbc", [(True, False), (False, False), (True, True)], ids=["mosaic-dx", "triton", "mosaic"]
+)
+def test_pallas_matches_reference_and_mamba_ssm_at_130m(cuda_triton_reference, mosaic_dx, mosaic_dbc):
+    """The default tiling at 130m, with the backward's per-head kernel on Mosaic GPU (the default on Hopper) or on
+    Triton (elsewhere), and with the dB/dC kernel on Mosaic GPU too (opt-in)."""
     from torch_reference.ops import run_ssd
 
     op = OPS["ssd"]
     shape = op.shapes["130m"]
     arrays, dtypes, cotangent = op.inputs(shape, "bfloat16", seed=np.random.randint(2**31))
     chunk = shape[-1]
-    config = dataclasses.replace(op.shape_config(shape, "bfloat16"), bwd_dx_mosaic=mosaic_dx)
+    config = op.shape_config(shape, "bfloat16")
+    config = dataclasses.replace(config, bwd_dx_mosaic=mosaic_dx, bwd_dbc_mosaic=mosaic_dbc)
     out, grads = _vjp(arrays, dtypes, cotangent, chunk, "pallas", config)
     ref_out, ref_grads = _vjp(arrays, dtypes, cotangent, chunk, "reference")
     f32 = {k: "float32" for k in dtypes}
