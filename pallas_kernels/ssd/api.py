@@ -257,3 +257,10 @@ def _check_pallas_supported(headdim: int, dstate: int, config: SsdConfig | None)
     if dstate > MAX_DSTATE:
         raise ValueError(f"impl='pallas' supports N (B.shape[3]) up to {MAX_DSTATE}, got {dstate}")
     check_config(config, SsdConfig)
+    mosaic = [name for name in ("bwd_dx_mosaic", "bwd_dbc_mosaic") if config is not None and getattr(config, name)]
+    if mosaic and not gpu_has_wgmma():
+        capability = getattr(jax.devices()[0], "compute_capability", None)
+        raise ValueError(
+            f"SsdConfig.{mosaic[0]} needs a GPU with Hopper's wgmma (compute capability 9.x), this one has "
+            f"{capability}: set it to False"
+        )

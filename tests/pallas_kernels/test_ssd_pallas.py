@@ -564,9 +564,10 @@ def test_the_backward_runs_the_mosaic_gpu_kernels_only_where_they_cover_the_shap
         assert not any(dims.has_seq for _, dims in calls)
 
 
-def test_default_config_runs_the_mosaic_gpu_kernel_on_gpus_with_wgmma(monkeypatch):
+def test_default_config_runs_the_mosaic_gpu_kernel_on_gpus_with_wgmma(rng, monkeypatch):
     """Measured on an H100 (benchmarks/kernels/h100-2026-11-27-ssd-mosaic-dx*); ``wgmma`` is Hopper's alone (compute
-    capability 9.x: not an A100's 8.0, nor a B200's 10.0), and the interpreter stands in for an H100."""
+    capability 9.x: not an A100's 8.0, nor a B200's 10.0), and the interpreter stands in for an H100. A config that
+    asks for a Mosaic kernel on another GPU is refused."""
     from types import SimpleNamespace
 
     from pallas_kernels import _triton
@@ -576,10 +577,16 @@ def test_default_config_runs_the_mosaic_gpu_kernel_on_gpus_with_wgmma(monkeypatc
     assert default_config(8, 2048, 24, 64, 128, 2).bwd_dx_mosaic
     assert not default_config(8, 2048, 24, 64, 128, 2, wgmma=False).bwd_dx_mosaic
     assert pallas_config(8, 2048, 24, 64, 128, jnp.bfloat16).bwd_dx_mosaic  # interpreted, as on an H100
+    arrays, _, _ = make_inputs(rng, 1, 64, 2, 64, 64, 1, jnp.bfloat16)
     monkeypatch.setattr(_triton, "interpret_mode", lambda: False)
     for capability, wgmma in (("9.0", True), ("8.0", False), ("10.0", False), (None, False)):
         monkeypatch.setattr(_triton.jax, "devices", lambda c=capability: [SimpleNamespace(compute_capability=c)])
         assert _triton.gpu_has_wgmma() is wgmma, capability
+    # asked for on a GPU without wgmma (8.0 here), the Mosaic kernels are refused before any work
+    monkeypatch.setattr(_triton.jax, "devices", lambda: [SimpleNamespace(compute_capability="8.0")])
+    for config, name in ((MOSAIC_DX, "bwd_dx_mosaic"), (SsdConfig(bwd_dbc_mosaic=True), "bwd_dbc_mosaic")):
+        with pytest.raises(ValueError, match=f"SsdConfig.{name} needs a GPU with Hopper's wgmma .* has 8.0"):
+            mamba_chunk_scan_combined(**arrays, chunk_size=64, impl="pallas", config=config)
 
 
 def test_default_config_shares_scores_only_where_a_group_has_several_heads():
