@@ -24,13 +24,17 @@ def gpu_sm_count(default: int = 132) -> int:
     return getattr(jax.devices()[0], "core_count", None) or default
 
 
+def gpu_compute_capability() -> str | None:
+    """The GPU's compute capability as its device reports it ("9.0" for an H100), None where it does not say."""
+    return getattr(jax.devices()[0], "compute_capability", None)
+
+
 def gpu_has_wgmma() -> bool:
     """Whether the GPU has Hopper's warpgroup matrix multiply (``wgmma``, compute capability 9.x) that the Mosaic GPU
     kernels use; True when interpreted, so that a default tiling depends only on the shapes there (as an H100's)."""
     if interpret_mode():
         return True
-    capability = getattr(jax.devices()[0], "compute_capability", None)
-    return str(capability).split(".")[0] == "9"
+    return str(gpu_compute_capability()).split(".")[0] == "9"
 
 
 def next_pow2(n: int) -> int:

@@ -15,7 +15,7 @@ from pallas_kernels._checks import (
     check_seq_idx,
     check_shape,
 )
-from pallas_kernels._triton import gpu_has_wgmma, gpu_sm_count, interpret_mode
+from pallas_kernels._triton import gpu_compute_capability, gpu_has_wgmma, gpu_sm_count, interpret_mode
 from pallas_kernels.ssd import pallas, reference
 from pallas_kernels.ssd.block import ssd_dims
 from pallas_kernels.ssd.config import MAX_DSTATE, MAX_HEADDIM, SsdConfig, default_config, keeping_states_every
@@ -259,8 +259,7 @@ def _check_pallas_supported(headdim: int, dstate: int, config: SsdConfig | None)
     check_config(config, SsdConfig)
     mosaic = [name for name in ("bwd_dx_mosaic", "bwd_dbc_mosaic") if config is not None and getattr(config, name)]
     if mosaic and not gpu_has_wgmma():
-        capability = getattr(jax.devices()[0], "compute_capability", None)
         raise ValueError(
             f"SsdConfig.{mosaic[0]} needs a GPU with Hopper's wgmma (compute capability 9.x), this one has "
-            f"{capability}: set it to False"
+            f"{gpu_compute_capability()}: set it to False"
         )
