@@ -27,6 +27,11 @@
 #   dfirst: the dB/dC kernel on 128 and on 64 of N's columns beside the default, with the profiler's per-kernel
 #           times: 130m, the long shape, B4 L16384 H64 G8 and N 256 (B2 L8192 H32 G4), no mamba-ssm (not yet
 #           run)
+#   dquick: the dB/dC kernel on Mosaic GPU beside the default at 130m and the long shape, per-kernel times
+#   dverify: beside mamba-ssm, the default (both Mosaic GPU kernels from this round) against the Triton dB/dC kernel
+#           and against 64 of N's columns: 130m, the long shape, 2.7b, B4 L16384 H64 G8 and N 256 (B2 L8192 H32 G4)
+#   dverify2: dverify's last two shapes (dverify ran past its 560 s after 2.7b, mamba-ssm autotuning)
+#   dparity: 130m against the reference and mamba-ssm with both Mosaic GPU kernels (the model-level parity test)
 #   msingle: 130m, the long shape and B4 L16384 H64 G8 with the profiler's per-kernel times (first ran versions 3
 #           and 4)
 set -u
@@ -78,6 +83,14 @@ gpu_tests dtests 570 "mosaic_kernels or 130m and mosaic"
 run dfirst 590 --shape b4-L16384-h64-g8=4,16384,64,64,128,8,256 --shape b2-L8192-h32-n256-g4=2,8192,32,64,256,4,256 \
     --shapes 130m long b4-L16384-h64-g8 b2-L8192-h32-n256-g4 --no-torch --profile \
     --pallas-config bwd_dbc_mosaic=1 --pallas-config bwd_dbc_mosaic=1,bwd_dbc_columns=64
+run dquick 250 --shapes 130m long --no-torch --profile --pallas-config bwd_dbc_mosaic=1
+run dverify 560 --shape b4-L16384-h64-g8=4,16384,64,64,128,8,256 --shape b2-L8192-h32-n256-g4=2,8192,32,64,256,4,256 \
+    --shapes 130m long 2.7b b4-L16384-h64-g8 b2-L8192-h32-n256-g4 --torch \
+    --pallas-config bwd_dbc_mosaic=0 --pallas-config bwd_dbc_columns=64
+run dverify2 480 --shape b4-L16384-h64-g8=4,16384,64,64,128,8,256 --shape b2-L8192-h32-n256-g4=2,8192,32,64,256,4,256 \
+    --shapes b4-L16384-h64-g8 b2-L8192-h32-n256-g4 --torch --pallas-config bwd_dbc_mosaic=0 \
+    --pallas-config bwd_dbc_columns=64
+gpu_tests dparity 450 "130m and mosaic and not dx"
 run mdefault 500 --shapes 130m long 2.7b --torch --pallas-config bwd_dx_mosaic=0
 # one file back: this run's files (folders under $OUT are left as they are)
 files=$(cd "$OUT" && find . -maxdepth 1 -type f ! -name issue15-probe.tgz)

@@ -34,8 +34,8 @@ twice.
 
 With ``bwd_dx_mosaic`` (``default_config`` sets it on Hopper GPUs) the backward's per-head kernel runs on Pallas's
 Mosaic GPU backend (``kernel_bwd_mosaic``) where that kernel covers the shape, else on Triton as every other kernel.
-With ``bwd_dbc_mosaic`` (opt-in until measured on a GPU) the dB/dC kernel does too (``kernel_bwd_dbc_mosaic``), on
-``bwd_dbc_columns`` of N's columns a program.
+With ``bwd_dbc_mosaic`` (``default_config`` sets it on Hopper GPUs up to N 128) the dB/dC kernel does too
+(``kernel_bwd_dbc_mosaic``), on ``bwd_dbc_columns`` of N's columns a program.
 
 With ``shared_scores`` (the default) the forward's output and the backward's per-head kernel read each block's C·Bᵀ
 (T, T), float32, computed once per group by XLA (``block.block_scores``), instead of each program (head, head dims)
@@ -169,7 +169,7 @@ def default_config(
     ngroups: int = 1,
     wgmma: bool = True,
 ) -> SsdConfig:
-    """``SsdConfig()`` with fourteen rules for the shapes and the GPU:
+    """``SsdConfig()`` with fifteen rules for the shapes and the GPU:
 
     - the fused forward only where its programs (batch x heads x head-dim tiles) fill the GPU's ``sm_count``
       SMs: on an H100 (forward ms, fused / split, ``benchmarks/kernels/h100-2026-11-24-ssd-fused-vs-split*``) it
@@ -261,11 +261,23 @@ def default_config(
       ms forward+backward, Triton against Mosaic) 130m 1.101 against 0.856, B1 L65536 H128 22.589 against 18.240
       (``...-final``); with an earlier version B4 L16384 H64 G8 12.245 against 9.417, 2.7b 1.869 against 1.473, N 256
       (B2 L8192 H32 G4) 2.223 against 1.948, N 64 1.365 against 1.076, P 128 0.800 against 0.660, B16 L512 H8 0.248
-      against 0.213."""
-    config = SsdConfig(shared_scores=nheads > ngroups, bwd_rowwise_dcs=True, bwd_dx_mosaic=wgmma)
+      against 0.213;
+    - the backward's dB/dC kernel on Mosaic GPU too (``bwd_dbc_mosaic``, on 128 of N's columns a program) on a GPU
+      with ``wgmma``, up to N = WIDE_TILE_MAX_DSTATE, for the shapes it covers
+      (``kernel_bwd_dbc_mosaic.mosaic_dbc_supported``, as the per-head kernel's). On an H100
+      (``benchmarks/kernels/h100-2026-11-28-ssd-mosaic-dbc-verify*``, ms forward+backward, Triton dB/dC against
+      Mosaic, and Mosaic on 64 columns): 130m 0.855 against 0.821 (0.903), B1 L65536 H128 18.269 against 17.283
+      (19.342), 2.7b 1.425 against 1.385 (1.490), B4 L16384 H64 G8 9.231 against 8.779 (9.503); at N 256 (B2 L8192
+      H32 G4), two or four column tiles, it lost: 1.929 against 1.990 (2.249)."""
+    wide_tiles = dstate <= WIDE_TILE_MAX_DSTATE
+    config = SsdConfig(
+        shared_scores=nheads > ngroups,
+        bwd_rowwise_dcs=True,
+        bwd_dx_mosaic=wgmma,
+        bwd_dbc_mosaic=wgmma and wide_tiles,
+    )
     enough = STATE_PASS_PROGRAMS_PER_SM * sm_count
     whole_heads = batch * nheads * -(-headdim // 64) >= enough
-    wide_tiles = dstate <= WIDE_TILE_MAX_DSTATE
     if not wide_tiles:
         config = dataclasses.replace(config, fused_forward_max_l=0, bwd_head_splits=1)
     elif whole_heads:

@@ -564,19 +564,24 @@ def test_the_backward_runs_the_mosaic_gpu_kernels_only_where_they_cover_the_shap
         assert not any(dims.has_seq for _, dims in calls)
 
 
-def test_default_config_runs_the_mosaic_gpu_kernel_on_gpus_with_wgmma(rng, monkeypatch):
-    """Measured on an H100 (benchmarks/kernels/h100-2026-11-27-ssd-mosaic-dx*); ``wgmma`` is Hopper's alone (compute
-    capability 9.x: not an A100's 8.0, nor a B200's 10.0), and the interpreter stands in for an H100. A config that
-    asks for a Mosaic kernel on another GPU is refused."""
+def test_default_config_runs_the_mosaic_gpu_kernels_on_gpus_with_wgmma(rng, monkeypatch):
+    """Measured on an H100 (benchmarks/kernels/h100-2026-11-27-ssd-mosaic-dx*, ...-11-28-ssd-mosaic-dbc*): both
+    Mosaic GPU kernels up to N 128, the per-head one beyond. ``wgmma`` is Hopper's alone (compute capability 9.x: not
+    an A100's 8.0, nor a B200's 10.0), and the interpreter stands in for an H100. A config that asks for a Mosaic
+    kernel on another GPU is refused."""
     from types import SimpleNamespace
 
     from pallas_kernels import _triton
     from pallas_kernels.ssd.api import pallas_config
     from pallas_kernels.ssd.config import default_config
 
-    assert default_config(8, 2048, 24, 64, 128, 2).bwd_dx_mosaic
-    assert not default_config(8, 2048, 24, 64, 128, 2, wgmma=False).bwd_dx_mosaic
-    assert pallas_config(8, 2048, 24, 64, 128, jnp.bfloat16).bwd_dx_mosaic  # interpreted, as on an H100
+    for wgmma in (True, False):
+        config = default_config(8, 2048, 24, 64, 128, 2, wgmma=wgmma)
+        assert (config.bwd_dx_mosaic, config.bwd_dbc_mosaic) == (wgmma, wgmma)
+    interpreted = pallas_config(8, 2048, 24, 64, 128, jnp.bfloat16)  # the interpreter stands in for an H100
+    assert interpreted.bwd_dx_mosaic and interpreted.bwd_dbc_mosaic
+    n256 = default_config(2, 8192, 32, 64, 256, 2, ngroups=4)  # two column tiles: the Triton dB/dC kernel won
+    assert n256.bwd_dx_mosaic and not n256.bwd_dbc_mosaic
     arrays, _, _ = make_inputs(rng, 1, 64, 2, 64, 64, 1, jnp.bfloat16)
     monkeypatch.setattr(_triton, "interpret_mode", lambda: False)
     for capability, wgmma in (("9.0", True), ("8.0", False), ("10.0", False), (None, False)):

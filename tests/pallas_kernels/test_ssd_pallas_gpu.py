@@ -111,8 +111,8 @@ def _vjp(arrays, dtypes, cotangent, chunk, impl, config=None):
     "mosaic_dx,mosaic_dbc", [(True, False), (False, False), (True, True)], ids=["mosaic-dx", "triton", "mosaic"]
 )
 def test_pallas_matches_reference_and_mamba_ssm_at_130m(cuda_triton_reference, mosaic_dx, mosaic_dbc):
-    """The default tiling at 130m, with the backward's per-head kernel on Mosaic GPU (the default on Hopper) or on
-    Triton (elsewhere), and with the dB/dC kernel on Mosaic GPU too (opt-in)."""
+    """The default tiling at 130m, with the backward's per-head and dB/dC kernels on Mosaic GPU (the default on
+    Hopper), the dB/dC kernel on Triton, or both on Triton (elsewhere)."""
     from torch_reference.ops import run_ssd
 
     op = OPS["ssd"]
