@@ -2,11 +2,11 @@
 # Issue 15's open SSD checks on one GPU, each shape's variants in one process (median of 10), mamba-ssm's Triton SSD
 # beside them where a run says --torch: run from the repository root as the device command,
 # `bash tools/gpu-issue15-probe.sh RUN ...`, files in $OUT/issue15-probe.tgz. Needs mamba-ssm's sdist in .sdist/ (its
-# Triton SSD only: the `unpack` stage of tools/gpu-parity.sh, no CUDA build). The runs (this round: the backward's
-# per-head kernel on Mosaic GPU, SsdConfig.bwd_dx_mosaic, the default on Hopper; earlier rounds' runs are in this file's
-# history):
+# Triton SSD only: the `unpack` stage of tools/gpu-parity.sh, no CUDA build). The runs (the last two rounds: the
+# backward's per-head and dB/dC kernels on Mosaic GPU, SsdConfig.bwd_dx_mosaic and bwd_dbc_mosaic, defaults on Hopper;
+# earlier rounds' runs are in this file's history):
 #   mcheck: the compiled oracle tests of the Mosaic GPU kernels (pytest -m gpu -k mosaic_kernels)
-#   Every run below sets bwd_dx_mosaic=0 (the Triton kernel) beside the default (the Mosaic GPU kernel on Hopper);
+#   The m* runs below set bwd_dx_mosaic=0 (the Triton kernel) beside the default (the Mosaic GPU kernel on Hopper);
 #   when they first ran the default was Triton and they set bwd_dx_mosaic=1. Their files hold the version of the
 #   kernel they ran then (ssd-notes.md, eighteenth and nineteenth rounds); rerun, they time the committed one.
 #   mfirst: 130m and the long shape, no mamba-ssm (first ran the first version)
@@ -22,16 +22,19 @@
 #           Mᵀ dy reads, transposed; its tests, then part of this run, were cut at 300 s during the 130m test)
 #   mdefault: beside mamba-ssm: 130m, the long shape and 2.7b, the default (Mosaic GPU from this round) against the
 #           Triton kernel (first ran the committed version)
-#   dtests: the dB/dC kernel on Mosaic GPU (SsdConfig.bwd_dbc_mosaic, opt-in): the compiled oracle tests of both
-#           Mosaic kernels and 130m against the reference and mamba-ssm with both (run alone: up to 570 s; not yet run)
+#   dtests: the dB/dC kernel on Mosaic GPU (SsdConfig.bwd_dbc_mosaic, then opt-in): the compiled oracle tests of
+#           both Mosaic kernels and 130m against the reference and mamba-ssm with both (run alone: up to 570 s; not
+#           run: mcheck, then dparity, ran the same tests in two calls)
 #   dfirst: the dB/dC kernel on 128 and on 64 of N's columns beside the default, with the profiler's per-kernel
-#           times: 130m, the long shape, B4 L16384 H64 G8 and N 256 (B2 L8192 H32 G4), no mamba-ssm (not yet
-#           run)
-#   dquick: the dB/dC kernel on Mosaic GPU beside the default at 130m and the long shape, per-kernel times
+#           times: 130m, the long shape, B4 L16384 H64 G8 and N 256 (B2 L8192 H32 G4), no mamba-ssm (not run:
+#           dquick and dverify took its place)
+#   dquick: the dB/dC kernel on Mosaic GPU beside the then default (the Triton one) at 130m and the long shape,
+#           per-kernel times
 #   dverify: beside mamba-ssm, the default (both Mosaic GPU kernels from this round) against the Triton dB/dC kernel
 #           and against 64 of N's columns: 130m, the long shape, 2.7b, B4 L16384 H64 G8 and N 256 (B2 L8192 H32 G4)
 #   dverify2: dverify's last two shapes (dverify ran past its 560 s after 2.7b, mamba-ssm autotuning)
 #   dparity: 130m against the reference and mamba-ssm with both Mosaic GPU kernels (the model-level parity test)
+#   dother: the default (both Mosaic GPU kernels) against the Triton dB/dC kernel at six other shapes, no mamba-ssm
 #   msingle: 130m, the long shape and B4 L16384 H64 G8 with the profiler's per-kernel times (first ran versions 3
 #           and 4)
 set -u
@@ -91,6 +94,11 @@ run dverify2 480 --shape b4-L16384-h64-g8=4,16384,64,64,128,8,256 --shape b2-L81
     --shapes b4-L16384-h64-g8 b2-L8192-h32-n256-g4 --torch --pallas-config bwd_dbc_mosaic=0 \
     --pallas-config bwd_dbc_columns=64
 gpu_tests dparity 450 "130m and mosaic and not dx"
+run dother 300 --shape b16-L512-h8=16,512,8,64,128,1,256 --shape b16-L512-h8-g8=16,512,8,64,128,8,256 \
+    --shape b4-L4096-h32-n64-g2=4,4096,32,64,64,2,256 --shape b2-L2048-h32-p128=2,2048,32,128,128,1,256 \
+    --shape b1-L16384-h24=1,16384,24,64,128,1,256 --shape b1-L131072-h24=1,131072,24,64,128,1,256 \
+    --shapes b16-L512-h8 b16-L512-h8-g8 b4-L4096-h32-n64-g2 b2-L2048-h32-p128 b1-L16384-h24 b1-L131072-h24 \
+    --no-torch --pallas-config bwd_dbc_mosaic=0
 run mdefault 500 --shapes 130m long 2.7b --torch --pallas-config bwd_dx_mosaic=0
 # one file back: this run's files (folders under $OUT are left as they are)
 files=$(cd "$OUT" && find . -maxdepth 1 -type f ! -name issue15-probe.tgz)

@@ -34,8 +34,8 @@ twice.
 
 With ``bwd_dx_mosaic`` (``default_config`` sets it on Hopper GPUs) the backward's per-head kernel runs on Pallas's
 Mosaic GPU backend (``kernel_bwd_mosaic``) where that kernel covers the shape, else on Triton as every other kernel.
-With ``bwd_dbc_mosaic`` (``default_config`` sets it on Hopper GPUs up to N 128) the dB/dC kernel does too
-(``kernel_bwd_dbc_mosaic``), on ``bwd_dbc_columns`` of N's columns a program.
+With ``bwd_dbc_mosaic`` (``default_config`` sets it on Hopper GPUs up to N 128 and P 64) the dB/dC kernel does
+too (``kernel_bwd_dbc_mosaic``), on ``bwd_dbc_columns`` of N's columns a program.
 
 With ``shared_scores`` (the default) the forward's output and the backward's per-head kernel read each block's C·Bᵀ
 (T, T), float32, computed once per group by XLA (``block.block_scores``), instead of each program (head, head dims)
@@ -145,6 +145,7 @@ SEGMENTS_PER_WALK = 16
 PARTIAL_WAVE_SEGMENT = 512  # with more (but fewer than the SMs) below L 8192: segments of 512, the backward one-level
 WIDE_TILE_MAX_DSTATE = 128  # the fused forward, 32- or 64-dim sequential tiles and dB/dC head splits only up to this N
 ONE_DBC_PROGRAM_PER_SM = 0.9  # dB/dC: one program per block and group where these many per SM remain without splits
+MOSAIC_DBC_MAX_HEADDIM = 64  # dB/dC on Mosaic GPU up to this P (one pipeline step a head; N up to WIDE_TILE_MAX_DSTATE)
 
 
 def keeping_states_every(config: SsdConfig, every: int) -> SsdConfig:
@@ -263,18 +264,21 @@ def default_config(
       (B2 L8192 H32 G4) 2.223 against 1.948, N 64 1.365 against 1.076, P 128 0.800 against 0.660, B16 L512 H8 0.248
       against 0.213;
     - the backward's dB/dC kernel on Mosaic GPU too (``bwd_dbc_mosaic``, on 128 of N's columns a program) on a GPU
-      with ``wgmma``, up to N = WIDE_TILE_MAX_DSTATE, for the shapes it covers
+      with ``wgmma``, up to N = WIDE_TILE_MAX_DSTATE and P = MOSAIC_DBC_MAX_HEADDIM, for the shapes it covers
       (``kernel_bwd_dbc_mosaic.mosaic_dbc_supported``, as the per-head kernel's). On an H100
       (``benchmarks/kernels/h100-2026-11-28-ssd-mosaic-dbc-verify*``, ms forward+backward, Triton dB/dC against
       Mosaic, and Mosaic on 64 columns): 130m 0.855 against 0.821 (0.903), B1 L65536 H128 18.269 against 17.283
-      (19.342), 2.7b 1.425 against 1.385 (1.490), B4 L16384 H64 G8 9.231 against 8.779 (9.503); at N 256 (B2 L8192
-      H32 G4), two or four column tiles, it lost: 1.929 against 1.990 (2.249)."""
+      (19.342), 2.7b 1.425 against 1.385 (1.490), B4 L16384 H64 G8 9.231 against 8.779 (9.503); ``...-other``:
+      B16 L512 H8 0.214 against 0.212, the same with G8 0.274 against 0.256, B4 L4096 H32 N64 G2 1.069 against
+      0.903, B1 L16384 H24 0.904 against 0.879, B1 L131072 H24 6.913 against 6.593. It lost where a program loops
+      over more tiles: at N 256 (B2 L8192 H32 G4, two or four column tiles) 1.929 against 1.990 (2.249), at P 128
+      (B2 L2048 H32, two 64-dim parts a head) 0.643 against 0.668."""
     wide_tiles = dstate <= WIDE_TILE_MAX_DSTATE
     config = SsdConfig(
         shared_scores=nheads > ngroups,
         bwd_rowwise_dcs=True,
         bwd_dx_mosaic=wgmma,
-        bwd_dbc_mosaic=wgmma and wide_tiles,
+        bwd_dbc_mosaic=wgmma and wide_tiles and headdim <= MOSAIC_DBC_MAX_HEADDIM,
     )
     enough = STATE_PASS_PROGRAMS_PER_SM * sm_count
     whole_heads = batch * nheads * -(-headdim // 64) >= enough

@@ -34,7 +34,7 @@ gradient block-parallel (programs launched head and head dims fastest: see ``blo
 With ``SsdConfig.bwd_dx_mosaic`` (``default_config`` sets it on Hopper GPUs) step 2 runs on Mosaic GPU instead
 where that kernel covers the shape (``kernel_bwd_mosaic``): the same math from shared memory and ``wgmma``, about
 twice as fast as the Triton kernel at 130m and at L 65536 on an H100. With ``SsdConfig.bwd_dbc_mosaic``
-(``default_config`` sets it on Hopper GPUs up to N 128) step 3 does too (``kernel_bwd_dbc_mosaic``): the group's
+(``default_config`` sets it on Hopper GPUs up to N 128, P 64) step 3 does too (``kernel_bwd_dbc_mosaic``): the group's
 heads pipelined through shared memory, their state products accumulated by ``wgmma``, 26% less time than the Triton
 kernel at L 65536 on an H100. dB and dC then leave in B's dtype, with no partials.
 

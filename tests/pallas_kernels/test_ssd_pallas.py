@@ -566,9 +566,9 @@ def test_the_backward_runs_the_mosaic_gpu_kernels_only_where_they_cover_the_shap
 
 def test_default_config_runs_the_mosaic_gpu_kernels_on_gpus_with_wgmma(rng, monkeypatch):
     """Measured on an H100 (benchmarks/kernels/h100-2026-11-27-ssd-mosaic-dx*, ...-11-28-ssd-mosaic-dbc*): both
-    Mosaic GPU kernels up to N 128, the per-head one beyond. ``wgmma`` is Hopper's alone (compute capability 9.x: not
-    an A100's 8.0, nor a B200's 10.0), and the interpreter stands in for an H100. A config that asks for a Mosaic
-    kernel on another GPU is refused."""
+    Mosaic GPU kernels up to N 128 and P 64, the per-head one beyond. ``wgmma`` is Hopper's alone (compute capability
+    9.x: not an A100's 8.0, nor a B200's 10.0), and the interpreter stands in for an H100. A config that asks for a
+    Mosaic kernel on another GPU is refused."""
     from types import SimpleNamespace
 
     from pallas_kernels import _triton
@@ -580,8 +580,9 @@ def test_default_config_runs_the_mosaic_gpu_kernels_on_gpus_with_wgmma(rng, monk
         assert (config.bwd_dx_mosaic, config.bwd_dbc_mosaic) == (wgmma, wgmma)
     interpreted = pallas_config(8, 2048, 24, 64, 128, jnp.bfloat16)  # the interpreter stands in for an H100
     assert interpreted.bwd_dx_mosaic and interpreted.bwd_dbc_mosaic
-    n256 = default_config(2, 8192, 32, 64, 256, 2, ngroups=4)  # two column tiles: the Triton dB/dC kernel won
-    assert n256.bwd_dx_mosaic and not n256.bwd_dbc_mosaic
+    # more tiles a program, two column tiles at N 256 or two 64-dim parts a head at P 128: the Triton dB/dC kernel won
+    for n256_or_p128 in (default_config(2, 8192, 32, 64, 256, 2, ngroups=4), default_config(2, 2048, 32, 128, 128, 2)):
+        assert n256_or_p128.bwd_dx_mosaic and not n256_or_p128.bwd_dbc_mosaic
     arrays, _, _ = make_inputs(rng, 1, 64, 2, 64, 64, 1, jnp.bfloat16)
     monkeypatch.setattr(_triton, "interpret_mode", lambda: False)
     for capability, wgmma in (("9.0", True), ("8.0", False), ("10.0", False), (None, False)):
