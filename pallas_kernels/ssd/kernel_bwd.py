@@ -70,7 +70,7 @@ from pallas_kernels.ssd.block import (
     tile_grid,
 )
 from pallas_kernels.ssd.kernel_bwd_dbc_mosaic import mosaic_dbc, mosaic_dbc_supported
-from pallas_kernels.ssd.kernel_bwd_mosaic import mosaic_dx, mosaic_dx_supported
+from pallas_kernels.ssd.kernel_bwd_mosaic import block_decays, mosaic_dx, mosaic_dx_supported
 from pallas_kernels.ssd.segments import segment_outputs, segment_walk
 
 
@@ -361,12 +361,15 @@ def ssd_backward(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, states,
         )
 
     tensors = [x, dt, A, B, C, states, dstates, dout]
-    if config.bwd_dx_mosaic and mosaic_dx_supported(dims, x.dtype):
-        dx, ddt, dA, dbias, dD, dz = mosaic_dx(x, dt, A, B, C, D, z, dt_bias, states, dstates, dout, ypre, dims)
+    dx_mosaic = config.bwd_dx_mosaic and mosaic_dx_supported(dims, x.dtype)
+    dbc_mosaic = config.bwd_dbc_mosaic and mosaic_dbc_supported(dims, x.dtype, config.bwd_dbc_columns)
+    decays = block_decays(dt, A, dt_bias, dims) if dx_mosaic or dbc_mosaic else None  # once for both kernels
+    if dx_mosaic:
+        dx, ddt, dA, dbias, dD, dz = mosaic_dx(x, dt, A, decays, B, C, D, z, dt_bias, states, dstates, dout, ypre, dims)
     else:
         dx, ddt, dA, dD, dz, dbias = _triton_dx(tensors, D, z, dt_bias, seq_idx, ypre, dims, config)
-    if config.bwd_dbc_mosaic and mosaic_dbc_supported(dims, x.dtype, config.bwd_dbc_columns):
-        dB, dC = mosaic_dbc(x, dt, A, B, C, z, dt_bias, states, dstates, dout, dims, config.bwd_dbc_columns)
+    if dbc_mosaic:
+        dB, dC = mosaic_dbc(x, decays, B, C, z, states, dstates, dout, dims, config.bwd_dbc_columns)
     else:
         dB, dC = _dbc(tensors, z, dt_bias, seq_idx, dims, config)
     return dx, ddt, dB, dC, dA, dD, dz, dbias, (dinit[0] if dinit else None)

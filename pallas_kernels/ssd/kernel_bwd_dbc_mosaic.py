@@ -35,7 +35,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from pallas_kernels.ssd.block import SsdDims
-from pallas_kernels.ssd.kernel_bwd_mosaic import TILE, TRANSFORMS, block_decays, covers_tiles
+from pallas_kernels.ssd.kernel_bwd_mosaic import TILE, TRANSFORMS, covers_tiles
 
 STEPS_IN_FLIGHT = 2  # pipeline stages: one step's copies in flight while the previous one computes
 
@@ -132,16 +132,16 @@ def ssd_bwd_dbc_mosaic(*refs, dims: SsdDims, parts: int, columns: int):
     plgpu.wait_smem_to_gmem(0, wait_read_only=True)
 
 
-def mosaic_dbc(x, dt, A, B, C, z, dt_bias, states, dstates, dout, dims: SsdDims, columns: int = 128):
+def mosaic_dbc(x, decays, B, C, z, states, dstates, dout, dims: SsdDims, columns: int = 128):
     """dB and dC (batch, L, G, N) in B's and C's dtype by the Mosaic GPU kernel, from x, dout, z (batch, L, H, P)
-    and B, C (batch, L, G, N) in one 16-bit dtype, dt (batch, L, H), A (H,), dt_bias (H,) or None and states,
-    dstates (batch, nblocks, H, P, N), each block's incoming state and the gradient of its outgoing one; up to
-    ``columns`` (64 or 128) of N per program: 128 reads each head's x, dout and z half as often, 64 holds half the
-    accumulator registers."""
+    and B, C (batch, L, G, N) in one 16-bit dtype, ``decays`` = ``block_decays(dt, A, dt_bias, dims)`` (dt after
+    bias and softplus, cs and cs_last - cs, each (batch, H, L) float32) and states, dstates (batch, nblocks, H, P,
+    N), each block's incoming state and the gradient of its outgoing one; up to ``columns`` (64 or 128) of N per
+    program: 128 reads each head's x, dout and z half as often, 64 holds half the accumulator registers."""
     batch, seqlen, _, headdim = x.shape
     parts, nblocks = headdim // TILE, seqlen // TILE
     columns = min(dims.dstate, columns)
-    dt_p, cs, to_end = block_decays(dt, A, dt_bias, dims)
+    dt_p, cs, to_end = decays
     tile16 = lambda shape: plgpu.SMEM(shape, x.dtype, transforms=TRANSFORMS)  # noqa: E731
     scratch = [
         tile16((TILE, TILE)),  # dy

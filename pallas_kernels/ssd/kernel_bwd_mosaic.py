@@ -212,16 +212,17 @@ def ssd_bwd_dx_mosaic(*refs, dims: SsdDims, parts: int):
     plgpu.wait_smem_to_gmem(0, wait_read_only=True)
 
 
-def mosaic_dx(x, dt, A, B, C, D, z, dt_bias, states, dstates, dout, ypre, dims: SsdDims):
+def mosaic_dx(x, dt, A, decays, B, C, D, z, dt_bias, states, dstates, dout, ypre, dims: SsdDims):
     """The per-head gradients by the Mosaic GPU kernel: returns dx, ddt (dt's dtype), dA and d dt_bias (batch,
     nblocks, H) float32 (dt_bias: None without one), dD (batch, nblocks, H, P) float32 or None, dz or None.
 
-    x, dout, z, ypre (batch, L, H, P) and B, C (batch, L, G, N) in one 16-bit dtype; dt (batch, L, H); A (H,); D (H,
-    P) float32 or None; states, dstates (batch, nblocks, H, P, N), each block's incoming state and the gradient of
-    its outgoing one, in x's dtype."""
+    x, dout, z, ypre (batch, L, H, P) and B, C (batch, L, G, N) in one 16-bit dtype; dt (batch, L, H); A (H,);
+    ``decays`` = ``block_decays(dt, A, dt_bias, dims)`` (shared with the dB/dC kernel); D (H, P) float32 or None;
+    states, dstates (batch, nblocks, H, P, N), each block's incoming state and the gradient of its outgoing one, in
+    x's dtype."""
     batch, seqlen, nheads, headdim = x.shape
     parts, nblocks, f32 = headdim // TILE, seqlen // TILE, jnp.float32
-    dt_p, cs, to_end = block_decays(dt, A, dt_bias, dims)
+    dt_p, cs, to_end = decays
     tile16 = lambda shape: plgpu.SMEM(shape, x.dtype, transforms=TRANSFORMS)  # noqa: E731
     n = dims.dstate
     scratch = [
