@@ -116,16 +116,55 @@ def final_state(x: jax.Array, dt: jax.Array, A: jax.Array, B: jax.Array) -> jax.
     batch, seqlen, nheads, headdim = x.shape
     ngroups, dstate = B.shape[2], B.shape[3]
     after = jnp.flip(jnp.cumsum(jnp.flip(dt, axis=1), axis=1), axis=1) - dt  # sum over s > t, (batch, L, H)
-    weighted = (x.astype(jnp.float32) * (jnp.exp(after * A) * dt)[..., None]).astype(x.dtype)
+    weighted = x.astype(jnp.float32) * (jnp.exp(after * A) * dt)[..., None]
     hpg = nheads // ngroups
-    state = jnp.einsum(
-        "blghp,blgn->bghpn",
-        weighted.reshape(batch, seqlen, ngroups, hpg, headdim),
-        B.astype(x.dtype),
-        precision=HIGHEST,
-        preferred_element_type=jnp.float32,
-    )
+    state = _contract_over_time(weighted.reshape(batch, seqlen, ngroups, hpg, headdim), B.astype(x.dtype))
     return state.reshape(batch, nheads, headdim, dstate)
+
+
+@jax.custom_vjp
+def _contract_over_time(weighted: jax.Array, B: jax.Array) -> jax.Array:
+    """Σ_t weighted_t ⊗ B_t: weighted (batch, L, G, heads per group, P) float32, rounded to B's dtype for the GEMM,
+    B (batch, L, G, N); returns (batch, G, heads per group, P, N) float32.
+
+    Its own VJP keeps weighted's cotangent in float32. Differentiated through a cast, that cotangent would leave the
+    GEMM rounded to B's dtype, and dA and ddt multiply it by the sum of dt over the rest of the sequence, terms far
+    larger than their sum: in bf16 at B2 L64 H4 that rounding alone put dA 1.5% (relative L2) from the exact one."""
+    return _contract_rounded(weighted, B)
+
+
+def _contract_rounded(weighted: jax.Array, B: jax.Array) -> jax.Array:
+    return jnp.einsum(
+        "blghp,blgn->bghpn", weighted.astype(B.dtype), B, precision=HIGHEST, preferred_element_type=jnp.float32
+    )
+
+
+def _contract_fwd(weighted, B):
+    return _contract_rounded(weighted, B), (weighted.astype(B.dtype), B)
+
+
+def _contract_bwd(residuals, cotangent):
+    """weighted's cotangent in float32 (the point of this VJP); B's from the rounded weights, in B's dtype."""
+    rounded, B = residuals
+    dweighted = _exact_cotangent_dot("bghpn,blgn->blghp", cotangent, B)
+    dB = _exact_cotangent_dot("bghpn,blghp->blgn", cotangent, rounded)
+    return dweighted, dB.astype(B.dtype)
+
+
+def _exact_cotangent_dot(spec: str, cotangent: jax.Array, operand: jax.Array) -> jax.Array:
+    """einsum(spec, cotangent, operand) in float32 where the float32 cotangent meets a 16-bit operand: the cotangent
+    split into its 16-bit rounding and the rounding of the rest, two GEMMs in the operand's dtype (tensor cores) with
+    float32 accumulation, about float32's accuracy (the operand itself is exact in its dtype)."""
+    f32 = jnp.float32
+    if operand.dtype == f32:
+        return jnp.einsum(spec, cotangent, operand, precision=HIGHEST)
+    high = cotangent.astype(operand.dtype)
+    low = (cotangent - high.astype(f32)).astype(operand.dtype)
+    dot = lambda part: jnp.einsum(spec, part, operand, precision=HIGHEST, preferred_element_type=f32)  # noqa: E731
+    return dot(high) + dot(low)
+
+
+_contract_over_time.defvjp(_contract_fwd, _contract_bwd)
 
 
 def chunk_scan(
