@@ -1,6 +1,6 @@
 """``ssd_final_state`` (the SSD's final state without its outputs, for context parallelism) against the float64
-recurrence oracle, forward and every gradient, on shapes with one position, odd lengths and several groups; and its
-argument checks."""
+recurrence oracle, forward and every gradient, on shapes with one position, odd lengths and several groups; its float32
+gradients (dA, d dt_bias) from bf16 inputs at float32's tolerance; and its argument checks."""
 
 import jax
 import jax.numpy as jnp
@@ -49,6 +49,33 @@ def test_final_state_and_its_gradients_match_the_oracle(
         want = want_grads[name]
         floor = float(np.max(spread[name])) if name in spread else 0.0  # sums over batch and L (dA, d dt_bias)
         assert_close(f"d{name}", grad, want, dtype, floor=floor)  # dA, d dt_bias: float32 from dtype operands
+
+
+@pytest.mark.parametrize(
+    "batch,seqlen,nheads,groups,softplus", [(2, 64, 4, 4, False), (1, 300, 6, 2, True), (3, 1, 2, 1, True)]
+)
+def test_float32_gradients_keep_float32_accuracy_from_bf16_inputs(rng, batch, seqlen, nheads, groups, softplus):
+    """dA and d dt_bias (float32) from bf16 inputs, as exact as float32 arithmetic on those inputs: the weights'
+    cotangent stays float32 (the contraction's own VJP). Rounded to bf16 it put dA 1.5e-2 from the oracle at B2 L64
+    (CI, TEST_SEED=373422092): dA multiplies it by the rest of the sequence's dt sum, terms far larger than dA."""
+    arrays, exact, _ = make_inputs(
+        rng, batch, seqlen, nheads, 8, 16, groups, jnp.bfloat16, D=None, z=False, init=False, softplus=softplus
+    )
+    names = [k for k in STATE_INPUTS if arrays[k] is not None]
+    dfinal = rng.normal(size=(batch, nheads, 8, 16))
+
+    def run(*values):
+        return ssd_final_state(**dict(zip(names, values, strict=True)), dt_softplus=softplus)
+
+    _, vjp = jax.vjp(jax.jit(run), *[arrays[k] for k in names])
+    grads = dict(zip(names, vjp(jnp.asarray(dfinal, jnp.float32)), strict=True))
+    no_outputs = np.zeros((batch, seqlen, nheads, 8))
+    _, _, want_grads, spread = oracle_with_spread(exact, None, softplus, (0.0, INF), no_outputs, dfinal)
+    for name in ("A", "dt_bias"):
+        if arrays[name] is not None:
+            assert grads[name].dtype == jnp.float32, name
+            floor = float(np.max(spread[name]))
+            assert_close(f"d{name}", grads[name], want_grads[name], jnp.float32, floor=floor)
 
 
 @pytest.mark.parametrize(
