@@ -152,12 +152,13 @@ def _contract_bwd(residuals, cotangent):
 
 
 def _exact_cotangent_dot(spec: str, cotangent: jax.Array, operand: jax.Array) -> jax.Array:
-    """einsum(spec, cotangent, operand) in float32 where the float32 cotangent meets a 16-bit operand: the cotangent
-    split into its 16-bit rounding and the rounding of the rest, two GEMMs in the operand's dtype (tensor cores) with
-    float32 accumulation, about float32's accuracy (the operand itself is exact in its dtype)."""
+    """einsum(spec, cotangent, operand) in float32. Against a bf16 operand, the float32 cotangent is split into its
+    bf16 rounding and the rounding of the rest: two bf16 GEMMs (tensor cores) with float32 accumulation, about
+    float32's accuracy (the operand is exact in bf16, and bf16 has float32's range). Other operands (float16, whose
+    range a cotangent can exceed, and float32) meet the cotangent in float32."""
     f32 = jnp.float32
-    if operand.dtype == f32:
-        return jnp.einsum(spec, cotangent, operand, precision=HIGHEST)
+    if operand.dtype != jnp.bfloat16:
+        return jnp.einsum(spec, cotangent, operand.astype(f32), precision=HIGHEST)
     high = cotangent.astype(operand.dtype)
     low = (cotangent - high.astype(f32)).astype(operand.dtype)
     dot = lambda part: jnp.einsum(spec, part, operand, precision=HIGHEST, preferred_element_type=f32)  # noqa: E731
