@@ -42,13 +42,24 @@ export PYTHONPATH=. PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 bash tools/gpu-parity.sh /tmp/p .sdist unpack > "$OUT/unpack.log" 2>&1 || { tail "$OUT/unpack.log"; exit 1; }
 nvidia-smi --query-gpu=name --format=csv,noheader > "$OUT/device.txt"
 K="python3 -m compare.kernels --op ssd --reps 10"
+# the shapes beyond compare.kernels' named ones (NAME=batch,L,H,P,N,G,chunk); a run times those its --shapes names
+EXTRA_SHAPES=(
+    --shape b4-L16384-h64-g8=4,16384,64,64,128,8,256
+    --shape b2-L8192-h32-n256-g4=2,8192,32,64,256,4,256
+    --shape b4-L4096-h32-n64-g2=4,4096,32,64,64,2,256
+    --shape b16-L512-h8=16,512,8,64,128,1,256
+    --shape b16-L512-h8-g8=16,512,8,64,128,8,256
+    --shape b2-L2048-h32-p128=2,2048,32,128,128,1,256
+    --shape b1-L16384-h24=1,16384,24,64,128,1,256
+    --shape b1-L131072-h24=1,131072,24,64,128,1,256
+)
 wanted=" $* "
 run() {
     local name=$1 limit=$2
     shift 2
     [[ $wanted == *" $name "* ]] || return 0
     echo "== $name $(date +%T)"
-    timeout "$limit" $K --out "$OUT/$name" "$@" > "$OUT/$name.txt" 2>&1
+    timeout "$limit" $K "${EXTRA_SHAPES[@]}" --out "$OUT/$name" "$@" > "$OUT/$name.txt" 2>&1
     echo "exit $?"
     grep -E "^\| \S+ \| (forward|forward\+backward) \|" "$OUT/$name.txt" | cut -c1-140
 }
@@ -72,32 +83,24 @@ if [[ $wanted == *" mncu "* ]]; then
     echo "exit $?"
     grep -E "Registers|Shared Memory|Achieved Occupancy|Theoretical Occupancy|Duration|Block Limit|Stall|Warp Cycles|Issued|DRAM Throughput|Memory Throughput|Compute" "$OUT/mncu.txt" | head -40
 fi
-run msingle 420 --shape b4-L16384-h64-g8=4,16384,64,64,128,8,256 --shapes 130m long b4-L16384-h64-g8 --no-torch \
+run msingle 420 --shapes 130m long b4-L16384-h64-g8 --no-torch \
     --pallas-config bwd_dx_mosaic=0 --profile
-run mverify 590 --shape b4-L16384-h64-g8=4,16384,64,64,128,8,256 --shapes 130m long b4-L16384-h64-g8 2.7b --torch \
+run mverify 590 --shapes 130m long b4-L16384-h64-g8 2.7b --torch \
     --pallas-config bwd_dx_mosaic=0
-run mother 590 --shape b2-L8192-h32-n256-g4=2,8192,32,64,256,4,256 --shape b4-L4096-h32-n64-g2=4,4096,32,64,64,2,256 \
-    --shape b16-L512-h8=16,512,8,64,128,1,256 --shape b2-L2048-h32-p128=2,2048,32,128,128,1,256 \
-    --shapes b2-L8192-h32-n256-g4 b4-L4096-h32-n64-g2 b16-L512-h8 b2-L2048-h32-p128 --no-torch \
+run mother 590 --shapes b2-L8192-h32-n256-g4 b4-L4096-h32-n64-g2 b16-L512-h8 b2-L2048-h32-p128 --no-torch \
     --pallas-config bwd_dx_mosaic=0
 gpu_tests mtests 570 "mosaic_kernels or 130m"
 run mfinal 200 --shapes 130m long --no-torch --pallas-config bwd_dx_mosaic=0
 gpu_tests dtests 570 "mosaic_kernels or 130m and mosaic"
-run dfirst 590 --shape b4-L16384-h64-g8=4,16384,64,64,128,8,256 --shape b2-L8192-h32-n256-g4=2,8192,32,64,256,4,256 \
-    --shapes 130m long b4-L16384-h64-g8 b2-L8192-h32-n256-g4 --no-torch --profile \
+run dfirst 590 --shapes 130m long b4-L16384-h64-g8 b2-L8192-h32-n256-g4 --no-torch --profile \
     --pallas-config bwd_dbc_mosaic=1 --pallas-config bwd_dbc_mosaic=1,bwd_dbc_columns=64
 run dquick 250 --shapes 130m long --no-torch --profile --pallas-config bwd_dbc_mosaic=1
-run dverify 560 --shape b4-L16384-h64-g8=4,16384,64,64,128,8,256 --shape b2-L8192-h32-n256-g4=2,8192,32,64,256,4,256 \
-    --shapes 130m long 2.7b b4-L16384-h64-g8 b2-L8192-h32-n256-g4 --torch \
+run dverify 560 --shapes 130m long 2.7b b4-L16384-h64-g8 b2-L8192-h32-n256-g4 --torch \
     --pallas-config bwd_dbc_mosaic=0 --pallas-config bwd_dbc_columns=64
-run dverify2 480 --shape b4-L16384-h64-g8=4,16384,64,64,128,8,256 --shape b2-L8192-h32-n256-g4=2,8192,32,64,256,4,256 \
-    --shapes b4-L16384-h64-g8 b2-L8192-h32-n256-g4 --torch --pallas-config bwd_dbc_mosaic=0 \
+run dverify2 480 --shapes b4-L16384-h64-g8 b2-L8192-h32-n256-g4 --torch --pallas-config bwd_dbc_mosaic=0 \
     --pallas-config bwd_dbc_columns=64
 gpu_tests dparity 450 "130m and mosaic and not dx"
-run dother 300 --shape b16-L512-h8=16,512,8,64,128,1,256 --shape b16-L512-h8-g8=16,512,8,64,128,8,256 \
-    --shape b4-L4096-h32-n64-g2=4,4096,32,64,64,2,256 --shape b2-L2048-h32-p128=2,2048,32,128,128,1,256 \
-    --shape b1-L16384-h24=1,16384,24,64,128,1,256 --shape b1-L131072-h24=1,131072,24,64,128,1,256 \
-    --shapes b16-L512-h8 b16-L512-h8-g8 b4-L4096-h32-n64-g2 b2-L2048-h32-p128 b1-L16384-h24 b1-L131072-h24 \
+run dother 300 --shapes b16-L512-h8 b16-L512-h8-g8 b4-L4096-h32-n64-g2 b2-L2048-h32-p128 b1-L16384-h24 b1-L131072-h24 \
     --no-torch --pallas-config bwd_dbc_mosaic=0
 run mdefault 500 --shapes 130m long 2.7b --torch --pallas-config bwd_dx_mosaic=0
 # one file back: this run's files (folders under $OUT are left as they are)

@@ -24,10 +24,9 @@ CASES = [  # batch, L, H, P, N, G, dtype, softplus, dt_limit
 ]
 
 
-@pytest.mark.parametrize("batch,seqlen,nheads,headdim,dstate,groups,dtype,softplus,dt_limit", CASES)
-def test_final_state_and_its_gradients_match_the_oracle(
-    rng, batch, seqlen, nheads, headdim, dstate, groups, dtype, softplus, dt_limit
-):
+def run_against_oracle(rng, batch, seqlen, nheads, headdim, dstate, groups, dtype, softplus, dt_limit):
+    """Fresh inputs; ``ssd_final_state``'s final state and {input name: gradient} (jit, backpropagating a random
+    cotangent) beside the float64 oracle's (final state, gradients, spread of the summed ones), with the inputs."""
     arrays, exact, _ = make_inputs(
         rng, batch, seqlen, nheads, headdim, dstate, groups, dtype, D=None, z=False, init=False, softplus=softplus
     )
@@ -42,6 +41,16 @@ def test_final_state_and_its_gradients_match_the_oracle(
     grads = dict(zip(names, vjp(jnp.asarray(dfinal, jnp.float32)), strict=True))
     no_outputs = np.zeros((batch, seqlen, nheads, headdim))  # the state alone: the outputs' cotangent is zero
     _, want_final, want_grads, spread = oracle_with_spread(exact, None, softplus, dt_limit, no_outputs, dfinal)
+    return arrays, final, grads, want_final, want_grads, spread
+
+
+@pytest.mark.parametrize("batch,seqlen,nheads,headdim,dstate,groups,dtype,softplus,dt_limit", CASES)
+def test_final_state_and_its_gradients_match_the_oracle(
+    rng, batch, seqlen, nheads, headdim, dstate, groups, dtype, softplus, dt_limit
+):
+    arrays, final, grads, want_final, want_grads, spread = run_against_oracle(
+        rng, batch, seqlen, nheads, headdim, dstate, groups, dtype, softplus, dt_limit
+    )
     assert final.dtype == jnp.float32 and final.shape == (batch, nheads, headdim, dstate)
     assert_close("final_states", final, want_final, dtype)  # operands in the inputs' dtype, as the kernels'
     for name, grad in grads.items():
@@ -58,19 +67,9 @@ def test_float32_gradients_keep_float32_accuracy_from_bf16_inputs(rng, batch, se
     """dA and d dt_bias (float32) from bf16 inputs, as exact as float32 arithmetic on those inputs: the weights'
     cotangent stays float32 (the contraction's own VJP). Rounded to bf16 it put dA 1.5e-2 from the oracle at B2 L64
     (CI, TEST_SEED=373422092): dA multiplies it by the rest of the sequence's dt sum, terms far larger than dA."""
-    arrays, exact, _ = make_inputs(
-        rng, batch, seqlen, nheads, 8, 16, groups, jnp.bfloat16, D=None, z=False, init=False, softplus=softplus
+    arrays, _, grads, _, want_grads, spread = run_against_oracle(
+        rng, batch, seqlen, nheads, 8, 16, groups, jnp.bfloat16, softplus, (0.0, INF)
     )
-    names = [k for k in STATE_INPUTS if arrays[k] is not None]
-    dfinal = rng.normal(size=(batch, nheads, 8, 16))
-
-    def run(*values):
-        return ssd_final_state(**dict(zip(names, values, strict=True)), dt_softplus=softplus)
-
-    _, vjp = jax.vjp(jax.jit(run), *[arrays[k] for k in names])
-    grads = dict(zip(names, vjp(jnp.asarray(dfinal, jnp.float32)), strict=True))
-    no_outputs = np.zeros((batch, seqlen, nheads, 8))
-    _, _, want_grads, spread = oracle_with_spread(exact, None, softplus, (0.0, INF), no_outputs, dfinal)
     for name in ("A", "dt_bias"):
         if arrays[name] is not None:
             assert grads[name].dtype == jnp.float32, name
