@@ -37,6 +37,16 @@
 #   dother: the default (both Mosaic GPU kernels) against the Triton dB/dC kernel at six other shapes, no mamba-ssm
 #   msingle: 130m, the long shape and B4 L16384 H64 G8 with the profiler's per-kernel times (first ran versions 3
 #           and 4)
+#   The w* runs: the forward's fused walk on Mosaic GPU (SsdConfig.fwd_mosaic, opt-in when they first ran):
+#   wcheck: its compiled oracle tests (pytest -m gpu -k mosaic_forward)
+#   wfirst: the walk beside the default at 130m, 2.7b, the long shape and B4 L16384 H64 G8, no mamba-ssm
+#   wn256: N 256 (B2 L8192 H32 G4) and B1 L16384 H24: the walk whole, and per segment of 1024 and 512 positions (the
+#          backward one-level), beside the default, no mamba-ssm
+#   (then the walk became the default on Hopper where it covers the shape, N 256 included, and overlaps its products)
+#   wverify, wverify2: beside mamba-ssm, the default against the Triton forward (fwd_mosaic=0): 130m, 2.7b, N 256
+#          (B2 L8192 H32 G4); the long shape and B4 L16384 H64 G8
+#   wn256t, wlong: wverify's last shape (it ran past its 380 s there) and wverify2's shapes without mamba-ssm
+#   wother: the same without mamba-ssm at six other shapes; wn256b: B8 L2048 H24 N256 against the split forward
 set -u
 export PYTHONPATH=. PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 bash tools/gpu-parity.sh /tmp/p .sdist unpack > "$OUT/unpack.log" 2>&1 || { tail "$OUT/unpack.log"; exit 1; }
@@ -52,6 +62,7 @@ EXTRA_SHAPES=(
     --shape b2-L2048-h32-p128=2,2048,32,128,128,1,256
     --shape b1-L16384-h24=1,16384,24,64,128,1,256
     --shape b1-L131072-h24=1,131072,24,64,128,1,256
+    --shape b8-L2048-h24-n256=8,2048,24,64,256,1,256
 )
 wanted=" $* "
 run() {
@@ -103,6 +114,17 @@ gpu_tests dparity 450 "130m and mosaic and not dx"
 run dother 300 --shapes b16-L512-h8 b16-L512-h8-g8 b4-L4096-h32-n64-g2 b2-L2048-h32-p128 b1-L16384-h24 b1-L131072-h24 \
     --no-torch --pallas-config bwd_dbc_mosaic=0
 run mdefault 500 --shapes 130m long 2.7b --torch --pallas-config bwd_dx_mosaic=0
+gpu_tests wcheck 200 mosaic_forward
+run wfirst 220 --shapes 130m 2.7b long b4-L16384-h64-g8 --no-torch --pallas-config fwd_mosaic=1
+run wn256 150 --shapes b2-L8192-h32-n256-g4 b1-L16384-h24 --no-torch --pallas-config fwd_mosaic=1,fused_forward_max_l=8192 \
+    --pallas-config fwd_mosaic=1,$SEG=1024,$ONE --pallas-config fwd_mosaic=1,$SEG=512,$ONE
+run wverify 380 --shapes 130m 2.7b b2-L8192-h32-n256-g4 --torch --pallas-config fwd_mosaic=0
+run wverify2 330 --shapes long b4-L16384-h64-g8 --torch --pallas-config fwd_mosaic=0
+run wn256t 170 --shapes b2-L8192-h32-n256-g4 --torch --pallas-config fwd_mosaic=0
+run wlong 150 --shapes long b4-L16384-h64-g8 --no-torch --pallas-config fwd_mosaic=0
+run wother 200 --shapes b1-L16384-h24 b1-L131072-h24 b16-L512-h8 b16-L512-h8-g8 b4-L4096-h32-n64-g2 b2-L2048-h32-p128 \
+    --no-torch --pallas-config fwd_mosaic=0
+run wn256b 60 --shapes b8-L2048-h24-n256 --no-torch --pallas-config fwd_mosaic=0,fused_forward_max_l=0
 # one file back: this run's files (folders under $OUT are left as they are)
 files=$(cd "$OUT" && find . -maxdepth 1 -type f ! -name issue15-probe.tgz)
 (cd "$OUT" && tar czf /tmp/issue15-probe.tgz $files && rm -f $files && mv /tmp/issue15-probe.tgz .)

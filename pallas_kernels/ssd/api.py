@@ -257,7 +257,8 @@ def _check_pallas_supported(headdim: int, dstate: int, config: SsdConfig | None)
     if dstate > MAX_DSTATE:
         raise ValueError(f"impl='pallas' supports N (B.shape[3]) up to {MAX_DSTATE}, got {dstate}")
     check_config(config, SsdConfig)
-    mosaic = [name for name in ("bwd_dx_mosaic", "bwd_dbc_mosaic") if config is not None and getattr(config, name)]
+    switches = ("fwd_mosaic", "bwd_dx_mosaic", "bwd_dbc_mosaic")
+    mosaic = [name for name in switches if config is not None and getattr(config, name)]
     if mosaic and not gpu_has_wgmma():
         raise ValueError(
             f"SsdConfig.{mosaic[0]} needs a GPU with Hopper's wgmma (compute capability 9.x), this one has "

@@ -35,7 +35,10 @@ twice.
 With ``bwd_dx_mosaic`` (``default_config`` sets it on Hopper GPUs) the backward's per-head kernel runs on Pallas's
 Mosaic GPU backend (``kernel_bwd_mosaic``) where that kernel covers the shape, else on Triton as every other kernel.
 With ``bwd_dbc_mosaic`` (``default_config`` sets it on Hopper GPUs up to N 128 and P 64) the dB/dC kernel does
-too (``kernel_bwd_dbc_mosaic``), on ``bwd_dbc_columns`` of N's columns a program.
+too (``kernel_bwd_dbc_mosaic``), on ``bwd_dbc_columns`` of N's columns a program. With ``fwd_mosaic``
+(``default_config`` sets it on Hopper GPUs) the forward's fused walks, whole (``fused_forward_max_l``) or per segment
+(``fused_segments``), run on Mosaic GPU (``kernel_fwd_mosaic``) where it covers the shape; its state does not spill
+at N 256, so there the fused walks are the default too.
 
 With ``shared_scores`` (the default) the forward's output and the backward's per-head kernel read each block's C·Bᵀ
 (T, T), float32, computed once per group by XLA (``block.block_scores``), instead of each program (head, head dims)
@@ -82,6 +85,7 @@ class SsdConfig:
     bwd_dx_mosaic: bool = False  # backward per-head kernel on Mosaic GPU (``kernel_bwd_mosaic``) where it covers
     bwd_dbc_mosaic: bool = False  # backward dB/dC kernel on Mosaic GPU (``kernel_bwd_dbc_mosaic``) where it covers
     bwd_dbc_columns: int = 128  # ... N's columns per program there (64 or 128: its two float32 accumulators' width)
+    fwd_mosaic: bool = False  # the forward's fused walks (whole or per segment) on Mosaic GPU (``kernel_fwd_mosaic``)
 
     def validate(self) -> None:
         for name in ("block_l", "block_p", "state_block_p", "bwd_block_p", "rebuild_block_p"):
@@ -114,6 +118,7 @@ class SsdConfig:
             "two_level_backward",
             "bwd_dx_mosaic",
             "bwd_dbc_mosaic",
+            "fwd_mosaic",
         ):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"SsdConfig.{name} must be a bool, got {getattr(self, name)!r}")
@@ -170,7 +175,7 @@ def default_config(
     ngroups: int = 1,
     wgmma: bool = True,
 ) -> SsdConfig:
-    """``SsdConfig()`` with fifteen rules for the shapes and the GPU:
+    """``SsdConfig()`` with sixteen rules for the shapes and the GPU:
 
     - the fused forward only where its programs (batch x heads x head-dim tiles) fill the GPU's ``sm_count``
       SMs: on an H100 (forward ms, fused / split, ``benchmarks/kernels/h100-2026-11-24-ssd-fused-vs-split*``) it
@@ -272,18 +277,33 @@ def default_config(
       B16 L512 H8 0.214 against 0.212, the same with G8 0.274 against 0.256, B4 L4096 H32 N64 G2 1.069 against
       0.903, B1 L16384 H24 0.904 against 0.879, B1 L131072 H24 6.913 against 6.593. It lost where a program loops
       over more tiles: at N 256 (B2 L8192 H32 G4, two or four column tiles) 1.929 against 1.990 (2.249), at P 128
-      (B2 L2048 H32, two 64-dim parts a head) 0.643 against 0.668."""
+      (B2 L2048 H32, two 64-dim parts a head) 0.643 against 0.668;
+    - the forward's fused walks on Mosaic GPU (``fwd_mosaic``) on a GPU with ``wgmma``, for 16-bit inputs with L, P
+      and N in 64s (``kernel_fwd_mosaic.mosaic_walk_supported`` checks the rest at the call: no seq_idx), and with
+      them the rules above for fused walks at N 256 too (whole where their programs fill the GPU, per segment where
+      the forward is split; the backward one-level there). On an H100
+      (``benchmarks/kernels/h100-2026-11-28-ssd-mosaic-walk*``, ms forward / forward+backward, Mosaic against the
+      Triton forward): 130m 0.179 / 0.812 against 0.185 / 0.858, 2.7b 0.253 / 1.240 against 0.347 / 1.379, B1
+      L16384 H24 0.200 / 0.815 against 0.224 / 0.874, B4 L4096 H32 N64 G2 0.192 / 0.875 against 0.240 / 0.933, B1
+      L131072 H24 1.398 / 6.535 against 1.370 / 6.701; at N 256 B8 L2048 H24 0.351 / 1.437 (whole walks) against
+      0.436 / 1.530 (split), B2 L8192 H32 G4 0.467 / 1.903 (segments of 1024) against 0.595 / 2.042 (Triton
+      segments) and 0.629 / 1.950 (split, one-level, ``...-walk-first-n256``)."""
     wide_tiles = dstate <= WIDE_TILE_MAX_DSTATE
+    # the forward's walk on Mosaic GPU where it covers these sizes (in 64s, 16-bit: its own check at the call)
+    walk = wgmma and itemsize == 2 and all(size % 64 == 0 for size in (seqlen, headdim, dstate))
     config = SsdConfig(
         shared_scores=nheads > ngroups,
         bwd_rowwise_dcs=True,
         bwd_dx_mosaic=wgmma,
         bwd_dbc_mosaic=wgmma and wide_tiles and headdim <= MOSAIC_DBC_MAX_HEADDIM,
+        fwd_mosaic=walk,
     )
     enough = STATE_PASS_PROGRAMS_PER_SM * sm_count
     whole_heads = batch * nheads * -(-headdim // 64) >= enough
+    fused_walks = wide_tiles or walk  # the Triton walks spill past WIDE_TILE_MAX_DSTATE, the Mosaic one does not
     if not wide_tiles:
-        config = dataclasses.replace(config, fused_forward_max_l=0, bwd_head_splits=1)
+        whole_walk = config.fused_forward_max_l if walk else 0
+        config = dataclasses.replace(config, bwd_head_splits=1, fused_forward_max_l=whole_walk)
     elif whole_heads:
         config = dataclasses.replace(config, state_block_p=64)
     elif seqlen >= WIDE_STATE_TILE_MIN_L and batch * nheads * -(-headdim // 32) >= enough:
@@ -291,7 +311,7 @@ def default_config(
     every = KEEP_EVERY
     programs = batch * nheads * -(-headdim // min(config.block_p, headdim))  # the fused forward's
     split_forward = programs < sm_count or seqlen > config.fused_forward_max_l
-    fusable = wide_tiles and split_forward
+    fusable = fused_walks and split_forward
     # a split forward that can fuse its segments goes two-level from SHORT_SEGMENTS_MIN_L: over the few-program or
     # partial-wave segments below FUSED_SEGMENTS_MIN_L (TWO_LEVEL_MIN_L for few programs), the longer walks' beyond
     two_level_min_l = SHORT_SEGMENTS_MIN_L if fusable else TWO_LEVEL_MIN_L
@@ -308,8 +328,8 @@ def default_config(
             config,
             two_level_states=True,
             state_segment=every,
-            fused_segments=wide_tiles,
-            two_level_backward=not (whole_heads or partial_wave),
+            fused_segments=fused_walks,
+            two_level_backward=not (whole_heads or partial_wave or not wide_tiles),
         )
     if dstate <= BWD_SPLIT_MAX_DSTATE:
         config = dataclasses.replace(config, bwd_block_p=32, bwd_num_warps=4)

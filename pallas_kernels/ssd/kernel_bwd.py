@@ -70,7 +70,8 @@ from pallas_kernels.ssd.block import (
     tile_grid,
 )
 from pallas_kernels.ssd.kernel_bwd_dbc_mosaic import mosaic_dbc, mosaic_dbc_supported
-from pallas_kernels.ssd.kernel_bwd_mosaic import block_decays, mosaic_dx, mosaic_dx_supported
+from pallas_kernels.ssd.kernel_bwd_mosaic import mosaic_dx, mosaic_dx_supported
+from pallas_kernels.ssd.mosaic import block_decays
 from pallas_kernels.ssd.segments import segment_outputs, segment_walk
 
 

@@ -35,7 +35,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from pallas_kernels.ssd.block import SsdDims
-from pallas_kernels.ssd.kernel_bwd_mosaic import TILE, TRANSFORMS, covers_tiles
+from pallas_kernels.ssd.mosaic import TILE, TRANSFORMS, covers_tiles
 
 STEPS_IN_FLIGHT = 2  # pipeline stages: one step's copies in flight while the previous one computes
 

@@ -42,42 +42,12 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from pallas_kernels.ssd.block import SsdDims
-from pallas_kernels.ssd.reference import process_dt
-
-TILE = 64  # positions per block and head dims per program: one warpgroup's wgmma rows
-MAX_DSTATE = 256  # shared memory: B, C, S_in and dS at N 256 are 128 KB of a program's 227
-TRANSFORMS = (plgpu.TilingTransform((8, 64)), plgpu.SwizzleTransform(128))  # 16-bit rows of 64: 128-byte swizzle
+from pallas_kernels.ssd.mosaic import TILE, TRANSFORMS, covers_tiles
 
 
 def mosaic_dx_supported(dims: SsdDims, dtype) -> bool:
     """Whether the Mosaic GPU kernel covers this problem (else the Triton kernel runs)."""
     return covers_tiles(dims, dtype)
-
-
-def covers_tiles(dims: SsdDims, dtype) -> bool:
-    """The Mosaic GPU kernels' common cover: 16-bit inputs in blocks of 64 positions, head dims and N in tiles of 64
-    (N <= MAX_DSTATE), no seq_idx."""
-    return (
-        dims.block_l == TILE
-        and dims.headdim % TILE == 0
-        and dims.dstate % TILE == 0
-        and dims.dstate <= MAX_DSTATE
-        and dims.seqlen % TILE == 0
-        and not dims.has_seq
-        and jnp.dtype(dtype) in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
-    )
-
-
-def block_decays(dt: jax.Array, A: jax.Array, dt_bias, dims: SsdDims) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """dt after bias, softplus and dt_limit, its cumulative dt·A from each block's start and cs_last - cs, each
-    (batch, H, L) float32: the kernel's per-position inputs, from dt (batch, L, H) and A (H,)."""
-    batch, seqlen, nheads = dt.shape
-    proc = process_dt(dt, dt_bias, dims.softplus, dims.dt_limit)
-    blocks = (proc * A.astype(jnp.float32)).reshape(batch, seqlen // TILE, TILE, nheads)
-    cs = jnp.cumsum(blocks, axis=2)
-    to_end = cs[:, :, -1:, :] - cs
-    heads_first = lambda t: jnp.moveaxis(t.reshape(batch, seqlen, nheads), 1, 2)  # noqa: E731
-    return heads_first(proc), heads_first(cs), heads_first(to_end)
 
 
 def ssd_bwd_dx_mosaic(*refs, dims: SsdDims, parts: int):

@@ -15,6 +15,8 @@ With two-level state passes (``SsdConfig.two_level_states``) the split form's st
 incoming state; ``SsdConfig.fused_segments`` then runs the fused walk once per segment, all segments in parallel
 (``ssd_fwd_fused_segments``), instead of writing every block's state (``ssd_fwd_block_states``) for the output
 pass to read back.
+With ``SsdConfig.fwd_mosaic`` (the default on Hopper) both fused walks run on Mosaic GPU (``kernel_fwd_mosaic``)
+where it covers the shape, except a whole walk that keeps float32 states every few blocks for the backward.
 Per block, on tensor cores: C·Bᵀ (T, T), masked decays, y = (C·Bᵀ ∘ decay ∘ dt) x plus the incoming state's term
 exp(cs) C·stateᵀ; the state update is a (block_p, T) x (T, Np) dot. Dot operands are in the input dtype (bf16 in
 training), accumulation float32; the stored states are in the dot dtype, as the dots read them. With z and saving
@@ -44,6 +46,7 @@ from pallas_kernels.ssd.block import (
     sequential_program,
     tile_grid,
 )
+from pallas_kernels.ssd.kernel_fwd_mosaic import mosaic_walk, mosaic_walk_supported
 from pallas_kernels.ssd.segments import segment_outputs, segment_walk
 
 _FLAGS = ("has_D", "has_z", "has_bias", "has_init", "has_seq", "has_scores")
@@ -263,6 +266,12 @@ def ssd_forward(
         kept_shape = jax.ShapeDtypeStruct((batch, dims.nkept, nheads, headdim, dims.dstate), jnp.float32)
     extra = [out_shape] if save and z is not None else []
     warps, stages = config.num_warps, config.num_stages
+    mosaic = config.fwd_mosaic and mosaic_walk_supported(dims, x.dtype)
+    if dims.seqlen <= config.fused_forward_max_l and mosaic and not (save and dims.keep_blocks > 1):
+        starts = None if initial_states is None else initial_states[:, None]
+        walk = dict(segment_blocks=dims.nblocks, states=save, ypre=save, end=True)
+        out, ypre, states, end = mosaic_walk(x, dt, A, B, C, D, z, dt_bias, starts, dims, **walk)
+        return out, end[:, 0], states, ypre
     scores = block_scores(B, C, dims.block_l) if dims.has_scores else None
     if dims.seqlen <= config.fused_forward_max_l:
         optional = (D, z, dt_bias, initial_states, seq_idx, scores)
@@ -276,6 +285,10 @@ def ssd_forward(
     segments = segment_dims(dims, config)
     if segments is not None:
         kept, final = two_level_states(x, dt, A, B, dt_bias, initial_states, seq_idx, segments, config)
+        if config.fused_segments and mosaic:
+            walk = dict(segment_blocks=segments.keep_blocks, states=save and not keep, ypre=save, end=False)
+            out, ypre, states, _ = mosaic_walk(x, dt, A, B, C, D, z, dt_bias, kept, segments, **walk)
+            return out, final, ((kept if keep else states) if save else None), ypre
         if config.fused_segments:
             store_blocks = save and not keep
             shapes = [out_shape] + ([states_shape] if store_blocks else []) + extra

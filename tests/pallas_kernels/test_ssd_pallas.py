@@ -72,6 +72,13 @@ STATE_CHUNKS = dict(block_l=32, bwd_state_chunk=16, bwd_block_p=16, **ROWWISE)
 MOSAIC_DX = SsdConfig(bwd_dx_mosaic=True)  # the backward's per-head kernel on Mosaic GPU (blocks of 64 positions)
 MOSAIC = SsdConfig(bwd_dx_mosaic=True, bwd_dbc_mosaic=True)  # ... and its dB/dC kernel
 MOSAIC_64_COLUMNS = dataclasses.replace(MOSAIC, bwd_dbc_columns=64)  # ... on 64 of N's columns a program
+MOSAIC_FORWARD = dataclasses.replace(MOSAIC, fwd_mosaic=True)  # ... and the forward's fused walk on Mosaic GPU
+# ... the walk once per segment of 2 blocks (the two-level state pass's), storing every block's state, or none where
+# the forward keeps float32 states every 2 blocks
+MOSAIC_SEGMENTS = dataclasses.replace(
+    MOSAIC_FORWARD, fused_forward_max_l=0, two_level_states=True, state_segment=128, fused_segments=True
+)
+MOSAIC_SEGMENTS_KEPT = dataclasses.replace(MOSAIC_SEGMENTS, checkpoint_every=128)
 OWN_SCORES_STATE_CHUNKS = split(block_l=32, bwd_state_chunk=16, bwd_block_p=16, shared_scores=False)
 
 CASES = [  # batch, L, H, P, N, G, chunk, dtype, D, z, init, seq_idx, softplus, dt_limit, config
@@ -215,6 +222,81 @@ CASES = [  # batch, L, H, P, N, G, chunk, dtype, D, z, init, seq_idx, softplus, 
     ),
     pytest.param(
         1, 128, 2, 64, 64, 1, 64, jnp.bfloat16, "H", True, True, True, True, (0.0, INF), MOSAIC, id="mosaic-seq"
+    ),
+    # the forward's walk on Mosaic GPU too: whole (initial state, z, D per head dim, groups of 2 heads, bf16; one block
+    # at N 256, no D, no softplus), per segment (5 blocks in segments of 2, 2 and 1: the last walk shorter; two 64-dim
+    # parts per head, N 128, fp16, dt_limit, every block's state stored) and per segment with kept float32 states
+    pytest.param(
+        2,
+        192,
+        4,
+        64,
+        64,
+        2,
+        64,
+        jnp.bfloat16,
+        "HP",
+        True,
+        True,
+        False,
+        True,
+        (0.0, INF),
+        MOSAIC_FORWARD,
+        id="mosaic-forward",
+    ),
+    pytest.param(
+        1,
+        64,
+        2,
+        64,
+        256,
+        1,
+        64,
+        jnp.bfloat16,
+        None,
+        True,
+        False,
+        False,
+        False,
+        (0.0, INF),
+        MOSAIC_FORWARD,
+        id="mosaic-forward-n256",
+    ),
+    pytest.param(
+        1,
+        320,
+        2,
+        128,
+        128,
+        1,
+        64,
+        jnp.float16,
+        "H",
+        False,
+        True,
+        False,
+        True,
+        (0.0, 0.05),
+        MOSAIC_SEGMENTS,
+        id="mosaic-segments",
+    ),
+    pytest.param(
+        2,
+        320,
+        4,
+        64,
+        64,
+        2,
+        64,
+        jnp.bfloat16,
+        "HP",
+        True,
+        True,
+        False,
+        True,
+        (0.0, INF),
+        MOSAIC_SEGMENTS_KEPT,
+        id="mosaic-segments-kept",
     ),
     pytest.param(
         1, 100, 2, 64, 64, 1, 64, jnp.bfloat16, "H", True, True, False, True, (0.0, INF), MOSAIC, id="mosaic-l100"
@@ -412,8 +494,8 @@ def test_default_config_takes_two_level_state_passes_for_long_walks_short_of_pro
     assert two_level(1, 65536, 128, 64, 128, 2) == LONG_SEGMENT  # 128 whole-head programs
     whole = default_config(4, 16384, 64, 64, 128, 2)  # 256 whole-head programs: a two-level backward was slower
     assert whole.two_level_states and whole.fused_segments and not whole.two_level_backward
-    assert not default_config(4, 16384, 64, 64, 256, 2).two_level_states  # ... and at N 256 nothing fuses
-    assert two_level(2, 8192, 32, 64, 256, 2) is None  # a walk of 128 blocks: no gain
+    assert not default_config(4, 16384, 64, 64, 256, 2, wgmma=False).two_level_states  # at N 256 only Mosaic fuses
+    assert not default_config(2, 8192, 32, 64, 256, 2, wgmma=False).two_level_states  # Triton at N 256: no gain
     assert two_level(8, 2048, 24, 64, 128, 2) is None  # 130m
     config = default_config(1, 131072, 24, 64, 128, 2)
     assert config.checkpoint_every == config.state_segment == LONG_SEGMENT  # the kept states are the segments'
@@ -433,7 +515,7 @@ def test_default_config_fuses_the_two_level_forward_per_segment_up_to_n_128():
     assert not default_config(8, 8192, 24, 64, 128, 2).two_level_states  # 192 programs: the fused forward
     assert default_config(8, 12288, 24, 64, 128, 2).fused_segments  # ... past its L
     assert not default_config(4, 1024, 32, 64, 128, 2).two_level_states  # a walk of 16 blocks
-    assert not default_config(1, 16384, 24, 64, 256, 2).fused_segments  # two-level, but N 256
+    assert not default_config(1, 16384, 24, 64, 256, 2, wgmma=False).fused_segments  # two-level, but N 256 on Triton
     assert default_config(4, 16384, 64, 64, 128, 2).fused_segments  # whole-head programs: the forward only
     assert default_config(1, 16384, 24, 64, 128, 2).two_level_backward  # few programs: both passes
     assert not default_config(8, 2048, 24, 64, 128, 2).fused_segments  # 130m: the fused forward
@@ -446,11 +528,12 @@ def test_default_config_cuts_short_walks_into_segments_where_the_fused_forward_h
     slower), nor past N 128, nor at L 1024 (the forward+backward moved both ways)."""
     from pallas_kernels.ssd.config import KEEP_EVERY, SHORT_SEGMENT, default_config
 
-    def segment(*shape, dstate=128, sm_count=132):
-        config = default_config(*shape, 64, dstate, 2, sm_count)
+    def segment(*shape, dstate=128, sm_count=132, wgmma=True):
+        config = default_config(*shape, 64, dstate, 2, sm_count, wgmma=wgmma)
         if not config.two_level_states:
             return None
-        assert config.fused_segments and config.two_level_backward and config.checkpoint_every == 0, shape
+        assert config.fused_segments and config.two_level_backward == (dstate <= 128), shape
+        assert config.checkpoint_every == 0, shape
         return config.state_segment
 
     assert segment(2, 2048, 8) == segment(1, 4096, 24) == SHORT_SEGMENT
@@ -459,7 +542,7 @@ def test_default_config_cuts_short_walks_into_segments_where_the_fused_forward_h
     assert segment(2, 8192, 32) == KEEP_EVERY  # 64 programs: segments of 512 did not win there
     assert segment(4, 2048, 24, sm_count=400) == SHORT_SEGMENT  # 96 programs: few on a larger GPU
     assert segment(1, 1024, 8) is None and segment(16, 512, 8) is None
-    assert segment(1, 4096, 24, dstate=256) is None  # the fused tiles spill
+    assert segment(1, 4096, 24, dstate=256, wgmma=False) is None  # the Triton fused tiles spill
 
 
 def test_default_config_cuts_the_forward_into_segments_of_512_where_the_fused_forward_runs_a_partial_wave():
@@ -477,7 +560,7 @@ def test_default_config_cuts_the_forward_into_segments_of_512_where_the_fused_fo
     assert long_walk.state_segment == KEEP_EVERY and long_walk.two_level_backward
     assert not default_config(4, 1024, 24, 64, 128, 2).two_level_states  # L 1024
     assert not default_config(8, 2048, 24, 64, 128, 2).two_level_states  # 130m: 192 programs, the fused forward
-    assert not default_config(2, 4096, 32, 64, 256, 2).two_level_states  # N 256
+    assert not default_config(2, 4096, 32, 64, 256, 2, wgmma=False).two_level_states  # N 256 on Triton
 
 
 def test_default_config_keeps_wide_tiles_and_the_fused_forward_to_n_128():
@@ -486,7 +569,7 @@ def test_default_config_keeps_wide_tiles_and_the_fused_forward_to_n_128():
     from pallas_kernels.ssd.config import default_config
 
     assert default_config(8, 2048, 24, 64, 128, 2).fused_forward_max_l > 0
-    assert default_config(8, 2048, 24, 64, 256, 2).fused_forward_max_l == 0
+    assert default_config(8, 2048, 24, 64, 256, 2, wgmma=False).fused_forward_max_l == 0  # (Mosaic: the next test)
     for shape, tile in (((4, 4096, 64, 64), 64), ((1, 65536, 128, 64), 32)):
         assert default_config(*shape, 128, 2).state_block_p == tile
         assert default_config(*shape, 256, 2).state_block_p == SsdConfig().state_block_p == 16
@@ -497,6 +580,27 @@ def test_default_config_keeps_wide_tiles_and_the_fused_forward_to_n_128():
     for shape in ((1, 2048, 24, 64), (2, 1024, 8, 64)):  # dB/dC: one program per group past 128 whatever the programs
         assert default_config(*shape, 128, 2).bwd_head_splits == SsdConfig().bwd_head_splits == 4
         assert default_config(*shape, 256, 2).bwd_head_splits == 1
+
+
+def test_default_config_walks_the_forward_on_mosaic_gpu_where_it_covers_the_shape_n_256_included():
+    """Measured on an H100 (benchmarks/kernels/h100-2026-11-28-ssd-mosaic-walk*, ms forward, the Mosaic GPU walk
+    against the Triton forward): 130m 0.179 against 0.185, 2.7b 0.253 against 0.347, B1 L16384 H24 0.200 against
+    0.224, B4 L4096 H32 N64 G2 0.192 against 0.240. Its state does not spill at N 256, so there the fused forward and
+    the fused segments run too: B8 L2048 H24 N256 0.351 (whole walks) against 0.436 (split), B2 L8192 H32 G4 N256
+    0.467 (segments of 1024, the backward one-level) against 0.595 (Triton segments) and 0.629 (split, one-level)."""
+    from pallas_kernels.ssd.config import default_config
+
+    assert default_config(8, 2048, 24, 64, 128, 2).fwd_mosaic
+    assert not default_config(8, 2048, 24, 64, 128, 2, wgmma=False).fwd_mosaic
+    assert not default_config(8, 2048, 24, 64, 128, 4).fwd_mosaic  # float32: the Triton kernels
+    assert not default_config(8, 2000, 24, 64, 128, 2).fwd_mosaic  # a partial last block
+    assert not default_config(8, 2048, 24, 48, 128, 2).fwd_mosaic  # head dims not in 64s
+    assert default_config(8, 2048, 24, 64, 256, 2).fused_forward_max_l > 0  # 192 programs walk whole
+    n256 = default_config(2, 8192, 32, 64, 256, 2, ngroups=4)  # 64 programs: per segment
+    assert n256.fused_forward_max_l == 0 and n256.two_level_states and n256.fused_segments
+    assert n256.state_segment == 1024 and not n256.two_level_backward
+    triton = default_config(2, 8192, 32, 64, 256, 2, ngroups=4, wgmma=False)  # one-level, split
+    assert not triton.two_level_states and triton.fused_forward_max_l == 0
 
 
 def test_default_config_takes_a_groups_heads_in_one_dbc_program_where_blocks_and_groups_fill_the_gpu():
@@ -564,6 +668,39 @@ def test_the_backward_runs_the_mosaic_gpu_kernels_only_where_they_cover_the_shap
         assert not any(dims.has_seq for _, dims in calls)
 
 
+def test_the_forward_walks_on_mosaic_gpu_only_where_it_covers_the_shape(rng, monkeypatch):
+    """``fwd_mosaic`` sends the fused walks (whole, per segment) of a covered shape to ``mosaic_walk``, and the rest
+    to the Triton kernels: seq_idx, a partial last block, and a whole walk that keeps float32 states every few blocks
+    (the Mosaic walk stores every block's or none). Outputs and final states agree with the oracle either way (the
+    cases ``mosaic-forward*`` and ``mosaic-segments*`` above: here, that they are finite)."""
+    from pallas_kernels.ssd import kernel_fwd
+
+    calls = []
+    real = kernel_fwd.mosaic_walk
+    monkeypatch.setattr(kernel_fwd, "mosaic_walk", lambda *a, **k: calls.append(k["segment_blocks"]) or real(*a, **k))
+    runs = [  # seq_idx, L, config, the walks' segment lengths in blocks
+        (False, 192, MOSAIC_FORWARD, [3]),
+        (False, 320, MOSAIC_SEGMENTS, [2]),
+        (False, 320, MOSAIC_SEGMENTS_KEPT, [2]),
+        (True, 192, MOSAIC_FORWARD, []),
+        (False, 100, MOSAIC_FORWARD, []),
+        (False, 192, dataclasses.replace(MOSAIC_FORWARD, checkpoint_every=128), []),
+        (False, 192, MOSAIC, []),
+    ]
+    for seq, seqlen, config, expected in runs:
+        calls.clear()
+        arrays, _, seq_idx = make_inputs(rng, 1, seqlen, 2, 64, 64, 1, jnp.bfloat16, seq=seq)
+
+        def forward(x, dt, A, B, C, D, z, config=config, seq_idx=seq_idx):
+            return mamba_chunk_scan_combined(
+                x, dt, A, B, C, 64, D=D, z=z, seq_idx=seq_idx, impl="pallas", config=config
+            )
+
+        out, _ = jax.vjp(forward, *(arrays[k] for k in ("x", "dt", "A", "B", "C", "D", "z")))
+        assert bool(jnp.isfinite(out.astype(jnp.float32)).all())
+        assert calls == expected, (seq, seqlen, config)
+
+
 def test_default_config_runs_the_mosaic_gpu_kernels_on_gpus_with_wgmma(rng, monkeypatch):
     """Measured on an H100 (benchmarks/kernels/h100-2026-11-27-ssd-mosaic-dx*, ...-11-28-ssd-mosaic-dbc*): both
     Mosaic GPU kernels up to N 128 and P 64, the per-head one beyond. ``wgmma`` is Hopper's alone (compute capability
@@ -590,7 +727,8 @@ def test_default_config_runs_the_mosaic_gpu_kernels_on_gpus_with_wgmma(rng, monk
         assert _triton.gpu_has_wgmma() is wgmma, capability
     # asked for on a GPU without wgmma (8.0 here), the Mosaic kernels are refused before any work
     monkeypatch.setattr(_triton.jax, "devices", lambda: [SimpleNamespace(compute_capability="8.0")])
-    for config, name in ((MOSAIC_DX, "bwd_dx_mosaic"), (SsdConfig(bwd_dbc_mosaic=True), "bwd_dbc_mosaic")):
+    for name in ("fwd_mosaic", "bwd_dx_mosaic", "bwd_dbc_mosaic"):
+        config = SsdConfig(**{name: True})
         with pytest.raises(ValueError, match=f"SsdConfig.{name} needs a GPU with Hopper's wgmma .* has 8.0"):
             mamba_chunk_scan_combined(**arrays, chunk_size=64, impl="pallas", config=config)
 
@@ -742,6 +880,21 @@ def test_pallas_refuses_what_it_does_not_tile(change, message):
         # runs in Python, and interpret mode does not choose layouts)
         (MOSAIC_DX, ["ssd_fwd_fused", "ssd_bwd_dstates", "ssd_bwd_dbc"]),
         (MOSAIC, ["ssd_fwd_fused", "ssd_bwd_dstates"]),
+        (MOSAIC_FORWARD, ["ssd_bwd_dstates"]),  # ... and the forward's walk
+        (
+            MOSAIC_SEGMENTS,
+            [
+                *("ssd_fwd_segment_states", "ssd_fwd_segment_walk"),
+                *("ssd_bwd_segment_dstates", "ssd_bwd_segment_walk", "ssd_bwd_block_dstates"),
+            ],
+        ),
+        (
+            MOSAIC_SEGMENTS_KEPT,
+            [
+                *("ssd_fwd_segment_states", "ssd_fwd_segment_walk", "ssd_bwd_rebuild_states"),
+                *("ssd_bwd_segment_dstates", "ssd_bwd_segment_walk", "ssd_bwd_block_dstates"),
+            ],
+        ),
     ],
 )
 def test_kernels_lower_to_triton_for_an_h100(monkeypatch, config, kernels):

@@ -31,6 +31,9 @@ PERSISTENT = SsdConfig(bwd_persistent_programs=4, bwd_num_warps=8)  # ssd_bwd_dx
 MOSAIC_DX = SsdConfig(bwd_dx_mosaic=True)  # the backward's per-head kernel on Mosaic GPU
 MOSAIC = SsdConfig(bwd_dx_mosaic=True, bwd_dbc_mosaic=True)  # ... and its dB/dC kernel (128 of N's columns a program)
 MOSAIC_64_COLUMNS = dataclasses.replace(MOSAIC, bwd_dbc_columns=64)
+MOSAIC_FORWARD = dataclasses.replace(MOSAIC, fwd_mosaic=True)  # ... and the forward's walk, whole
+MOSAIC_SEGMENTS = cpu.MOSAIC_SEGMENTS  # ... per segment of 2 blocks, every block's state stored
+MOSAIC_SEGMENTS_KEPT = cpu.MOSAIC_SEGMENTS_KEPT  # ... float32 states kept every 2 blocks
 
 
 @pytest.mark.parametrize(
@@ -93,6 +96,24 @@ def test_mosaic_kernels_match_oracle_on_gpu(rng, batch, seqlen, nheads, headdim,
         (0.0, float("inf")),
         config,
     )
+
+
+@pytest.mark.parametrize(
+    "batch,seqlen,nheads,headdim,dstate,groups,dtype,D,z,config",
+    [
+        (2, 320, 6, 64, 64, 3, jnp.bfloat16, "HP", True, MOSAIC_FORWARD),
+        (1, 192, 4, 128, 128, 2, jnp.float16, "H", False, MOSAIC_FORWARD),
+        (1, 128, 4, 64, 256, 1, jnp.bfloat16, None, True, MOSAIC_FORWARD),
+        (2, 320, 6, 64, 64, 3, jnp.bfloat16, "HP", True, MOSAIC_SEGMENTS),
+        (1, 256, 4, 128, 128, 2, jnp.float16, "H", True, MOSAIC_SEGMENTS),
+        (1, 320, 4, 64, 256, 2, jnp.bfloat16, "H", True, MOSAIC_SEGMENTS_KEPT),
+    ],
+)
+def test_mosaic_forward_matches_oracle_on_gpu(rng, batch, seqlen, nheads, headdim, dstate, groups, dtype, D, z, config):
+    """The forward's walk on Mosaic GPU, compiled, with both Mosaic backward kernels: whole (one walk a sequence) and
+    per segment of 2 blocks (5 blocks: the last walk one block), every block's state stored or float32 states kept;
+    groups of 1-3 heads, P 64 and 128, N 64-256, with and without z and D, from an initial state."""
+    test_mosaic_kernels_match_oracle_on_gpu(rng, batch, seqlen, nheads, headdim, dstate, groups, dtype, D, z, config)
 
 
 def _vjp(arrays, dtypes, cotangent, chunk, impl, config=None):

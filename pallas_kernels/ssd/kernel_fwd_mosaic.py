@@ -1,0 +1,241 @@
+"""The forward's fused walk (``kernel_fwd``'s ``ssd_fwd_fused`` and ``ssd_fwd_fused_segments`` math) on Pallas's
+Mosaic GPU backend: one program per (batch row, segment of blocks, head, 64 head dims), one warpgroup, walking its
+segment's blocks of 64 positions with the (64, N) float32 state in registers, every product on ``wgmma``, each
+block's tiles (x, B, C, z and the per-position decays) copied into shared memory by TMA while the block before it
+computes (``emit_pipeline``).
+
+The Triton fused forward holds the same state in registers too, but beside its (T, N) B and C tiles: past N 128 it
+spills (888-1008 bytes a thread at N 256, ``config.WIDE_TILE_MAX_DSTATE``), so N 256 ran the split forward. Here B
+and C wait in shared memory and the state is 128 registers a thread at N 256.
+
+Per block, with T = 64 positions i (rows) and j (columns), cs the block's cumulative dt·A, cs_last its sum over the
+block (from XLA, ``mosaic.block_cumsums``), X = dt x and S the (P, N) state entering the block:
+
+    M  = C Bᵀ ∘ exp(cs_i - cs_j) on and below the diagonal, in the dot dtype
+    y  = exp(cs_i) ∘ (C Sᵀ) + M X + D x,      out = y silu(z) (y kept as the pre-gate output when saving)
+    S  = exp(cs_last) S + (exp(cs_last - cs) ∘ X)ᵀ B
+
+C Sᵀ reads S's copy in the dot dtype (as the Triton kernels do), which is also what the block states kept for the
+backward are. The walk starts from a zero state or from a given float32 one (the initial state, or the state
+entering each segment from the two-level state pass) and can leave its float32 end state.
+
+``wgmma`` is asynchronous, so each block issues its products before the register work that does not need them:
+C Bᵀ while X and exp(cs_last - cs) ∘ X are staged in shared memory, then the state update and C Sᵀ together while M
+is. The update's accumulator starts at exp(cs_last) S (``products``): the state is never in registers twice. Shared
+memory at N 256 with z: two pipeline stages of x, B, C, z and the decay vectors (162 KB), S, M, X and the staged
+update operand (56 KB); out leaves from X's buffer, or from z's slot where X's holds the pre-gate output. So one
+program runs per SM at every N (two would need 113 KB each).
+
+Measured on an H100 (``benchmarks/kernels/h100-2026-11-28-ssd-mosaic-walk*``, ms forward, against the Triton
+forward): 130m 0.179 against 0.185, 2.7b 0.253 against 0.347, B2 L8192 H32 G4 N256 (per segment) 0.467 against 0.595,
+B8 L2048 H24 N256 0.351 against 0.436 (split), B4 L4096 H32 N64 G2 0.192 against 0.240, B1 L16384 H24 0.200 against
+0.224; even at B1 L65536 H128 (3.51 against 3.55, the first version) and B1 L131072 H24 (1.398 against 1.370).
+
+Covered shapes (``mosaic_walk_supported``, as the backward's Mosaic kernels): block_l 64, head dims and N multiples of
+64 (N <= 256), L a multiple of 64, 16-bit inputs, no seq_idx. Elsewhere the Triton kernels run.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import mosaic_gpu as plgpu
+
+from pallas_kernels.ssd.block import SsdDims
+from pallas_kernels.ssd.mosaic import TILE, TRANSFORMS, block_cumsums, covers_tiles
+
+STEPS_IN_FLIGHT = 2  # pipeline stages: the next block's copies in flight while this one computes
+
+
+def mosaic_walk_supported(dims: SsdDims, dtype) -> bool:
+    """Whether the Mosaic GPU walk covers this problem (else the Triton kernels run)."""
+    return covers_tiles(dims, dtype)
+
+
+def products(inits, pairs, interpret: bool, meanwhile=None) -> tuple[jax.Array, ...]:
+    """inits[i] + a_i b_i for each pair (a_i, b_i) of shared-memory operands: every ``wgmma`` issued into an
+    accumulator that starts at its init (so that the (64, N) state is never in registers twice), then
+    ``meanwhile()`` (work that runs while they do; it may write refs only), then the results. Pallas's GPU
+    interpreter has no accumulator that starts at a value (``pl.run_state``): there the products go into zeroed ones
+    and are added after."""
+
+    def issue(accs):
+        for acc, (a, b) in zip(accs, pairs, strict=True):
+            plgpu.wgmma(acc, a, b)
+        if meanwhile is not None:
+            meanwhile()
+
+    if not interpret:
+        return pl.run_state(issue)(tuple(plgpu.ACC.init(v) for v in inits))
+
+    def scoped(*accs):
+        issue(accs)
+        return tuple(acc[...] for acc in accs)
+
+    done = pl.run_scoped(scoped, *(plgpu.ACC(v.shape, jnp.float32) for v in inits))
+    return tuple(v + q for v, q in zip(inits, done, strict=True))
+
+
+def ssd_fwd_walk_mosaic(*refs, dims: SsdDims, parts: int, segment_blocks: int, has_start: bool, outs: tuple):
+    """One (batch row, segment, head, 64 head dims): the walk over the segment's blocks (module docstring).
+    ``outs`` names the outputs after ``out``, in order: "ypre", "states", "end"."""
+    n_in = 6 + dims.has_D + dims.has_z + has_start
+    ins, out_refs, scratch = refs[:n_in], refs[n_in : n_in + 1 + len(outs)], refs[n_in + 1 + len(outs) :]
+    x_ref, B_ref, C_ref, dt_ref, cs_ref, last_ref, *opt = ins
+    D_ref = opt.pop(0) if dims.has_D else None
+    z_ref = opt.pop(0) if dims.has_z else None
+    start_ref = opt[0] if has_start else None
+    out_ref, named = out_refs[0], dict(zip(outs, out_refs[1:], strict=True))
+    S_s, M_s, X_s, E_s, D_s, barrier = scratch
+
+    hp, s, b = lax.axis_index("hp"), lax.axis_index("segment"), lax.axis_index("batch")
+    h, part = hp // parts, hp % parts
+    g = h // dims.heads_per_group
+    p, n = pl.ds(part * TILE, TILE), dims.dstate
+    f32, dtype = jnp.float32, x_ref.dtype
+    wg = plgpu.Layout.WGMMA
+    rows_v, cols_v = wg.reduce(1), wg.reduce(0)  # vectors over a tile's rows / columns
+    on_rows = lambda v, width=TILE: lax.broadcast_in_dim(v, (TILE, width), [0])  # noqa: E731
+    on_cols = lambda v: lax.broadcast_in_dim(v, (TILE, TILE), [1])  # noqa: E731
+    row = plgpu.broadcasted_iota(jnp.int32, (TILE, TILE), 0, layout=wg)
+    col = plgpu.broadcasted_iota(jnp.int32, (TILE, TILE), 1, layout=wg)
+    first = s * segment_blocks
+    # the last segment may be shorter: a dynamic step count, read by emit_pipeline as such
+    steps = segment_blocks if dims.nblocks % segment_blocks == 0 else jnp.minimum(segment_blocks, dims.nblocks - first)
+
+    if D_ref is not None:
+        plgpu.copy_gmem_to_smem(D_ref.at[h, p], D_s.at[0], barrier.at[0])
+    if start_ref is not None:
+        S = plgpu.load(start_ref.at[b, s, h, p], layout=wg, optimized=False)  # from global memory
+    else:
+        S = plgpu.layout_cast(jnp.zeros((TILE, n), f32), wg)
+    S_s[...] = S.astype(dtype)
+    plgpu.commit_smem()
+    zeros = plgpu.layout_cast(jnp.zeros((TILE, TILE), f32), wg)
+    if D_ref is not None:
+        plgpu.barrier_wait(barrier.at[0])
+        Dv = plgpu.load(D_s.at[0], layout=cols_v)
+
+    def step(indices, x_s, B_s, C_s, dt_s, cs_s, cs_cols_s, last_s, *rest):
+        """One block: S's copy stored; C·Bᵀ while X and exp(cs_last - cs) ∘ X are staged; the state update and C Sᵀ
+        while M is staged; y, its stores, and S's copy for the next block."""
+        *z_s, S = rest
+        k = first + indices[0]
+        t = pl.ds(k * TILE, TILE)
+        if "states" in named:
+            plgpu.copy_smem_to_gmem(S_s, named["states"].at[b, k, h, p])
+        dt_r, cs_r = plgpu.load(dt_s, layout=rows_v), plgpu.load(cs_s, layout=rows_v)
+        last_r = plgpu.load(last_s, layout=rows_v)
+
+        def stage_inputs():
+            x = plgpu.load(x_s, layout=wg).astype(f32)
+            X_s[...] = (x * on_rows(dt_r)).astype(dtype)
+            E_s[...] = (x * on_rows(dt_r * jnp.exp(last_r - cs_r))).astype(dtype)
+            plgpu.commit_smem()
+
+        (CB,) = products((zeros,), [(C_s, B_s.transpose((1, 0)))], dims.interpret, stage_inputs)  # [i, j] = C_i · B_j
+
+        def stage_scores():
+            log_decay = on_rows(cs_r) - on_cols(plgpu.load(cs_cols_s, layout=cols_v))
+            M_s[...] = jnp.where(row >= col, CB * jnp.exp(jnp.minimum(log_decay, 0.0)), 0.0).astype(dtype)
+            plgpu.commit_smem()
+
+        carried = on_rows(jnp.exp(last_r), n) * S  # S's rows are head dims: every one scaled by exp(cs_last)
+        pairs = [(E_s.transpose((1, 0)), B_s), (C_s, S_s.transpose((1, 0)))]  # the update, C Sᵀ
+        S, CS = products((carried, zeros), pairs, dims.interpret, stage_scores)
+        (y,) = products((on_rows(jnp.exp(cs_r)) * CS,), [(M_s, X_s)], dims.interpret)
+        if D_ref is not None:
+            y = y + on_cols(Dv) * plgpu.load(x_s, layout=wg).astype(f32)
+        out_s = X_s  # M X is done: out leaves from X's buffer, or from z's with the pre-gate output in X's
+        if z_s:
+            if "ypre" in named:
+                X_s[...] = y.astype(dtype)
+                plgpu.commit_smem()
+                plgpu.copy_smem_to_gmem(X_s, named["ypre"].at[b, t, h, p])
+            z = plgpu.load(z_s[0], layout=wg).astype(f32)
+            y = y * z / (1.0 + jnp.exp(-z))
+            out_s = z_s[0]
+        out_s[...] = y.astype(dtype)
+        plgpu.commit_smem()
+        plgpu.copy_smem_to_gmem(out_s, out_ref.at[b, t, h, p])
+        plgpu.wait_smem_to_gmem(0, wait_read_only=True)  # the stores have read S_s, X_s and z's (refilled next)
+        S_s[...] = S.astype(dtype)
+        plgpu.commit_smem()
+        return S
+
+    def head_tile(ref):
+        return ref.at[b, :, h], plgpu.BlockSpec((TILE, TILE), lambda j: (first + j, part), transforms=TRANSFORMS)
+
+    def group_tile(ref):
+        return ref.at[b, :, g], plgpu.BlockSpec((TILE, n), lambda j: (first + j, 0), transforms=TRANSFORMS)
+
+    def vector(ref):
+        return ref.at[b, h], plgpu.BlockSpec((TILE,), lambda j: (first + j,))
+
+    streams = [head_tile(x_ref), group_tile(B_ref), group_tile(C_ref)]
+    streams += [vector(ref) for ref in (dt_ref, cs_ref, cs_ref, last_ref)]  # cs twice: rows and columns
+    streams += [head_tile(z_ref)] if z_ref is not None else []
+    S = plgpu.emit_pipeline(
+        step,
+        grid=(steps,),
+        in_specs=[spec for _, spec in streams],
+        max_concurrent_steps=STEPS_IN_FLIGHT,
+        init_carry=S,
+    )(*[src for src, _ in streams])
+    if "end" in named:
+        named["end"].at[b, s, h, p][...] = S
+    plgpu.wait_smem_to_gmem(0, wait_read_only=True)
+
+
+def mosaic_walk(
+    x, dt, A, B, C, D, z, dt_bias, starts, dims: SsdDims, *, segment_blocks: int, states: bool, ypre: bool, end: bool
+):
+    """The fused walk by the Mosaic GPU kernel over segments of ``segment_blocks`` blocks (all of them: one walk per
+    sequence), each from ``starts`` (batch, segments, H, P, N) float32, or from zeros where None. Returns out
+    (batch, L, H, P) in x's dtype, then as asked: the pre-gate output (like out; only with z), every block's
+    incoming state (batch, nblocks, H, P, N) in x's dtype, the state leaving each segment (batch, segments, H, P, N)
+    float32.
+
+    x, z (batch, L, H, P) and B, C (batch, L, G, N) in one 16-bit dtype; dt (batch, L, H); A (H,); D (H, P) float32
+    or None; dt_bias (H,) or None."""
+    batch, _, nheads, headdim = x.shape
+    parts, n, f32 = headdim // TILE, dims.dstate, jnp.float32
+    segments = -(-dims.nblocks // segment_blocks)
+    tile16 = lambda shape: plgpu.SMEM(shape, x.dtype, transforms=TRANSFORMS)  # noqa: E731
+    scratch = [
+        tile16((TILE, n)),  # S in the dot dtype
+        tile16((TILE, TILE)),  # M
+        tile16((TILE, TILE)),  # X = dt x, then the pre-gate output or out
+        tile16((TILE, TILE)),  # exp(cs_last - cs) ∘ X
+        plgpu.SMEM((1, TILE), f32),  # D's head dims
+        plgpu.Barrier(num_barriers=1),  # D's copy
+    ]
+    names = [name for name, wanted in (("ypre", ypre and z is not None), ("states", states), ("end", end)) if wanted]
+    shapes = {
+        "ypre": jax.ShapeDtypeStruct(x.shape, x.dtype),
+        "states": jax.ShapeDtypeStruct((batch, dims.nblocks, nheads, headdim, n), x.dtype),
+        "end": jax.ShapeDtypeStruct((batch, segments, nheads, headdim, n), f32),
+    }
+    inputs = [x, B, C, *block_cumsums(dt, A, dt_bias, dims)]
+    inputs += [t for t in (D, z, starts) if t is not None]
+    kernel = plgpu.kernel(
+        functools.partial(
+            ssd_fwd_walk_mosaic,
+            dims=dims,
+            parts=parts,
+            segment_blocks=segment_blocks,
+            has_start=starts is not None,
+            outs=tuple(names),
+        ),
+        out_type=[jax.ShapeDtypeStruct(x.shape, x.dtype)] + [shapes[name] for name in names],
+        scratch_types=scratch,
+        grid=(nheads * parts, segments, batch),
+        grid_names=("hp", "segment", "batch"),
+        compiler_params=plgpu.CompilerParams(approx_math=True),
+    )
+    with plgpu.force_gpu_interpret_mode(plgpu.InterpretGPUParams() if dims.interpret else None):
+        out, *rest = kernel(*inputs)
+    named = dict(zip(names, rest, strict=True))
+    return out, named.get("ypre"), named.get("states"), named.get("end")

@@ -1,0 +1,52 @@
+"""What the Mosaic GPU SSD kernels share: their tile, shared-memory layout, cover and per-position decays.
+
+Each of them (``kernel_fwd_mosaic``, ``kernel_bwd_mosaic``, ``kernel_bwd_dbc_mosaic``) is one warpgroup working on
+blocks of TILE positions and TILE head dims, with 16-bit tiles in shared memory in rows of 64 elements (128-byte
+swizzle, what ``wgmma`` reads). The per-position decays come from XLA as (batch, H, L) float32 vectors, so that a
+program reads them with the tensor-memory accelerator like any other tile.
+"""
+
+import jax
+import jax.numpy as jnp
+from jax.experimental.pallas import mosaic_gpu as plgpu
+
+from pallas_kernels.ssd.block import SsdDims
+from pallas_kernels.ssd.reference import process_dt
+
+TILE = 64  # positions per block and head dims per program: one warpgroup's wgmma rows
+MAX_DSTATE = 256  # shared memory: the backward's B, C, S_in and dS at N 256 are 128 KB of a program's 227
+TRANSFORMS = (plgpu.TilingTransform((8, 64)), plgpu.SwizzleTransform(128))  # 16-bit rows of 64: 128-byte swizzle
+
+
+def covers_tiles(dims: SsdDims, dtype) -> bool:
+    """The Mosaic GPU kernels' common cover: 16-bit inputs in blocks of 64 positions, head dims and N in tiles of 64
+    (N <= MAX_DSTATE), no seq_idx."""
+    return (
+        dims.block_l == TILE
+        and dims.headdim % TILE == 0
+        and dims.dstate % TILE == 0
+        and dims.dstate <= MAX_DSTATE
+        and dims.seqlen % TILE == 0
+        and not dims.has_seq
+        and jnp.dtype(dtype) in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+    )
+
+
+def block_cumsums(dt: jax.Array, A: jax.Array, dt_bias, dims: SsdDims) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """dt after bias, softplus and dt_limit, its cumulative dt·A from each block's start (cs) and that sum over the
+    whole block (cs_last, the same value at each of the block's positions), each (batch, H, L) float32, from dt
+    (batch, L, H) and A (H,)."""
+    batch, seqlen, nheads = dt.shape
+    proc = process_dt(dt, dt_bias, dims.softplus, dims.dt_limit)
+    blocks = (proc * A.astype(jnp.float32)).reshape(batch, seqlen // TILE, TILE, nheads)
+    cs = jnp.cumsum(blocks, axis=2)
+    last = jnp.broadcast_to(cs[:, :, -1:, :], cs.shape)
+    heads_first = lambda t: jnp.moveaxis(t.reshape(batch, seqlen, nheads), 1, 2)  # noqa: E731
+    return heads_first(proc), heads_first(cs), heads_first(last)
+
+
+def block_decays(dt: jax.Array, A: jax.Array, dt_bias, dims: SsdDims) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """dt after bias, softplus and dt_limit, cs and cs_last - cs (``block_cumsums``), each (batch, H, L) float32:
+    the backward kernels' per-position inputs."""
+    proc, cs, last = block_cumsums(dt, A, dt_bias, dims)
+    return proc, cs, last - cs
