@@ -266,14 +266,16 @@ def ssd_forward(
         kept_shape = jax.ShapeDtypeStruct((batch, dims.nkept, nheads, headdim, dims.dstate), jnp.float32)
     extra = [out_shape] if save and z is not None else []
     warps, stages = config.num_warps, config.num_stages
+    keep = save and dims.keep_blocks > 1
     mosaic = config.fwd_mosaic and mosaic_walk_supported(dims, x.dtype)
-    if dims.seqlen <= config.fused_forward_max_l and mosaic and not (save and dims.keep_blocks > 1):
+    whole_walk = dims.seqlen <= config.fused_forward_max_l
+    if whole_walk and mosaic and not keep:  # the Mosaic walk stores every block's state or none
         starts = None if initial_states is None else initial_states[:, None]
         walk = dict(segment_blocks=dims.nblocks, states=save, ypre=save, end=True)
         out, ypre, states, end = mosaic_walk(x, dt, A, B, C, D, z, dt_bias, starts, dims, **walk)
         return out, end[:, 0], states, ypre
     scores = block_scores(B, C, dims.block_l) if dims.has_scores else None
-    if dims.seqlen <= config.fused_forward_max_l:
+    if whole_walk:
         optional = (D, z, dt_bias, initial_states, seq_idx, scores)
         inputs = [x, dt, A, B, C] + [t for t in optional if t is not None]
         shapes = [out_shape, final_shape] + ([kept_shape] if save else []) + extra
@@ -281,16 +283,15 @@ def ssd_forward(
         out, final, *saved = call_kernel(kernel, inputs, shapes, dims.grid, dims, warps, stages, "ssd_fwd_fused")
         return out, final, (saved[0] if save else None), (saved[1] if extra else None)
 
-    keep = save and dims.keep_blocks > 1
     segments = segment_dims(dims, config)
     if segments is not None:
         kept, final = two_level_states(x, dt, A, B, dt_bias, initial_states, seq_idx, segments, config)
+        store_blocks = save and not keep
         if config.fused_segments and mosaic:
-            walk = dict(segment_blocks=segments.keep_blocks, states=save and not keep, ypre=save, end=False)
+            walk = dict(segment_blocks=segments.keep_blocks, states=store_blocks, ypre=save, end=False)
             out, ypre, states, _ = mosaic_walk(x, dt, A, B, C, D, z, dt_bias, kept, segments, **walk)
             return out, final, ((kept if keep else states) if save else None), ypre
         if config.fused_segments:
-            store_blocks = save and not keep
             shapes = [out_shape] + ([states_shape] if store_blocks else []) + extra
             inputs = [x, dt, A, B, C, kept] + [t for t in (D, z, dt_bias, seq_idx, scores) if t is not None]
             kernel = functools.partial(_fused_segment_kernel, dims=segments, store_blocks=store_blocks)
