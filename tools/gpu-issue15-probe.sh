@@ -47,6 +47,17 @@
 #          (B2 L8192 H32 G4); the long shape and B4 L16384 H64 G8
 #   wn256t, wlong: wverify's last shape (it ran past its 380 s there) and wverify2's shapes without mamba-ssm
 #   wother: the same without mamba-ssm at six other shapes; wn256b: B8 L2048 H24 N256 against the split forward
+#   The s* runs: the sequential state passes (both ways) on Mosaic GPU (SsdConfig.states_mosaic, opt-in when they first
+#   ran):
+#   scheck: the compiled oracle tests of the forward's walk and the state passes (pytest -m gpu -k mosaic_forward)
+#   sfirst: the state passes on Mosaic GPU beside the default at 130m, the long shape, 2.7b and B1 L16384 H24, with
+#           the profiler's per-kernel times, no mamba-ssm
+#   sother: the same at six other shapes (N 64 and 256, P 128, G 8, L 131072), no profiler
+#   (then the state passes on Mosaic GPU became the default on Hopper where they cover the shape)
+#   sverify, sverify2: beside mamba-ssm, the default against the Triton state passes (states_mosaic=0): 130m, the
+#          long shape and 2.7b; N 256 (B2 L8192 H32 G4) and B4 L16384 H64 G8
+#   sparity: 130m against the reference and mamba-ssm with the default (every Mosaic GPU kernel)
+#   snames: 130m and the long shape with the profiler, after the Mosaic GPU kernels were named (kernel_name)
 set -u
 export PYTHONPATH=. PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 bash tools/gpu-parity.sh /tmp/p .sdist unpack > "$OUT/unpack.log" 2>&1 || { tail "$OUT/unpack.log"; exit 1; }
@@ -125,6 +136,14 @@ run wlong 150 --shapes long b4-L16384-h64-g8 --no-torch --pallas-config fwd_mosa
 run wother 200 --shapes b1-L16384-h24 b1-L131072-h24 b16-L512-h8 b16-L512-h8-g8 b4-L4096-h32-n64-g2 b2-L2048-h32-p128 \
     --no-torch --pallas-config fwd_mosaic=0
 run wn256b 60 --shapes b8-L2048-h24-n256 --no-torch --pallas-config fwd_mosaic=0,fused_forward_max_l=0
+gpu_tests scheck 220 mosaic_forward
+run sfirst 330 --shapes 130m long 2.7b b1-L16384-h24 --no-torch --profile --pallas-config states_mosaic=1
+run sother 330 --shapes b2-L8192-h32-n256-g4 b4-L16384-h64-g8 b1-L131072-h24 b4-L4096-h32-n64-g2 b2-L2048-h32-p128 \
+    b8-L2048-h24-n256 --no-torch --pallas-config states_mosaic=1
+run sverify 560 --shapes 130m long 2.7b --torch --pallas-config states_mosaic=0
+run sverify2 480 --shapes b2-L8192-h32-n256-g4 b4-L16384-h64-g8 --torch --pallas-config states_mosaic=0
+gpu_tests sparity 400 "130m and mosaic and not dx"
+run snames 200 --shapes 130m long --no-torch --profile
 # one file back: this run's files (folders under $OUT are left as they are)
 files=$(cd "$OUT" && find . -maxdepth 1 -type f ! -name issue15-probe.tgz)
 (cd "$OUT" && tar czf /tmp/issue15-probe.tgz $files && rm -f $files && mv /tmp/issue15-probe.tgz .)

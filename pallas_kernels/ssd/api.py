@@ -257,7 +257,7 @@ def _check_pallas_supported(headdim: int, dstate: int, config: SsdConfig | None)
     if dstate > MAX_DSTATE:
         raise ValueError(f"impl='pallas' supports N (B.shape[3]) up to {MAX_DSTATE}, got {dstate}")
     check_config(config, SsdConfig)
-    switches = ("fwd_mosaic", "bwd_dx_mosaic", "bwd_dbc_mosaic")
+    switches = ("fwd_mosaic", "states_mosaic", "bwd_dx_mosaic", "bwd_dbc_mosaic")
     mosaic = [name for name in switches if config is not None and getattr(config, name)]
     if mosaic and not gpu_has_wgmma():
         raise ValueError(

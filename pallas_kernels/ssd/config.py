@@ -38,7 +38,8 @@ With ``bwd_dbc_mosaic`` (``default_config`` sets it on Hopper GPUs up to N 128 a
 too (``kernel_bwd_dbc_mosaic``), on ``bwd_dbc_columns`` of N's columns a program. With ``fwd_mosaic``
 (``default_config`` sets it on Hopper GPUs) the forward's fused walks, whole (``fused_forward_max_l``) or per segment
 (``fused_segments``), run on Mosaic GPU (``kernel_fwd_mosaic``) where it covers the shape; its state does not spill
-at N 256, so there the fused walks are the default too.
+at N 256, so there the fused walks are the default too. With ``states_mosaic`` (set with it) so do the sequential
+state passes, forward and backward, one- or two-level (``kernel_states_mosaic``; the walks over segments stay Triton).
 
 With ``shared_scores`` (the default) the forward's output and the backward's per-head kernel read each block's C·Bᵀ
 (T, T), float32, computed once per group by XLA (``block.block_scores``), instead of each program (head, head dims)
@@ -86,6 +87,7 @@ class SsdConfig:
     bwd_dbc_mosaic: bool = False  # backward dB/dC kernel on Mosaic GPU (``kernel_bwd_dbc_mosaic``) where it covers
     bwd_dbc_columns: int = 128  # ... N's columns per program there (64 or 128: its two float32 accumulators' width)
     fwd_mosaic: bool = False  # the forward's fused walks (whole or per segment) on Mosaic GPU (``kernel_fwd_mosaic``)
+    states_mosaic: bool = False  # the sequential state passes (both ways) on Mosaic GPU (``kernel_states_mosaic``)
 
     def validate(self) -> None:
         for name in ("block_l", "block_p", "state_block_p", "bwd_block_p", "rebuild_block_p"):
@@ -119,6 +121,7 @@ class SsdConfig:
             "bwd_dx_mosaic",
             "bwd_dbc_mosaic",
             "fwd_mosaic",
+            "states_mosaic",
         ):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"SsdConfig.{name} must be a bool, got {getattr(self, name)!r}")
@@ -175,7 +178,7 @@ def default_config(
     ngroups: int = 1,
     wgmma: bool = True,
 ) -> SsdConfig:
-    """``SsdConfig()`` with sixteen rules for the shapes and the GPU:
+    """``SsdConfig()`` with seventeen rules for the shapes and the GPU:
 
     - the fused forward only where its programs (batch x heads x head-dim tiles) fill the GPU's ``sm_count``
       SMs: on an H100 (forward ms, fused / split, ``benchmarks/kernels/h100-2026-11-24-ssd-fused-vs-split*``) it
@@ -287,7 +290,14 @@ def default_config(
       L16384 H24 0.200 / 0.815 against 0.224 / 0.874, B4 L4096 H32 N64 G2 0.192 / 0.875 against 0.240 / 0.933, B1
       L131072 H24 1.398 / 6.535 against 1.370 / 6.701; at N 256 B8 L2048 H24 0.351 / 1.437 (whole walks) against
       0.436 / 1.530 (split), B2 L8192 H32 G4 0.467 / 1.903 (segments of 1024) against 0.595 / 2.042 (Triton
-      segments) and 0.629 / 1.950 (split, one-level, ``...-walk-first-n256``)."""
+      segments) and 0.629 / 1.950 (split, one-level, ``...-walk-first-n256``);
+    - the sequential state passes on Mosaic GPU (``states_mosaic``: the forward's segment states and the backward's
+      rebuild, the backward's state gradients one- or two-level) where the forward's walk is (the same cover). On an
+      H200 (``benchmarks/kernels/h200-2026-11-28-ssd-mosaic-states*``, ms forward+backward, Triton passes against
+      Mosaic) 130m 0.736 against 0.633, B1 L65536 H128 14.965 against 13.903, 2.7b 1.121 against 1.022, B1 L16384
+      H24 0.724 against 0.689 (``...-first``); B2 L8192 H32 G4 N256 1.727 against 1.618, B4 L16384 H64 G8 7.531
+      against 7.205, B1 L131072 H24 5.654 against 5.419, B4 L4096 H32 N64 G2 0.784 against 0.685, B2 L2048 H32
+      P128 0.598 against 0.488, B8 L2048 H24 N256 1.294 against 1.174 (``...-other``): faster at every shape run."""
     wide_tiles = dstate <= WIDE_TILE_MAX_DSTATE
     # the forward's walk on Mosaic GPU where it covers these sizes (in 64s, 16-bit: its own check at the call)
     walk = wgmma and itemsize == 2 and all(size % 64 == 0 for size in (seqlen, headdim, dstate))
@@ -297,6 +307,7 @@ def default_config(
         bwd_dx_mosaic=wgmma,
         bwd_dbc_mosaic=wgmma and wide_tiles and headdim <= MOSAIC_DBC_MAX_HEADDIM,
         fwd_mosaic=walk,
+        states_mosaic=walk,
     )
     enough = STATE_PASS_PROGRAMS_PER_SM * sm_count
     whole_heads = batch * nheads * -(-headdim // 64) >= enough

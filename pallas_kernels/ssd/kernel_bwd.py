@@ -71,7 +71,8 @@ from pallas_kernels.ssd.block import (
 )
 from pallas_kernels.ssd.kernel_bwd_dbc_mosaic import mosaic_dbc, mosaic_dbc_supported
 from pallas_kernels.ssd.kernel_bwd_mosaic import mosaic_dx, mosaic_dx_supported
-from pallas_kernels.ssd.mosaic import block_decays
+from pallas_kernels.ssd.kernel_states_mosaic import mosaic_state_walk, segment_decays, walk_vectors
+from pallas_kernels.ssd.mosaic import block_decays, covers_tiles
 from pallas_kernels.ssd.segments import segment_outputs, segment_walk
 
 
@@ -149,6 +150,15 @@ def _two_level_dstates(dt, A, C, dout, dfinal, z, dt_bias, seq_idx, states, dims
     """``ssd_bwd_dstates`` in two levels (``SsdConfig.two_level_states``): each segment's own contribution and decay
     in parallel, the reverse walk over segments from d final_states, then each segment's blocks from the gradient of
     the state leaving it. Returns the block state gradients (like ``states``) and d initial_states."""
+    if config.states_mosaic and covers_tiles(dims, dout.dtype):
+        weight, last = walk_vectors(dt, A, dt_bias, dims, reverse=True)
+        walk = functools.partial(
+            mosaic_state_walk, dout, C, weight, last, z, dims=dims, segment_blocks=dims.keep_blocks, reverse=True
+        )
+        local = walk(None, states=False, end=True, name="ssd_bwd_segment_dstates")[1]
+        decay = segment_decays(last, dims.keep_blocks)
+        ends, dinit = segment_walk(local, decay, dfinal, dims, config, reverse=True, name="ssd_bwd_segment_walk")
+        return walk(ends, states=True, end=False, name="ssd_bwd_block_dstates")[0], dinit
     sdims = dims.with_state_tiles(config.rebuild_block_p, config.state_block_n)
     grid = (segment_tiles(sdims),)
     inputs = [dt, A, C, dout] + [t for t in (z, dt_bias, seq_idx) if t is not None]
@@ -344,6 +354,13 @@ def ssd_backward(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, states,
     if segments is not None:
         dstates, dinit = _two_level_dstates(dt, A, C, dout, dfinal, z, dt_bias, seq_idx, states, segments, config)
         dinit = [dinit] if initial_states is not None else []
+    elif config.states_mosaic and covers_tiles(dims, dout.dtype):
+        weight, last = walk_vectors(dt, A, dt_bias, dims, reverse=True)
+        walk = dict(segment_blocks=dims.nblocks, reverse=True, states=True, name="ssd_bwd_dstates")
+        dstates, end = mosaic_state_walk(
+            dout, C, weight, last, z, dfinal[:, None], dims, end=initial_states is not None, **walk
+        )
+        dinit = [] if end is None else [end[:, 0]]
     else:
         state_shape = jax.ShapeDtypeStruct((batch, nheads, headdim, dims.dstate), f32)
         sdims = dims.with_state_tiles(config.state_block_p, config.state_block_n)

@@ -161,6 +161,7 @@ def mosaic_dbc(x, decays, B, C, z, states, dstates, dout, dims: SsdDims, columns
         scratch_types=scratch,
         grid=(dims.ngroups * (dims.dstate // columns), nblocks, batch),
         grid_names=("gc", "block", "batch"),
+        kernel_name="ssd_bwd_dbc",  # the profiler's "ssd_bwd_dbc_mosaic_gpu_kernel"
         compiler_params=plgpu.CompilerParams(approx_math=True),
     )
     with plgpu.force_gpu_interpret_mode(plgpu.InterpretGPUParams() if dims.interpret else None):

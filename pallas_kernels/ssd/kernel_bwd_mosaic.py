@@ -222,6 +222,7 @@ def mosaic_dx(x, dt, A, decays, B, C, D, z, dt_bias, states, dstates, dout, ypre
         scratch_types=scratch,
         grid=(nheads * parts, nblocks, batch),
         grid_names=("hp", "block", "batch"),
+        kernel_name="ssd_bwd_dx",  # the profiler's "ssd_bwd_dx_mosaic_gpu_kernel"
         compiler_params=plgpu.CompilerParams(approx_math=True),
     )
     with plgpu.force_gpu_interpret_mode(plgpu.InterpretGPUParams() if dims.interpret else None):

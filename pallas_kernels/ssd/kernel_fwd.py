@@ -47,6 +47,8 @@ from pallas_kernels.ssd.block import (
     tile_grid,
 )
 from pallas_kernels.ssd.kernel_fwd_mosaic import mosaic_walk, mosaic_walk_supported
+from pallas_kernels.ssd.kernel_states_mosaic import mosaic_state_walk, segment_decays, walk_vectors
+from pallas_kernels.ssd.mosaic import covers_tiles
 from pallas_kernels.ssd.segments import segment_outputs, segment_walk
 
 _FLAGS = ("has_D", "has_z", "has_bias", "has_init", "has_seq", "has_scores")
@@ -194,6 +196,10 @@ def rebuild_block_states(
 ) -> jax.Array:
     """Every block's incoming state (batch, nblocks, H, P, N) in x.dtype from the kept float32 states
     (batch, nkept, H, P, N), every ``dims.keep_blocks`` blocks."""
+    if config.states_mosaic and covers_tiles(dims, x.dtype):
+        weight, last = walk_vectors(dt, A, dt_bias, dims, reverse=False)
+        walk = dict(segment_blocks=dims.keep_blocks, reverse=False, states=True, end=False, name=name)
+        return mosaic_state_walk(x, B, weight, last, None, kept, dims, **walk)[0]
     batch, _, nheads, headdim = x.shape
     sdims = dims.with_state_tiles(config.rebuild_block_p, config.state_block_n)
     inputs = [x, dt, A, B] + [t for t in (dt_bias, seq_idx) if t is not None] + [kept]
@@ -209,19 +215,25 @@ def two_level_states(x, dt, A, B, dt_bias, initial_states, seq_idx, dims: SsdDim
     decay in parallel (``ssd_fwd_segment_states``), then the elementwise walk over segments (``segments``). Returns
     the state entering each segment (batch, nkept, H, P, N) float32, the states the backward keeps, and the final
     state (batch, H, P, N) float32."""
-    sdims = dims.with_state_tiles(config.rebuild_block_p, config.state_block_n)
-    inputs = [x, dt, A, B] + [t for t in (dt_bias, seq_idx) if t is not None]
-    kernel = functools.partial(_segment_kernel, dims=sdims, rebuild=False)
-    local, decay = call_kernel(
-        kernel,
-        inputs,
-        segment_outputs(dims),
-        (segment_tiles(sdims),),
-        sdims,
-        config.state_num_warps,
-        config.num_stages,
-        "ssd_fwd_segment_states",
-    )
+    if config.states_mosaic and covers_tiles(dims, x.dtype):
+        weight, last = walk_vectors(dt, A, dt_bias, dims, reverse=False)
+        walk = dict(segment_blocks=dims.keep_blocks, reverse=False, states=False, end=True)
+        local = mosaic_state_walk(x, B, weight, last, None, None, dims, **walk, name="ssd_fwd_segment_states")[1]
+        decay = segment_decays(last, dims.keep_blocks)
+    else:
+        sdims = dims.with_state_tiles(config.rebuild_block_p, config.state_block_n)
+        inputs = [x, dt, A, B] + [t for t in (dt_bias, seq_idx) if t is not None]
+        kernel = functools.partial(_segment_kernel, dims=sdims, rebuild=False)
+        local, decay = call_kernel(
+            kernel,
+            inputs,
+            segment_outputs(dims),
+            (segment_tiles(sdims),),
+            sdims,
+            config.state_num_warps,
+            config.num_stages,
+            "ssd_fwd_segment_states",
+        )
     return segment_walk(local, decay, initial_states, dims, config, reverse=False, name="ssd_fwd_segment_walk")
 
 

@@ -44,7 +44,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from pallas_kernels.ssd.block import SsdDims
-from pallas_kernels.ssd.mosaic import TILE, TRANSFORMS, block_cumsums, covers_tiles
+from pallas_kernels.ssd.mosaic import TILE, TRANSFORMS, block_cumsums, covers_tiles, products
 
 STEPS_IN_FLIGHT = 2  # pipeline stages: the next block's copies in flight while this one computes
 
@@ -52,30 +52,6 @@ STEPS_IN_FLIGHT = 2  # pipeline stages: the next block's copies in flight while 
 def mosaic_walk_supported(dims: SsdDims, dtype) -> bool:
     """Whether the Mosaic GPU walk covers this problem (else the Triton kernels run)."""
     return covers_tiles(dims, dtype)
-
-
-def products(inits, pairs, interpret: bool, meanwhile=None) -> tuple[jax.Array, ...]:
-    """inits[i] + a_i b_i for each pair (a_i, b_i) of shared-memory operands: every ``wgmma`` issued into an
-    accumulator that starts at its init (so that the (64, N) state is never in registers twice), then
-    ``meanwhile()`` (work that runs while they do; it may write refs only), then the results. Pallas's GPU
-    interpreter has no accumulator that starts at a value (``pl.run_state``): there the products go into zeroed ones
-    and are added after."""
-
-    def issue(accs):
-        for acc, (a, b) in zip(accs, pairs, strict=True):
-            plgpu.wgmma(acc, a, b)
-        if meanwhile is not None:
-            meanwhile()
-
-    if not interpret:
-        return pl.run_state(issue)(tuple(plgpu.ACC.init(v) for v in inits))
-
-    def scoped(*accs):
-        issue(accs)
-        return tuple(acc[...] for acc in accs)
-
-    done = pl.run_scoped(scoped, *(plgpu.ACC(v.shape, jnp.float32) for v in inits))
-    return tuple(v + q for v, q in zip(inits, done, strict=True))
 
 
 def ssd_fwd_walk_mosaic(*refs, dims: SsdDims, parts: int, segment_blocks: int, has_start: bool, outs: tuple):
@@ -233,6 +209,7 @@ def mosaic_walk(
         scratch_types=scratch,
         grid=(nheads * parts, segments, batch),
         grid_names=("hp", "segment", "batch"),
+        kernel_name="ssd_fwd_fused" if segments == 1 else "ssd_fwd_fused_segments",  # + "_mosaic_gpu_kernel"
         compiler_params=plgpu.CompilerParams(approx_math=True),
     )
     with plgpu.force_gpu_interpret_mode(plgpu.InterpretGPUParams() if dims.interpret else None):

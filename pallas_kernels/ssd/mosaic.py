@@ -8,6 +8,7 @@ program reads them with the tensor-memory accelerator like any other tile.
 
 import jax
 import jax.numpy as jnp
+from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from pallas_kernels.ssd.block import SsdDims
@@ -50,3 +51,27 @@ def block_decays(dt: jax.Array, A: jax.Array, dt_bias, dims: SsdDims) -> tuple[j
     the backward kernels' per-position inputs."""
     proc, cs, last = block_cumsums(dt, A, dt_bias, dims)
     return proc, cs, last - cs
+
+
+def products(inits, pairs, interpret: bool, meanwhile=None) -> tuple[jax.Array, ...]:
+    """inits[i] + a_i b_i for each pair (a_i, b_i) of shared-memory operands: every ``wgmma`` issued into an
+    accumulator that starts at its init (so that the (64, N) state is never in registers twice), then
+    ``meanwhile()`` (work that runs while they do; it may write refs only), then the results. Pallas's GPU
+    interpreter has no accumulator that starts at a value (``pl.run_state``): there the products go into zeroed ones
+    and are added after."""
+
+    def issue(accs):
+        for acc, (a, b) in zip(accs, pairs, strict=True):
+            plgpu.wgmma(acc, a, b)
+        if meanwhile is not None:
+            meanwhile()
+
+    if not interpret:
+        return pl.run_state(issue)(tuple(plgpu.ACC.init(v) for v in inits))
+
+    def scoped(*accs):
+        issue(accs)
+        return tuple(acc[...] for acc in accs)
+
+    done = pl.run_scoped(scoped, *(plgpu.ACC(v.shape, jnp.float32) for v in inits))
+    return tuple(v + q for v, q in zip(inits, done, strict=True))

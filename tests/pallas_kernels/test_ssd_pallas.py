@@ -72,7 +72,8 @@ STATE_CHUNKS = dict(block_l=32, bwd_state_chunk=16, bwd_block_p=16, **ROWWISE)
 MOSAIC_DX = SsdConfig(bwd_dx_mosaic=True)  # the backward's per-head kernel on Mosaic GPU (blocks of 64 positions)
 MOSAIC = SsdConfig(bwd_dx_mosaic=True, bwd_dbc_mosaic=True)  # ... and its dB/dC kernel
 MOSAIC_64_COLUMNS = dataclasses.replace(MOSAIC, bwd_dbc_columns=64)  # ... on 64 of N's columns a program
-MOSAIC_FORWARD = dataclasses.replace(MOSAIC, fwd_mosaic=True)  # ... and the forward's fused walk on Mosaic GPU
+# ... and the forward's fused walk and the sequential state passes (forward and backward) on Mosaic GPU
+MOSAIC_FORWARD = dataclasses.replace(MOSAIC, fwd_mosaic=True, states_mosaic=True)
 # ... the walk once per segment of 2 blocks (the two-level state pass's), storing every block's state, or none where
 # the forward keeps float32 states every 2 blocks
 MOSAIC_SEGMENTS = dataclasses.replace(
@@ -223,15 +224,17 @@ CASES = [  # batch, L, H, P, N, G, chunk, dtype, D, z, init, seq_idx, softplus, 
     pytest.param(
         1, 128, 2, 64, 64, 1, 64, jnp.bfloat16, "H", True, True, True, True, (0.0, INF), MOSAIC, id="mosaic-seq"
     ),
-    # the forward's walk on Mosaic GPU too: whole (initial state, z, D per head dim, groups of 2 heads, bf16; one block
-    # at N 256, no D, no softplus), per segment (5 blocks in segments of 2, 2 and 1: the last walk shorter; two 64-dim
-    # parts per head, N 128, fp16, dt_limit, every block's state stored) and per segment with kept float32 states
+    # the forward's walk and the state passes on Mosaic GPU too: whole (initial state, z, D per head dim, groups of 2
+    # heads, bf16: the backward's one-level walk from d final_states to d initial_states through z's gate; two blocks
+    # at N 256, no D, no softplus), per segment (5 blocks in segments of 2, 2 and 1: the last walk shorter, both ways;
+    # two 64-dim parts per head, N 128, fp16, dt_limit, every block's state stored) and per segment with kept float32
+    # states (the backward's rebuild)
     pytest.param(
         *(2, 192, 4, 64, 64, 2, 64, jnp.bfloat16, "HP", True, True, False, True, (0.0, INF), MOSAIC_FORWARD),
         id="mosaic-forward",
     ),
     pytest.param(
-        *(1, 64, 2, 64, 256, 1, 64, jnp.bfloat16, None, True, False, False, False, (0.0, INF), MOSAIC_FORWARD),
+        *(1, 128, 2, 64, 256, 1, 64, jnp.bfloat16, None, True, True, False, False, (0.0, INF), MOSAIC_FORWARD),
         id="mosaic-forward-n256",
     ),
     pytest.param(
@@ -547,6 +550,18 @@ def test_default_config_walks_the_forward_on_mosaic_gpu_where_it_covers_the_shap
     assert not triton.two_level_states and triton.fused_forward_max_l == 0
 
 
+def test_default_config_walks_the_state_passes_on_mosaic_gpu_with_the_forward():
+    """Measured on an H200 (benchmarks/kernels/h200-2026-11-28-ssd-mosaic-states*): the state passes on Mosaic GPU
+    were faster at all ten shapes run; they take the forward walk's cover."""
+    from pallas_kernels.ssd.config import default_config
+
+    for shape in [(8, 2048, 24, 64, 128), (1, 65536, 128, 64, 128), (2, 8192, 32, 64, 256), (2, 2048, 32, 128, 128)]:
+        assert default_config(*shape, 2).states_mosaic
+    for itemsize, wgmma, seqlen, headdim in [(2, False, 2048, 64), (4, True, 2048, 64), (2, True, 2000, 64)]:
+        assert not default_config(8, seqlen, 24, headdim, 128, itemsize, wgmma=wgmma).states_mosaic
+    assert not default_config(8, 2048, 24, 48, 128, 2).states_mosaic  # head dims not in 64s
+
+
 def test_default_config_takes_a_groups_heads_in_one_dbc_program_where_blocks_and_groups_fill_the_gpu():
     """Measured on an H100 (benchmarks/kernels/h100-2026-11-26e-ssd-head-splits): one program per block and group
     beat 4 splits at 256, 128 and 1024 such programs."""
@@ -645,6 +660,49 @@ def test_the_forward_walks_on_mosaic_gpu_only_where_it_covers_the_shape(rng, mon
         assert calls == expected, (seq, seqlen, config)
 
 
+def test_the_state_passes_walk_on_mosaic_gpu_only_where_it_covers_the_shape(rng, monkeypatch):
+    """``states_mosaic`` sends every sequential state pass of a covered shape, forward and backward, to
+    ``mosaic_state_walk``, and the rest to the Triton kernels: seq_idx, a partial last block, the switch off. Their
+    values are the cases ``mosaic-forward*`` and ``mosaic-segments*`` above: here, which walks a forward+backward
+    traces."""
+    from pallas_kernels.ssd import kernel_bwd, kernel_fwd
+
+    calls = []
+    real = kernel_fwd.mosaic_state_walk
+
+    def record(*args, **kwargs):
+        calls.append(tuple(kwargs[k] for k in ("reverse", "segment_blocks", "states", "end")))
+        return real(*args, **kwargs)
+
+    for module in (kernel_fwd, kernel_bwd):
+        monkeypatch.setattr(module, "mosaic_state_walk", record)
+    local, segment_grads = (False, 2, False, True), [(True, 2, False, True), (True, 2, True, False)]
+    runs = [  # seq_idx, L, config, the walks (reverse, segment blocks, block states stored, end state left)
+        (False, 192, MOSAIC_FORWARD, [(True, 3, True, True)]),  # the one-level backward, to d initial_states
+        (False, 320, MOSAIC_SEGMENTS, [local, *segment_grads]),
+        (False, 320, MOSAIC_SEGMENTS_KEPT, [local, (False, 2, True, False), *segment_grads]),  # the rebuild
+        (True, 320, MOSAIC_SEGMENTS_KEPT, []),
+        (False, 100, MOSAIC_FORWARD, []),
+        (False, 320, dataclasses.replace(MOSAIC_SEGMENTS_KEPT, states_mosaic=False), []),
+    ]
+    for seq, seqlen, config, expected in runs:
+        calls.clear()
+        arrays, _, seq_idx = make_inputs(rng, 1, seqlen, 2, 64, 64, 1, jnp.bfloat16, seq=seq)
+        names = ("x", "dt", "A", "B", "C", "D", "z", "initial_states")
+
+        def forward_backward(*args, config=config, seq_idx=seq_idx):
+            def forward(x, dt, A, B, C, D, z, init):
+                return mamba_chunk_scan_combined(
+                    x, dt, A, B, C, 64, D=D, z=z, initial_states=init, seq_idx=seq_idx, impl="pallas", config=config
+                )
+
+            out, vjp = jax.vjp(forward, *args)
+            return vjp(out)
+
+        jax.eval_shape(forward_backward, *(arrays[k] for k in names))  # traced only: the walks are chosen then
+        assert calls == expected, (seq, seqlen, config)
+
+
 def test_default_config_runs_the_mosaic_gpu_kernels_on_gpus_with_wgmma(rng, monkeypatch):
     """Measured on an H100 (benchmarks/kernels/h100-2026-11-27-ssd-mosaic-dx*, ...-11-28-ssd-mosaic-dbc*): both
     Mosaic GPU kernels up to N 128 and P 64, the per-head one beyond. ``wgmma`` is Hopper's alone (compute capability
@@ -671,7 +729,7 @@ def test_default_config_runs_the_mosaic_gpu_kernels_on_gpus_with_wgmma(rng, monk
         assert _triton.gpu_has_wgmma() is wgmma, capability
     # asked for on a GPU without wgmma (8.0 here), the Mosaic kernels are refused before any work
     monkeypatch.setattr(_triton.jax, "devices", lambda: [SimpleNamespace(compute_capability="8.0")])
-    for name in ("fwd_mosaic", "bwd_dx_mosaic", "bwd_dbc_mosaic"):
+    for name in ("fwd_mosaic", "states_mosaic", "bwd_dx_mosaic", "bwd_dbc_mosaic"):
         config = SsdConfig(**{name: True})
         with pytest.raises(ValueError, match=f"SsdConfig.{name} needs a GPU with Hopper's wgmma .* has 8.0"):
             mamba_chunk_scan_combined(**arrays, chunk_size=64, impl="pallas", config=config)
@@ -824,21 +882,9 @@ def test_pallas_refuses_what_it_does_not_tile(change, message):
         # runs in Python, and interpret mode does not choose layouts)
         (MOSAIC_DX, ["ssd_fwd_fused", "ssd_bwd_dstates", "ssd_bwd_dbc"]),
         (MOSAIC, ["ssd_fwd_fused", "ssd_bwd_dstates"]),
-        (MOSAIC_FORWARD, ["ssd_bwd_dstates"]),  # ... and the forward's walk
-        (
-            MOSAIC_SEGMENTS,
-            [
-                *("ssd_fwd_segment_states", "ssd_fwd_segment_walk"),
-                *("ssd_bwd_segment_dstates", "ssd_bwd_segment_walk", "ssd_bwd_block_dstates"),
-            ],
-        ),
-        (
-            MOSAIC_SEGMENTS_KEPT,
-            [
-                *("ssd_fwd_segment_states", "ssd_fwd_segment_walk", "ssd_bwd_rebuild_states"),
-                *("ssd_bwd_segment_dstates", "ssd_bwd_segment_walk", "ssd_bwd_block_dstates"),
-            ],
-        ),
+        (MOSAIC_FORWARD, []),  # ... and the forward's walk and the state passes: no Triton kernel left
+        (MOSAIC_SEGMENTS, ["ssd_fwd_segment_walk", "ssd_bwd_segment_walk"]),  # but the walks over segments
+        (MOSAIC_SEGMENTS_KEPT, ["ssd_fwd_segment_walk", "ssd_bwd_segment_walk"]),
     ],
 )
 def test_kernels_lower_to_triton_for_an_h100(monkeypatch, config, kernels):

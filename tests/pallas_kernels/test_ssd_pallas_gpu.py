@@ -110,9 +110,10 @@ def test_mosaic_kernels_match_oracle_on_gpu(rng, batch, seqlen, nheads, headdim,
     ],
 )
 def test_mosaic_forward_matches_oracle_on_gpu(rng, batch, seqlen, nheads, headdim, dstate, groups, dtype, D, z, config):
-    """The forward's walk on Mosaic GPU, compiled, with both Mosaic backward kernels: whole (one walk a sequence) and
-    per segment of 2 blocks (5 blocks: the last walk one block), every block's state stored or float32 states kept;
-    groups of 1-3 heads, P 64 and 128, N 64-256, with and without z and D, from an initial state."""
+    """The forward's walk and the state passes on Mosaic GPU, compiled, with both Mosaic backward kernels: whole (one
+    walk a sequence) and per segment of 2 blocks (5 blocks: the last walk one block), every block's state stored or
+    float32 states kept; groups of 1-3 heads, P 64 and 128, N 64-256, with and without z and D, from an initial
+    state."""
     test_mosaic_kernels_match_oracle_on_gpu(rng, batch, seqlen, nheads, headdim, dstate, groups, dtype, D, z, config)
 
 
