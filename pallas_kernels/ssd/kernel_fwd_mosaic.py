@@ -45,8 +45,7 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from pallas_kernels.ssd.block import SsdDims
 from pallas_kernels.ssd.mosaic import TILE, TRANSFORMS, block_cumsums, covers_tiles, products
-
-STEPS_IN_FLIGHT = 2  # pipeline stages: the next block's copies in flight while this one computes
+from pallas_kernels.ssd.mosaic_walk import start_state, walk_blocks, walk_program
 
 
 def mosaic_walk_supported(dims: SsdDims, dtype) -> bool:
@@ -66,10 +65,8 @@ def ssd_fwd_walk_mosaic(*refs, dims: SsdDims, parts: int, segment_blocks: int, h
     out_ref, named = out_refs[0], dict(zip(outs, out_refs[1:], strict=True))
     S_s, M_s, X_s, E_s, D_s, barrier = scratch
 
-    hp, s, b = lax.axis_index("hp"), lax.axis_index("segment"), lax.axis_index("batch")
-    h, part = hp // parts, hp % parts
-    g = h // dims.heads_per_group
-    p, n = pl.ds(part * TILE, TILE), dims.dstate
+    prog = walk_program(dims, parts, segment_blocks)
+    b, h, g, p, n = prog.b, prog.h, prog.g, prog.p, dims.dstate
     f32, dtype = jnp.float32, x_ref.dtype
     wg = plgpu.Layout.WGMMA
     rows_v, cols_v = wg.reduce(1), wg.reduce(0)  # vectors over a tile's rows / columns
@@ -77,16 +74,11 @@ def ssd_fwd_walk_mosaic(*refs, dims: SsdDims, parts: int, segment_blocks: int, h
     on_cols = lambda v: lax.broadcast_in_dim(v, (TILE, TILE), [1])  # noqa: E731
     row = plgpu.broadcasted_iota(jnp.int32, (TILE, TILE), 0, layout=wg)
     col = plgpu.broadcasted_iota(jnp.int32, (TILE, TILE), 1, layout=wg)
-    first = s * segment_blocks
-    # the last segment may be shorter: a dynamic step count, read by emit_pipeline as such
-    steps = segment_blocks if dims.nblocks % segment_blocks == 0 else jnp.minimum(segment_blocks, dims.nblocks - first)
+    first = prog.first
 
     if D_ref is not None:
         plgpu.copy_gmem_to_smem(D_ref.at[h, p], D_s.at[0], barrier.at[0])
-    if start_ref is not None:
-        S = plgpu.load(start_ref.at[b, s, h, p], layout=wg, optimized=False)  # from global memory
-    else:
-        S = plgpu.layout_cast(jnp.zeros((TILE, n), f32), wg)
+    S = start_state(start_ref, prog, n)
     S_s[...] = S.astype(dtype)
     plgpu.commit_smem()
     zeros = plgpu.layout_cast(jnp.zeros((TILE, TILE), f32), wg)
@@ -142,7 +134,7 @@ def ssd_fwd_walk_mosaic(*refs, dims: SsdDims, parts: int, segment_blocks: int, h
         return S
 
     def head_tile(ref):
-        return ref.at[b, :, h], plgpu.BlockSpec((TILE, TILE), lambda j: (first + j, part), transforms=TRANSFORMS)
+        return ref.at[b, :, h], plgpu.BlockSpec((TILE, TILE), lambda j: (first + j, prog.part), transforms=TRANSFORMS)
 
     def group_tile(ref):
         return ref.at[b, :, g], plgpu.BlockSpec((TILE, n), lambda j: (first + j, 0), transforms=TRANSFORMS)
@@ -153,16 +145,7 @@ def ssd_fwd_walk_mosaic(*refs, dims: SsdDims, parts: int, segment_blocks: int, h
     streams = [head_tile(x_ref), group_tile(B_ref), group_tile(C_ref)]
     streams += [vector(ref) for ref in (dt_ref, cs_ref, cs_ref, last_ref)]  # cs twice: rows and columns
     streams += [head_tile(z_ref)] if z_ref is not None else []
-    S = plgpu.emit_pipeline(
-        step,
-        grid=(steps,),
-        in_specs=[spec for _, spec in streams],
-        max_concurrent_steps=STEPS_IN_FLIGHT,
-        init_carry=S,
-    )(*[src for src, _ in streams])
-    if "end" in named:
-        named["end"].at[b, s, h, p][...] = S
-    plgpu.wait_smem_to_gmem(0, wait_read_only=True)
+    walk_blocks(step, streams, S, prog, named.get("end"))
 
 
 def mosaic_walk(

@@ -33,13 +33,11 @@ import functools
 import jax
 import jax.numpy as jnp
 from jax import lax
-from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from pallas_kernels.ssd.block import SsdDims
 from pallas_kernels.ssd.mosaic import TILE, TRANSFORMS, block_cumsums, products
-
-STEPS_IN_FLIGHT = 2  # pipeline stages: the next block's copies in flight while this one computes
+from pallas_kernels.ssd.mosaic_walk import start_state, walk_blocks, walk_program
 
 
 def walk_vectors(dt: jax.Array, A: jax.Array, dt_bias, dims: SsdDims, *, reverse: bool):
@@ -72,23 +70,15 @@ def ssd_state_walk_mosaic(
     named = dict(zip(outs, out_refs, strict=True))
     E_s, *S_s = scratch  # S_s: the state's copy in the dot dtype, only where block states are stored
 
-    hp, s, b = lax.axis_index("hp"), lax.axis_index("segment"), lax.axis_index("batch")
-    h, part = hp // parts, hp % parts
-    g = h // dims.heads_per_group
-    p, n = pl.ds(part * TILE, TILE), dims.dstate
+    prog = walk_program(dims, parts, segment_blocks)
+    b, h, p, n = prog.b, prog.h, prog.p, dims.dstate
     f32, dtype = jnp.float32, v_ref.dtype
     wg = plgpu.Layout.WGMMA
     rows_v = wg.reduce(1)
     on_rows = lambda v, width=TILE: lax.broadcast_in_dim(v, (TILE, width), [0])  # noqa: E731
-    first = s * segment_blocks
-    # the last segment may be shorter: a dynamic step count, read by emit_pipeline as such
-    steps = segment_blocks if dims.nblocks % segment_blocks == 0 else jnp.minimum(segment_blocks, dims.nblocks - first)
-    block = (lambda j: first + steps - 1 - j) if reverse else (lambda j: first + j)
+    block = (lambda j: prog.first + prog.steps - 1 - j) if reverse else (lambda j: prog.first + j)
 
-    if start_ref is not None:
-        S = plgpu.load(start_ref.at[b, s, h, p], layout=wg, optimized=False)  # from global memory
-    else:
-        S = plgpu.layout_cast(jnp.zeros((TILE, n), f32), wg)
+    S = start_state(start_ref, prog, n)
     if S_s:
         S_s[0][...] = S.astype(dtype)
         plgpu.commit_smem()
@@ -120,18 +110,9 @@ def ssd_state_walk_mosaic(
     def vector(ref):
         return ref.at[b, h], plgpu.BlockSpec((TILE,), lambda j: (block(j),))
 
-    streams = [tile(v_ref, h, TILE, part), tile(w_ref, g, n, 0), vector(weight_ref), vector(last_ref)]
-    streams += [tile(gate_ref, h, TILE, part)] if gate_ref is not None else []
-    S = plgpu.emit_pipeline(
-        step,
-        grid=(steps,),
-        in_specs=[spec for _, spec in streams],
-        max_concurrent_steps=STEPS_IN_FLIGHT,
-        init_carry=S,
-    )(*[src for src, _ in streams])
-    if "end" in named:
-        named["end"].at[b, s, h, p][...] = S
-    plgpu.wait_smem_to_gmem(0, wait_read_only=True)
+    streams = [tile(v_ref, h, TILE, prog.part), tile(w_ref, prog.g, n, 0), vector(weight_ref), vector(last_ref)]
+    streams += [tile(gate_ref, h, TILE, prog.part)] if gate_ref is not None else []
+    walk_blocks(step, streams, S, prog, named.get("end"))
 
 
 def mosaic_state_walk(

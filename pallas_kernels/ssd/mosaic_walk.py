@@ -1,0 +1,65 @@
+"""What the two Mosaic GPU walks share (``kernel_fwd_mosaic``'s fused walk, ``kernel_states_mosaic``'s state
+passes): a program's place on their grid (H x 64-dim parts, segments, batch), the float32 state it starts from, and
+the pipelined loop over its segment's blocks that leaves the end state."""
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import mosaic_gpu as plgpu
+
+from pallas_kernels.ssd.block import SsdDims
+from pallas_kernels.ssd.mosaic import TILE
+
+STEPS_IN_FLIGHT = 2  # pipeline stages: the next block's copies in flight while this one computes
+
+
+class WalkProgram(NamedTuple):
+    """One walk program: batch row b, segment s, head h of group g, its part-th 64 head dims p (a slice), and its
+    segment's first block and number of blocks (traced where the last segment is shorter)."""
+
+    b: jax.Array
+    s: jax.Array
+    h: jax.Array
+    g: jax.Array
+    part: jax.Array
+    p: pl.Slice
+    first: jax.Array
+    steps: jax.Array | int
+
+
+def walk_program(dims: SsdDims, parts: int, segment_blocks: int) -> WalkProgram:
+    """This program's place on the grid (H * parts, segments, batch), named ("hp", "segment", "batch")."""
+    hp, s, b = lax.axis_index("hp"), lax.axis_index("segment"), lax.axis_index("batch")
+    h, part = hp // parts, hp % parts
+    first = s * segment_blocks
+    # the last segment may be shorter: a dynamic step count, read by emit_pipeline as such
+    steps = segment_blocks if dims.nblocks % segment_blocks == 0 else jnp.minimum(segment_blocks, dims.nblocks - first)
+    return WalkProgram(b, s, h, h // dims.heads_per_group, part, pl.ds(part * TILE, TILE), first, steps)
+
+
+def start_state(start_ref, prog: WalkProgram, dstate: int) -> jax.Array:
+    """The (64, N) float32 state the walk starts from, in ``wgmma``'s accumulator layout: the segment's from
+    ``start_ref`` (batch, segments, H, P, N), or zeros where None."""
+    wg = plgpu.Layout.WGMMA
+    if start_ref is None:
+        return plgpu.layout_cast(jnp.zeros((TILE, dstate), jnp.float32), wg)
+    return plgpu.load(start_ref.at[prog.b, prog.s, prog.h, prog.p], layout=wg, optimized=False)  # global memory
+
+
+def walk_blocks(step, streams, state: jax.Array, prog: WalkProgram, end_ref=None) -> None:
+    """``step`` over the segment's blocks with ``streams`` ((source ref, BlockSpec) pairs) copied in by TMA, the state
+    as the carry; then the end state into ``end_ref`` (batch, segments, H, P, N) float32 if given, and every store
+    the steps issued waited for."""
+    state = plgpu.emit_pipeline(
+        step,
+        grid=(prog.steps,),
+        in_specs=[spec for _, spec in streams],
+        max_concurrent_steps=STEPS_IN_FLIGHT,
+        init_carry=state,
+    )(*[src for src, _ in streams])
+    if end_ref is not None:
+        end_ref.at[prog.b, prog.s, prog.h, prog.p][...] = state
+    plgpu.wait_smem_to_gmem(0, wait_read_only=True)
