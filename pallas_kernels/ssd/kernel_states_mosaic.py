@@ -24,8 +24,8 @@ gradients), these kernels 428, 1,148, 697 and 1,433: 1.1-1.3x the time their byt
 At 130m the one-level state gradients took 153 us on Triton, 64 here.
 
 Shared memory at N 128 with z: two stages of V, W, z and the two vectors (65 KB), the stored state's copy and w ∘ V
-(24 KB): two programs an SM, each one's register work beside the other's products. Covered shapes as the other
-Mosaic GPU kernels (``mosaic.covers_tiles``).
+(24 KB), so two programs fit an SM's 228 KB, each one's register work beside the other's products (the occupancy
+reached was not measured). Covered shapes as the other Mosaic GPU kernels (``mosaic.covers_tiles``).
 """
 
 import functools

@@ -1,9 +1,10 @@
-"""What the Mosaic GPU SSD kernels share: their tile, shared-memory layout, cover and per-position decays.
+"""What the Mosaic GPU SSD kernels share: their tile, shared-memory layout, cover, per-position decays and products
+into accumulators that start at a value.
 
-Each of them (``kernel_fwd_mosaic``, ``kernel_bwd_mosaic``, ``kernel_bwd_dbc_mosaic``) is one warpgroup working on
-blocks of TILE positions and TILE head dims, with 16-bit tiles in shared memory in rows of 64 elements (128-byte
-swizzle, what ``wgmma`` reads). The per-position decays come from XLA as (batch, H, L) float32 vectors, so that a
-program reads them with the tensor-memory accelerator like any other tile.
+Each of them (``kernel_fwd_mosaic``, ``kernel_states_mosaic``, ``kernel_bwd_mosaic``, ``kernel_bwd_dbc_mosaic``) is
+one warpgroup working on blocks of TILE positions and TILE head dims, with 16-bit tiles in shared memory in rows of
+64 elements (128-byte swizzle, what ``wgmma`` reads). The per-position decays come from XLA as (batch, H, L) float32
+vectors, so that a program reads them with the tensor-memory accelerator like any other tile.
 """
 
 import jax
