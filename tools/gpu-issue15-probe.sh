@@ -58,6 +58,18 @@
 #          long shape and 2.7b; N 256 (B2 L8192 H32 G4) and B4 L16384 H64 G8
 #   sparity: 130m against the reference and mamba-ssm with the default (every Mosaic GPU kernel)
 #   snames: 130m and the long shape with the profiler, after the Mosaic GPU kernels were named (kernel_name)
+#   fncu: ncu on one launch of the forward's walk, forward only, at N 256 (B2 L8192 H32 G4), 130m and 2.7b: warp
+#         states, pipes, and each SASS instruction's stall samples (ssd_fwd_walk-SHAPE.{txt,csv}, the .ncu-rep files;
+#         FNCU_CASES="NAME:batch,L,H,P,N,G ..." other shapes)
+#   The f* runs: the forward's walk with y's diagonal product from registers (no M or X tiles in shared memory) and
+#   SsdConfig.fwd_walk_stages:
+#   fcheck: its compiled oracle tests (pytest -m gpu -k mosaic_forward)
+#   fnew: the walk on one pipeline stage beside two (the default) at 130m, 2.7b, the long shape, N 256 (B2 L8192 H32
+#         G4, B8 L2048 H24), no mamba-ssm
+#   fbase: fnew's shapes with the package from $BASE (pallas_kernels of the commit before, e.g. `git archive b9044ac
+#          pallas_kernels | tar -x -C DIR`, carried)
+#   (then out left from the staged update's tile with no wait at the block's end, and default_config's stage rule)
+#   fverify: beside mamba-ssm, the default: 130m, 2.7b, N 256 (B2 L8192 H32 G4) and the long shape
 set -u
 export PYTHONPATH=. PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 bash tools/gpu-parity.sh /tmp/p .sdist unpack > "$OUT/unpack.log" 2>&1 || { tail "$OUT/unpack.log"; exit 1; }
@@ -144,6 +156,27 @@ run sverify 560 --shapes 130m long 2.7b --torch --pallas-config states_mosaic=0
 run sverify2 480 --shapes b2-L8192-h32-n256-g4 b4-L16384-h64-g8 --torch --pallas-config states_mosaic=0
 gpu_tests sparity 400 "130m and mosaic and not dx"
 run snames 200 --shapes 130m long --no-torch --profile
+gpu_tests fcheck 220 mosaic_forward
+FSHAPES="130m 2.7b long b2-L8192-h32-n256-g4 b8-L2048-h24-n256"
+run fnew 330 --shapes $FSHAPES --no-torch --pallas-config fwd_walk_stages=1
+# python -m puts the working directory first on the path: run from $BASE (an absolute path) for its package to win
+[[ -n ${BASE:-} ]] && (cd "$BASE" && PYTHONPATH=$BASE:$OLDPWD run fbase 200 --shapes $FSHAPES --no-torch)
+run fverify 420 --shapes 130m 2.7b b2-L8192-h32-n256-g4 long --torch
+if [[ $wanted == *" fncu "* ]]; then
+    echo "== fncu $(date +%T)"
+    for case in ${FNCU_CASES:-n256:2,8192,32,64,256,4 130m:8,2048,24,64,128,1 2.7b:4,2048,80,64,128,1}; do
+        rep="$OUT/ssd_fwd_walk-${case%%:*}"
+        timeout 200 ncu --clock-control none -k regex:ssd_fwd_fused -c 1 -f -o "$rep" --section SpeedOfLight \
+            --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats \
+            --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section SourceCounters \
+            python3 tools/ssd_step.py --shape "${case#*:}" --steps 1 --forward-only > "$rep.log" 2>&1
+        echo "${case%%:*} exit $?"
+        ncu -i "$rep.ncu-rep" --page details --print-details all > "$rep.txt" 2>&1
+        ncu -i "$rep.ncu-rep" --page source --print-source sass --csv > "$rep.csv" 2>&1
+        grep -E "Duration|Registers Per|Warp Cycles Per Issued|Issue Slots Busy|No Eligible|Tensor|Stall" "$rep.txt" \
+            | head -24
+    done
+fi
 # one file back: this run's files (folders under $OUT are left as they are)
 files=$(cd "$OUT" && find . -maxdepth 1 -type f ! -name issue15-probe.tgz)
 (cd "$OUT" && tar czf /tmp/issue15-probe.tgz $files && rm -f $files && mv /tmp/issue15-probe.tgz .)

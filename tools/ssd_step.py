@@ -1,5 +1,5 @@
-"""One jitted forward+backward of the Pallas SSD at a shape and config, run a few times: the program to put under a
-profiler (``ncu --kernel-name regex:ssd_bwd_dx ... python tools/ssd_step.py --shape 8,2048,24,64,128,1``).
+"""One jitted forward+backward (or forward) of the Pallas SSD at a shape and config, run a few times: the program to
+put under a profiler (``ncu --kernel-name regex:ssd_bwd_dx ... python tools/ssd_step.py --shape 8,2048,24,64,128,1``).
 
 The inputs, calls and config are ``python -m compare.kernels --op ssd``'s for the same shape: its Mamba2-like bf16
 values (``compare.kernel_ops.ssd_inputs``), the config ``impl="pallas"`` picks for the shape on this GPU with the
@@ -23,6 +23,7 @@ def main() -> None:
     parser.add_argument("--chunk", type=int, default=256, help="mamba-ssm's chunk_size (checked, not a tiling)")
     parser.add_argument("--config", default="", help="SsdConfig fields over the shape's default, e.g. num_warps=8")
     parser.add_argument("--steps", type=int, default=3, help="forward+backward runs after the compiling one")
+    parser.add_argument("--forward-only", action="store_true", help="run the forward alone (no saved states)")
     args = parser.parse_args()
     op = OPS["ssd"]
     shape = (*(int(v) for v in args.shape.split(",")), args.chunk)
@@ -30,8 +31,9 @@ def main() -> None:
     print(variant.config or op.shape_config(shape, DTYPE))
     arrays, dtypes, cotangent = op.inputs(shape, DTYPE, 0)
     calls = op.jax_calls(variant, arrays, dtypes, cotangent, shape)
+    run = calls.forward if args.forward_only else calls.forward_backward
     for _ in range(1 + args.steps):
-        jax.block_until_ready(calls.forward_backward())
+        jax.block_until_ready(run())
 
 
 if __name__ == "__main__":

@@ -88,6 +88,7 @@ class SsdConfig:
     bwd_dbc_columns: int = 128  # ... N's columns per program there (64 or 128: its two float32 accumulators' width)
     fwd_mosaic: bool = False  # the forward's fused walks (whole or per segment) on Mosaic GPU (``kernel_fwd_mosaic``)
     states_mosaic: bool = False  # the sequential state passes (both ways) on Mosaic GPU (``kernel_states_mosaic``)
+    fwd_walk_stages: int = 2  # ... the forward's walk there: blocks whose inputs are in shared memory at once
 
     def validate(self) -> None:
         for name in ("block_l", "block_p", "state_block_p", "bwd_block_p", "rebuild_block_p"):
@@ -98,7 +99,7 @@ class SsdConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1 or value != next_pow2(value):
                 raise ValueError(f"SsdConfig.{name} must be a positive power of two, got {value!r}")
-        for name in ("num_stages", "bwd_num_stages", "bwd_head_splits"):
+        for name in ("num_stages", "bwd_num_stages", "bwd_head_splits", "fwd_walk_stages"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"SsdConfig.{name} must be a positive int, got {value!r}")
@@ -154,6 +155,30 @@ PARTIAL_WAVE_SEGMENT = 512  # with more (but fewer than the SMs) below L 8192: s
 WIDE_TILE_MAX_DSTATE = 128  # the fused forward, 32- or 64-dim sequential tiles and dB/dC head splits only up to this N
 ONE_DBC_PROGRAM_PER_SM = 0.9  # dB/dC: one program per block and group where these many per SM remain without splits
 MOSAIC_DBC_MAX_HEADDIM = 64  # dB/dC on Mosaic GPU up to this P (one pipeline step a head; N up to WIDE_TILE_MAX_DSTATE)
+SM_SHARED_BYTES = 228 * 1024  # Hopper: shared memory an SM shares among its programs, less 1 KB for each
+PAIRED_WALK_SLOWDOWN = 1.85  # a Mosaic walk program's time with a second one on its SM (measured, next rules)
+
+
+def walk_shared_bytes(dstate: int, stages: int) -> int:
+    """Shared memory of one Mosaic forward-walk program on 64 head dims (``kernel_fwd_mosaic``), with z and the
+    pre-gate output kept: ``stages`` blocks' x, z, B, C and five decay vectors, then S, the staged update and the
+    pre-gate output."""
+    tile, two = 64, 2  # positions and head dims; bytes of a 16-bit element
+    per_stage = (2 * tile * tile + 2 * tile * dstate) * two + 5 * tile * 4
+    return stages * per_stage + (tile * dstate + 2 * tile * tile) * two
+
+
+def walk_stages(walk_programs: int, dstate: int, sm_count: int) -> int:
+    """Pipeline stages of the Mosaic forward walk (``SsdConfig.fwd_walk_stages``): one where that lets two programs
+    share an SM and the rounds of programs that then take (at PAIRED_WALK_SLOWDOWN each) are fewer than alone, and
+    past N = WIDE_TILE_MAX_DSTATE (one program an SM either way); else two."""
+    if dstate > WIDE_TILE_MAX_DSTATE:
+        return 1
+    paired = lambda stages: 2 * (walk_shared_bytes(dstate, stages) + 1024) <= SM_SHARED_BYTES  # noqa: E731
+    if paired(2) or not paired(1):
+        return 2
+    alone = -(-walk_programs // sm_count)
+    return 1 if -(-walk_programs // (2 * sm_count)) * PAIRED_WALK_SLOWDOWN < alone else 2
 
 
 def keeping_states_every(config: SsdConfig, every: int) -> SsdConfig:
@@ -178,7 +203,7 @@ def default_config(
     ngroups: int = 1,
     wgmma: bool = True,
 ) -> SsdConfig:
-    """``SsdConfig()`` with seventeen rules for the shapes and the GPU:
+    """``SsdConfig()`` with eighteen rules for the shapes and the GPU:
 
     - the fused forward only where its programs (batch x heads x head-dim tiles) fill the GPU's ``sm_count``
       SMs: on an H100 (forward ms, fused / split, ``benchmarks/kernels/h100-2026-11-24-ssd-fused-vs-split*``) it
@@ -297,7 +322,14 @@ def default_config(
       Mosaic) 130m 0.736 against 0.633, B1 L65536 H128 14.965 against 13.903, 2.7b 1.121 against 1.022, B1 L16384
       H24 0.724 against 0.689 (``...-first``); B2 L8192 H32 G4 N256 1.727 against 1.618, B4 L16384 H64 G8 7.531
       against 7.205, B1 L131072 H24 5.654 against 5.419, B4 L4096 H32 N64 G2 0.784 against 0.685, B2 L2048 H32
-      P128 0.598 against 0.488, B8 L2048 H24 N256 1.294 against 1.174 (``...-other``): faster at every shape run."""
+      P128 0.598 against 0.488, B8 L2048 H24 N256 1.294 against 1.174 (``...-other``): faster at every shape run;
+    - the forward's Mosaic walk on one pipeline stage (``walk_stages``) where that lets two of its programs share an
+      SM and the rounds of programs are then fewer, counting each paired program PAIRED_WALK_SLOWDOWN times as long
+      as alone, and past N = WIDE_TILE_MAX_DSTATE. On an H200 (``benchmarks/kernels/h200-2026-11-28-ssd-walk-new``,
+      ms forward, two stages against one): 130m (192 programs) 0.169 against 0.156, B1 L65536 H128 (4096, per
+      segment) 3.047 against 2.775, 2.7b (320) 0.247 against 0.287; the slowdown is 130m's ratio (0.923 x 2 rounds),
+      which puts the other two at 0.925 and 1.23. N 256 (one program an SM either way): B2 L8192 H32 G4 0.441
+      against 0.421, B8 L2048 H24 0.360 against 0.321."""
     wide_tiles = dstate <= WIDE_TILE_MAX_DSTATE
     # the forward's walk on Mosaic GPU where it covers these sizes (in 64s, 16-bit: its own check at the call)
     walk = wgmma and itemsize == 2 and all(size % 64 == 0 for size in (seqlen, headdim, dstate))
@@ -349,5 +381,9 @@ def default_config(
         config = dataclasses.replace(config, bwd_head_splits=1)
     if programs < sm_count:
         config = dataclasses.replace(config, fused_forward_max_l=0)
+    if walk:
+        segments = -(-seqlen // config.state_segment) if config.two_level_states and config.fused_segments else 1
+        walk_programs = batch * nheads * (headdim // 64) * segments
+        config = dataclasses.replace(config, fwd_walk_stages=walk_stages(walk_programs, dstate, sm_count))
     saved = batch * blocks * nheads * headdim * dstate * itemsize
     return dataclasses.replace(config, checkpoint_every=every) if saved > KEEP_ALL_MAX_BYTES else config

@@ -283,7 +283,7 @@ def ssd_forward(
     whole_walk = dims.seqlen <= config.fused_forward_max_l
     if whole_walk and mosaic and not keep:  # the Mosaic walk stores every block's state or none
         starts = None if initial_states is None else initial_states[:, None]
-        walk = dict(segment_blocks=dims.nblocks, states=save, ypre=save, end=True)
+        walk = dict(segment_blocks=dims.nblocks, states=save, ypre=save, end=True, stages=config.fwd_walk_stages)
         out, ypre, states, end = mosaic_walk(x, dt, A, B, C, D, z, dt_bias, starts, dims, **walk)
         return out, end[:, 0], states, ypre
     scores = block_scores(B, C, dims.block_l) if dims.has_scores else None
@@ -301,6 +301,7 @@ def ssd_forward(
         store_blocks = save and not keep
         if config.fused_segments and mosaic:
             walk = dict(segment_blocks=segments.keep_blocks, states=store_blocks, ypre=save, end=False)
+            walk["stages"] = config.fwd_walk_stages
             out, ypre, states, _ = mosaic_walk(x, dt, A, B, C, D, z, dt_bias, kept, segments, **walk)
             return out, final, ((kept if keep else states) if save else None), ypre
         if config.fused_segments:

@@ -45,7 +45,7 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from pallas_kernels.ssd.block import SsdDims
 from pallas_kernels.ssd.mosaic import TILE, TRANSFORMS, block_cumsums, covers_tiles, products
-from pallas_kernels.ssd.mosaic_walk import start_state, walk_blocks, walk_program
+from pallas_kernels.ssd.mosaic_walk import STEPS_IN_FLIGHT, start_state, walk_blocks, walk_program
 
 
 def mosaic_walk_supported(dims: SsdDims, dtype) -> bool:
@@ -53,7 +53,9 @@ def mosaic_walk_supported(dims: SsdDims, dtype) -> bool:
     return covers_tiles(dims, dtype)
 
 
-def ssd_fwd_walk_mosaic(*refs, dims: SsdDims, parts: int, segment_blocks: int, has_start: bool, outs: tuple):
+def ssd_fwd_walk_mosaic(
+    *refs, dims: SsdDims, parts: int, segment_blocks: int, has_start: bool, outs: tuple, stages: int
+):
     """One (batch row, segment, head, 64 head dims): the walk over the segment's blocks (module docstring).
     ``outs`` names the outputs after ``out``, in order: "ypre", "states", "end"."""
     n_in = 6 + dims.has_D + dims.has_z + has_start
@@ -63,7 +65,8 @@ def ssd_fwd_walk_mosaic(*refs, dims: SsdDims, parts: int, segment_blocks: int, h
     z_ref = opt.pop(0) if dims.has_z else None
     start_ref = opt[0] if has_start else None
     out_ref, named = out_refs[0], dict(zip(outs, out_refs[1:], strict=True))
-    S_s, M_s, X_s, E_s, D_s, barrier = scratch
+    S_s, E_s, D_s, barrier, *Y = scratch
+    Y_s = Y[0] if Y else None  # the pre-gate output's own tile (with z, when saved)
 
     prog = walk_program(dims, parts, segment_blocks)
     b, h, g, p, n = prog.b, prog.h, prog.g, prog.p, dims.dstate
@@ -72,8 +75,6 @@ def ssd_fwd_walk_mosaic(*refs, dims: SsdDims, parts: int, segment_blocks: int, h
     rows_v, cols_v = wg.reduce(1), wg.reduce(0)  # vectors over a tile's rows / columns
     on_rows = lambda v, width=TILE: lax.broadcast_in_dim(v, (TILE, width), [0])  # noqa: E731
     on_cols = lambda v: lax.broadcast_in_dim(v, (TILE, TILE), [1])  # noqa: E731
-    row = plgpu.broadcasted_iota(jnp.int32, (TILE, TILE), 0, layout=wg)
-    col = plgpu.broadcasted_iota(jnp.int32, (TILE, TILE), 1, layout=wg)
     first = prog.first
 
     if D_ref is not None:
@@ -86,9 +87,10 @@ def ssd_fwd_walk_mosaic(*refs, dims: SsdDims, parts: int, segment_blocks: int, h
         plgpu.barrier_wait(barrier.at[0])
         Dv = plgpu.load(D_s.at[0], layout=cols_v)
 
-    def step(indices, x_s, B_s, C_s, dt_s, cs_s, cs_cols_s, last_s, *rest):
-        """One block: S's copy stored; C·Bᵀ while X and exp(cs_last - cs) ∘ X are staged; the state update and C Sᵀ
-        while M is staged; y, its stores, and S's copy for the next block."""
+    def step(indices, x_s, B_s, C_s, dt_s, dt_cols_s, cs_s, cs_cols_s, last_s, *rest):
+        """One block: S's copy stored; C·Bᵀ while exp(cs_last - cs) ∘ X is staged; the state update and C Sᵀ while
+        M ∘ dt (by columns) is formed in registers; y = exp(cs) ∘ C Sᵀ + (M ∘ dt) x, its stores, and S's copy for
+        the next block."""
         *z_s, S = rest
         k = first + indices[0]
         t = pl.ds(k * TILE, TILE)
@@ -97,40 +99,40 @@ def ssd_fwd_walk_mosaic(*refs, dims: SsdDims, parts: int, segment_blocks: int, h
         dt_r, cs_r = plgpu.load(dt_s, layout=rows_v), plgpu.load(cs_s, layout=rows_v)
         last_r = plgpu.load(last_s, layout=rows_v)
 
-        def stage_inputs():
+        def stage_update():
             x = plgpu.load(x_s, layout=wg).astype(f32)
-            X_s[...] = (x * on_rows(dt_r)).astype(dtype)
+            # the block before's out has left E_s (the copy of S_s just issued may still be reading)
+            plgpu.wait_smem_to_gmem(int("states" in named), wait_read_only=True)
             E_s[...] = (x * on_rows(dt_r * jnp.exp(last_r - cs_r))).astype(dtype)
             plgpu.commit_smem()
 
-        (CB,) = products((zeros,), [(C_s, B_s.transpose((1, 0)))], dims.interpret, stage_inputs)  # [i, j] = C_i · B_j
+        (CB,) = products((zeros,), [(C_s, B_s.transpose((1, 0)))], dims.interpret, stage_update)  # [i, j] = C_i · B_j
 
-        def stage_scores():
+        def diagonal():  # y's diagonal product (M ∘ dt by columns) x, its left operand formed in registers
+            row = plgpu.broadcasted_iota(jnp.int32, (TILE, TILE), 0, layout=wg)
+            col = plgpu.broadcasted_iota(jnp.int32, (TILE, TILE), 1, layout=wg)
             log_decay = on_rows(cs_r) - on_cols(plgpu.load(cs_cols_s, layout=cols_v))
-            M_s[...] = jnp.where(row >= col, CB * jnp.exp(jnp.minimum(log_decay, 0.0)), 0.0).astype(dtype)
-            plgpu.commit_smem()
+            weights = CB * jnp.exp(jnp.minimum(log_decay, 0.0)) * on_cols(plgpu.load(dt_cols_s, layout=cols_v))
+            return [(jnp.where(row >= col, weights, 0.0).astype(dtype), x_s)]
 
         carried = on_rows(jnp.exp(last_r), n) * S  # S's rows are head dims: every one scaled by exp(cs_last)
         pairs = [(E_s.transpose((1, 0)), B_s), (C_s, S_s.transpose((1, 0)))]  # the update, C Sᵀ
-        S, CS = products((carried, zeros), pairs, dims.interpret, stage_scores)
-        (y,) = products((on_rows(jnp.exp(cs_r)) * CS,), [(M_s, X_s)], dims.interpret)
+        S, CS, y = products((carried, zeros, zeros), pairs, dims.interpret, diagonal)
+        y = y + on_rows(jnp.exp(cs_r)) * CS
         if D_ref is not None:
             y = y + on_cols(Dv) * plgpu.load(x_s, layout=wg).astype(f32)
-        out_s = X_s  # M X is done: out leaves from X's buffer, or from z's with the pre-gate output in X's
+        if Y_s is not None:
+            Y_s[...] = y.astype(dtype)
         if z_s:
-            if "ypre" in named:
-                X_s[...] = y.astype(dtype)
-                plgpu.commit_smem()
-                plgpu.copy_smem_to_gmem(X_s, named["ypre"].at[b, t, h, p])
             z = plgpu.load(z_s[0], layout=wg).astype(f32)
             y = y * z / (1.0 + jnp.exp(-z))
-            out_s = z_s[0]
-        out_s[...] = y.astype(dtype)
-        plgpu.commit_smem()
-        plgpu.copy_smem_to_gmem(out_s, out_ref.at[b, t, h, p])
-        plgpu.wait_smem_to_gmem(0, wait_read_only=True)  # the stores have read S_s, X_s and z's (refilled next)
+        plgpu.wait_smem_to_gmem(0, wait_read_only=True)  # the copy of S_s and the block before's pre-gate output
+        E_s[...] = y.astype(dtype)  # the update has read E_s: out leaves from it, while the next block starts
         S_s[...] = S.astype(dtype)
         plgpu.commit_smem()
+        if Y_s is not None:
+            plgpu.copy_smem_to_gmem(Y_s, named["ypre"].at[b, t, h, p])
+        plgpu.copy_smem_to_gmem(E_s, out_ref.at[b, t, h, p])
         return S
 
     def head_tile(ref):
@@ -143,13 +145,28 @@ def ssd_fwd_walk_mosaic(*refs, dims: SsdDims, parts: int, segment_blocks: int, h
         return ref.at[b, h], plgpu.BlockSpec((TILE,), lambda j: (first + j,))
 
     streams = [head_tile(x_ref), group_tile(B_ref), group_tile(C_ref)]
-    streams += [vector(ref) for ref in (dt_ref, cs_ref, cs_ref, last_ref)]  # cs twice: rows and columns
+    streams += [vector(ref) for ref in (dt_ref, dt_ref, cs_ref, cs_ref, last_ref)]  # dt, cs twice: rows and columns
     streams += [head_tile(z_ref)] if z_ref is not None else []
-    walk_blocks(step, streams, S, prog, named.get("end"))
+    walk_blocks(step, streams, S, prog, named.get("end"), stages)
 
 
 def mosaic_walk(
-    x, dt, A, B, C, D, z, dt_bias, starts, dims: SsdDims, *, segment_blocks: int, states: bool, ypre: bool, end: bool
+    x,
+    dt,
+    A,
+    B,
+    C,
+    D,
+    z,
+    dt_bias,
+    starts,
+    dims: SsdDims,
+    *,
+    segment_blocks: int,
+    states: bool,
+    ypre: bool,
+    end: bool,
+    stages: int = STEPS_IN_FLIGHT,
 ):
     """The fused walk by the Mosaic GPU kernel over segments of ``segment_blocks`` blocks (all of them: one walk per
     sequence), each from ``starts`` (batch, segments, H, P, N) float32, or from zeros where None. Returns out
@@ -165,13 +182,13 @@ def mosaic_walk(
     tile16 = lambda shape: plgpu.SMEM(shape, x.dtype, transforms=TRANSFORMS)  # noqa: E731
     scratch = [
         tile16((TILE, n)),  # S in the dot dtype
-        tile16((TILE, TILE)),  # M
-        tile16((TILE, TILE)),  # X = dt x, then the pre-gate output or out
-        tile16((TILE, TILE)),  # exp(cs_last - cs) ∘ X
+        tile16((TILE, TILE)),  # exp(cs_last - cs) ∘ X, then out
         plgpu.SMEM((1, TILE), f32),  # D's head dims
         plgpu.Barrier(num_barriers=1),  # D's copy
     ]
-    names = [name for name, wanted in (("ypre", ypre and z is not None), ("states", states), ("end", end)) if wanted]
+    ypre = ypre and z is not None
+    scratch += [tile16((TILE, TILE))] if ypre else []  # the pre-gate output
+    names = [name for name, wanted in (("ypre", ypre), ("states", states), ("end", end)) if wanted]
     shapes = {
         "ypre": jax.ShapeDtypeStruct(x.shape, x.dtype),
         "states": jax.ShapeDtypeStruct((batch, dims.nblocks, nheads, headdim, n), x.dtype),
@@ -187,6 +204,7 @@ def mosaic_walk(
             segment_blocks=segment_blocks,
             has_start=starts is not None,
             outs=tuple(names),
+            stages=stages,
         ),
         out_type=[jax.ShapeDtypeStruct(x.shape, x.dtype)] + [shapes[name] for name in names],
         scratch_types=scratch,

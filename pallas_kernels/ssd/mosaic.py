@@ -55,24 +55,49 @@ def block_decays(dt: jax.Array, A: jax.Array, dt_bias, dims: SsdDims) -> tuple[j
 
 
 def products(inits, pairs, interpret: bool, meanwhile=None) -> tuple[jax.Array, ...]:
-    """inits[i] + a_i b_i for each pair (a_i, b_i) of shared-memory operands: every ``wgmma`` issued into an
-    accumulator that starts at its init (so that the (64, N) state is never in registers twice), then
-    ``meanwhile()`` (work that runs while they do; it may write refs only), then the results. Pallas's GPU
-    interpreter has no accumulator that starts at a value (``pl.run_state``): there the products go into zeroed ones
-    and are added after."""
+    """inits[i] + a_i b_i for each pair (a_i, b_i): every ``wgmma`` issued into an accumulator that starts at its init
+    (so that the (64, N) state is never in registers twice), then ``meanwhile()`` (work that runs while they do; it
+    may write refs only), then the results. b_i is a shared-memory operand; a_i one too, or a 16-bit array in
+    ``wgmma``'s register layout. ``meanwhile`` may return more pairs, issued as it returns them into the
+    accumulators of the inits beyond ``pairs``: products whose left operand it forms in registers while the first
+    ones run. Pallas's GPU interpreter has no accumulator that starts at a value (``pl.run_state``) and no register
+    operand: there the products go into zeroed accumulators (those from registers by ``jnp.dot``) and are added
+    after."""
 
-    def issue(accs):
-        for acc, (a, b) in zip(accs, pairs, strict=True):
-            plgpu.wgmma(acc, a, b)
-        if meanwhile is not None:
-            meanwhile()
+    def run(accs) -> list:
+        """Issues every product; returns those the interpreter left to ``jnp.dot`` as (index, a b)."""
+        skipped = []
+        for i, (a, b) in enumerate(pairs):
+            skipped += _issue(accs[i], a, b, i, interpret)
+        late = (meanwhile() if meanwhile is not None else None) or []
+        for i, (a, b) in enumerate(late, start=len(pairs)):
+            skipped += _issue(accs[i], a, b, i, interpret)
+        return skipped
 
     if not interpret:
+
+        def issue(accs) -> None:
+            run(accs)
+
         return pl.run_state(issue)(tuple(plgpu.ACC.init(v) for v in inits))
 
     def scoped(*accs):
-        issue(accs)
-        return tuple(acc[...] for acc in accs)
+        skipped = dict(run(accs))
+        return tuple(acc[...] + skipped.get(i, 0.0) for i, acc in enumerate(accs))
 
     done = pl.run_scoped(scoped, *(plgpu.ACC(v.shape, jnp.float32) for v in inits))
     return tuple(v + q for v, q in zip(inits, done, strict=True))
+
+
+def _issue(acc, a, b, index: int, interpret: bool) -> list:
+    """acc += a b on ``wgmma``; in the interpreter, whose ``wgmma`` reads refs only, a in registers gives
+    [(index, a b)] to add instead."""
+    if interpret and not _is_ref(a):
+        return [(index, jnp.dot(a, b[...], preferred_element_type=jnp.float32))]
+    plgpu.wgmma(acc, a, b)
+    return []
+
+
+def _is_ref(operand) -> bool:
+    """Whether a product's operand is a (shared-memory) ref rather than an array in registers."""
+    return hasattr(operand, "transforms") or isinstance(jax.typeof(operand), jax.ref.AbstractRef)

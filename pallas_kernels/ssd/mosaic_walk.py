@@ -49,15 +49,15 @@ def start_state(start_ref, prog: WalkProgram, dstate: int) -> jax.Array:
     return plgpu.load(start_ref.at[prog.b, prog.s, prog.h, prog.p], layout=wg, optimized=False)  # global memory
 
 
-def walk_blocks(step, streams, state: jax.Array, prog: WalkProgram, end_ref=None) -> None:
-    """``step`` over the segment's blocks with ``streams`` ((source ref, BlockSpec) pairs) copied in by TMA, the state
-    as the carry; then the end state into ``end_ref`` (batch, segments, H, P, N) float32 if given, and every store
-    the steps issued waited for."""
+def walk_blocks(step, streams, state: jax.Array, prog: WalkProgram, end_ref=None, stages: int = STEPS_IN_FLIGHT):
+    """``step`` over the segment's blocks with ``streams`` ((source ref, BlockSpec) pairs) copied in by TMA
+    (``stages`` blocks' at once), the state as the carry; then the end state into ``end_ref`` (batch, segments, H, P,
+    N) float32 if given, and every store the steps issued waited for."""
     state = plgpu.emit_pipeline(
         step,
         grid=(prog.steps,),
         in_specs=[spec for _, spec in streams],
-        max_concurrent_steps=STEPS_IN_FLIGHT,
+        max_concurrent_steps=stages,
         init_carry=state,
     )(*[src for src, _ in streams])
     if end_ref is not None:

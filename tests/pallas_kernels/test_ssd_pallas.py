@@ -74,12 +74,13 @@ MOSAIC = SsdConfig(bwd_dx_mosaic=True, bwd_dbc_mosaic=True)  # ... and its dB/dC
 MOSAIC_64_COLUMNS = dataclasses.replace(MOSAIC, bwd_dbc_columns=64)  # ... on 64 of N's columns a program
 # ... and the forward's fused walk and the sequential state passes (forward and backward) on Mosaic GPU
 MOSAIC_FORWARD = dataclasses.replace(MOSAIC, fwd_mosaic=True, states_mosaic=True)
+MOSAIC_FORWARD_ONE_STAGE = dataclasses.replace(MOSAIC_FORWARD, fwd_walk_stages=1)  # one block's inputs at a time
 # ... the walk once per segment of 2 blocks (the two-level state pass's), storing every block's state, or none where
 # the forward keeps float32 states every 2 blocks
 MOSAIC_SEGMENTS = dataclasses.replace(
     MOSAIC_FORWARD, fused_forward_max_l=0, two_level_states=True, state_segment=128, fused_segments=True
 )
-MOSAIC_SEGMENTS_KEPT = dataclasses.replace(MOSAIC_SEGMENTS, checkpoint_every=128)
+MOSAIC_SEGMENTS_KEPT = dataclasses.replace(MOSAIC_SEGMENTS, checkpoint_every=128, fwd_walk_stages=1)
 OWN_SCORES_STATE_CHUNKS = split(block_l=32, bwd_state_chunk=16, bwd_block_p=16, shared_scores=False)
 
 CASES = [  # batch, L, H, P, N, G, chunk, dtype, D, z, init, seq_idx, softplus, dt_limit, config
@@ -226,15 +227,31 @@ CASES = [  # batch, L, H, P, N, G, chunk, dtype, D, z, init, seq_idx, softplus, 
     ),
     # the forward's walk and the state passes on Mosaic GPU too: whole (initial state, z, D per head dim, groups of 2
     # heads, bf16: the backward's one-level walk from d final_states to d initial_states through z's gate; two blocks
-    # at N 256, no D, no softplus), per segment (5 blocks in segments of 2, 2 and 1: the last walk shorter, both ways;
-    # two 64-dim parts per head, N 128, fp16, dt_limit, every block's state stored) and per segment with kept float32
-    # states (the backward's rebuild)
+    # at N 256 on one pipeline stage, no D, no softplus), per segment (5 blocks in segments of 2, 2 and 1: the last
+    # walk shorter, both ways; two 64-dim parts per head, N 128, fp16, dt_limit, every block's state stored) and per
+    # segment with kept float32 states (the backward's rebuild; one stage)
     pytest.param(
         *(2, 192, 4, 64, 64, 2, 64, jnp.bfloat16, "HP", True, True, False, True, (0.0, INF), MOSAIC_FORWARD),
         id="mosaic-forward",
     ),
     pytest.param(
-        *(1, 128, 2, 64, 256, 1, 64, jnp.bfloat16, None, True, True, False, False, (0.0, INF), MOSAIC_FORWARD),
+        *(
+            1,
+            128,
+            2,
+            64,
+            256,
+            1,
+            64,
+            jnp.bfloat16,
+            None,
+            True,
+            True,
+            False,
+            False,
+            (0.0, INF),
+            MOSAIC_FORWARD_ONE_STAGE,
+        ),
         id="mosaic-forward-n256",
     ),
     pytest.param(
@@ -560,6 +577,23 @@ def test_default_config_walks_the_state_passes_on_mosaic_gpu_with_the_forward():
     for itemsize, wgmma, seqlen, headdim in [(2, False, 2048, 64), (4, True, 2048, 64), (2, True, 2000, 64)]:
         assert not default_config(8, seqlen, 24, headdim, 128, itemsize, wgmma=wgmma).states_mosaic
     assert not default_config(8, 2048, 24, 48, 128, 2).states_mosaic  # head dims not in 64s
+
+
+def test_default_config_walks_the_forward_on_one_stage_where_two_programs_then_share_an_sm_in_fewer_rounds():
+    """Measured on an H200 (benchmarks/kernels/h200-2026-11-28-ssd-walk-new): one stage won at 130m (192 programs, one
+    round paired against two alone), B1 L65536 H128 (4096 segment programs) and N 256, lost at 2.7b (320: two paired
+    rounds against three alone). Two stages already pair at N 64; one stage cannot pair past N 192."""
+    from pallas_kernels.ssd.config import SM_SHARED_BYTES, default_config, walk_shared_bytes
+
+    stages = lambda *shape, groups=1: default_config(*shape, 2, ngroups=groups).fwd_walk_stages  # noqa: E731
+    assert stages(8, 2048, 24, 64, 128) == 1
+    assert stages(1, 65536, 128, 64, 128) == 1
+    assert stages(4, 2048, 80, 64, 128) == 2
+    assert stages(2, 8192, 32, 64, 256, groups=4) == stages(8, 2048, 24, 64, 256) == 1
+    assert stages(4, 4096, 32, 64, 64, groups=2) == 2
+    assert 2 * walk_shared_bytes(64, 2) < SM_SHARED_BYTES < 2 * walk_shared_bytes(128, 2)
+    assert 2 * walk_shared_bytes(128, 1) < SM_SHARED_BYTES < 2 * walk_shared_bytes(256, 1)
+    assert walk_shared_bytes(256, 2) < SM_SHARED_BYTES  # one program fits at every N the walk covers
 
 
 def test_default_config_takes_a_groups_heads_in_one_dbc_program_where_blocks_and_groups_fill_the_gpu():
