@@ -69,7 +69,9 @@
 #   fbase: fnew's shapes with the package from $BASE (pallas_kernels of the commit before, e.g. `git archive b9044ac
 #          pallas_kernels | tar -x -C DIR`, carried)
 #   (then out left from the staged update's tile with no wait at the block's end, and default_config's stage rule)
-#   fverify: beside mamba-ssm, the default: 130m, 2.7b, N 256 (B2 L8192 H32 G4) and the long shape
+#   fverify: beside mamba-ssm, the default: 130m, 2.7b, N 256 (B2 L8192 H32 G4) and the long shape (cut at 420 s
+#            during our long-shape run)
+#   flong: the long shape beside mamba-ssm, the default
 set -u
 export PYTHONPATH=. PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 bash tools/gpu-parity.sh /tmp/p .sdist unpack > "$OUT/unpack.log" 2>&1 || { tail "$OUT/unpack.log"; exit 1; }
@@ -162,6 +164,7 @@ run fnew 330 --shapes $FSHAPES --no-torch --pallas-config fwd_walk_stages=1
 # python -m puts the working directory first on the path: run from $BASE (an absolute path) for its package to win
 [[ -n ${BASE:-} ]] && (cd "$BASE" && PYTHONPATH=$BASE:$OLDPWD run fbase 200 --shapes $FSHAPES --no-torch)
 run fverify 420 --shapes 130m 2.7b b2-L8192-h32-n256-g4 long --torch
+run flong 270 --shapes long --torch
 if [[ $wanted == *" fncu "* ]]; then
     echo "== fncu $(date +%T)"
     for case in ${FNCU_CASES:-n256:2,8192,32,64,256,4 130m:8,2048,24,64,128,1 2.7b:4,2048,80,64,128,1}; do

@@ -40,6 +40,7 @@ too (``kernel_bwd_dbc_mosaic``), on ``bwd_dbc_columns`` of N's columns a program
 (``fused_segments``), run on Mosaic GPU (``kernel_fwd_mosaic``) where it covers the shape; its state does not spill
 at N 256, so there the fused walks are the default too. With ``states_mosaic`` (set with it) so do the sequential
 state passes, forward and backward, one- or two-level (``kernel_states_mosaic``; the walks over segments stay Triton).
+``fwd_walk_stages`` is the Mosaic walk's pipeline depth: one lets two of its programs share an SM up to N 192.
 
 With ``shared_scores`` (the default) the forward's output and the backward's per-head kernel read each block's C·Bᵀ
 (T, T), float32, computed once per group by XLA (``block.block_scores``), instead of each program (head, head dims)

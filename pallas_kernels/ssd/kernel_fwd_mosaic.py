@@ -9,22 +9,26 @@ spills (888-1008 bytes a thread at N 256, ``config.WIDE_TILE_MAX_DSTATE``), so N
 and C wait in shared memory and the state is 128 registers a thread at N 256.
 
 Per block, with T = 64 positions i (rows) and j (columns), cs the block's cumulative dt·A, cs_last its sum over the
-block (from XLA, ``mosaic.block_cumsums``), X = dt x and S the (P, N) state entering the block:
+block (from XLA, ``mosaic.block_cumsums``) and S the (P, N) state entering the block:
 
-    M  = C Bᵀ ∘ exp(cs_i - cs_j) on and below the diagonal, in the dot dtype
-    y  = exp(cs_i) ∘ (C Sᵀ) + M X + D x,      out = y silu(z) (y kept as the pre-gate output when saving)
-    S  = exp(cs_last) S + (exp(cs_last - cs) ∘ X)ᵀ B
+    W  = C Bᵀ ∘ exp(cs_i - cs_j) ∘ dt_j on and below the diagonal, in the dot dtype
+    y  = exp(cs_i) ∘ (C Sᵀ) + W x + D x,      out = y silu(z) (y kept as the pre-gate output when saving)
+    S  = exp(cs_last) S + (dt exp(cs_last - cs) ∘ x)ᵀ B
 
 C Sᵀ reads S's copy in the dot dtype (as the Triton kernels do), which is also what the block states kept for the
 backward are. The walk starts from a zero state or from a given float32 one (the initial state, or the state
 entering each segment from the two-level state pass) and can leave its float32 end state.
 
 ``wgmma`` is asynchronous, so each block issues its products before the register work that does not need them:
-C Bᵀ while X and exp(cs_last - cs) ∘ X are staged in shared memory, then the state update and C Sᵀ together while M
-is. The update's accumulator starts at exp(cs_last) S (``products``): the state is never in registers twice. Shared
-memory at N 256 with z: two pipeline stages of x, B, C, z and the decay vectors (162 KB), S, M, X and the staged
-update operand (56 KB); out leaves from X's buffer, or from z's slot where X's holds the pre-gate output. So one
-program runs per SM at every N (two would need 113 KB each).
+C Bᵀ while the update's left operand E = dt exp(cs_last - cs) ∘ x is staged in shared memory; then the state update
+and C Sᵀ, and while they run W is formed in registers from C Bᵀ and issued as the left operand of W x (x straight
+from its TMA slot: ``products``' late pairs). The update's accumulator starts at exp(cs_last) S: the state is never
+in registers twice. Out leaves from E's tile once the update has read it, with no wait at the block's end: the next
+block waits for that store only before it stages its own E (the pre-gate output, when saved, has a tile of its
+own). Shared memory (``config.walk_shared_bytes``), with z and the pre-gate output: ``stages`` blocks' x, z, B, C
+and decay vectors, S's copy, E and the pre-gate output; at N 128 on one stage 81 KB, so two programs share an SM
+(``config.walk_stages`` picks one stage where that pays), at N 256 on two 211 KB. At N 256 the state (128 registers
+a thread) with the block's accumulators spills (ncu, ``benchmarks/kernels/h200-2026-11-28-ssd-walk-ncu-*``).
 
 Measured on an H100 (``benchmarks/kernels/h100-2026-11-28-ssd-mosaic-walk*``, ms forward, against the Triton
 forward): 130m 0.179 against 0.185, 2.7b 0.253 against 0.347, B2 L8192 H32 G4 N256 (per segment) 0.467 against 0.595,
