@@ -18,7 +18,15 @@ from pallas_kernels._checks import (
 from pallas_kernels._triton import gpu_compute_capability, gpu_has_wgmma, gpu_sm_count, interpret_mode
 from pallas_kernels.ssd import pallas, reference
 from pallas_kernels.ssd.block import ssd_dims
-from pallas_kernels.ssd.config import MAX_DSTATE, MAX_HEADDIM, SsdConfig, default_config, keeping_states_every
+from pallas_kernels.ssd.config import (
+    MAX_DSTATE,
+    MAX_HEADDIM,
+    SM_SHARED_BYTES,
+    SsdConfig,
+    default_config,
+    keeping_states_every,
+    walk_shared_bytes,
+)
 
 _AVAILABLE_IMPLS = ("reference", "pallas")
 SAVED_STATES_NAME = pallas.STATES_NAME  # what a jax.checkpoint policy names to keep the Pallas SSD's states
@@ -264,3 +272,11 @@ def _check_pallas_supported(headdim: int, dstate: int, config: SsdConfig | None)
             f"SsdConfig.{mosaic[0]} needs a GPU with Hopper's wgmma (compute capability 9.x), this one has "
             f"{gpu_compute_capability()}: set it to False"
         )
+    if config is not None and config.fwd_mosaic:
+        walk_bytes = walk_shared_bytes(dstate, config.fwd_walk_stages)
+        if walk_bytes + 1024 > SM_SHARED_BYTES:
+            raise ValueError(
+                f"SsdConfig.fwd_walk_stages={config.fwd_walk_stages} needs {walk_bytes // 1024} KB of shared memory "
+                f"for the forward's Mosaic walk at N={dstate}, more than an SM's {SM_SHARED_BYTES // 1024 - 1}: use "
+                "fewer"
+            )

@@ -92,9 +92,8 @@ def ssd_fwd_walk_mosaic(
         Dv = plgpu.load(D_s.at[0], layout=cols_v)
 
     def step(indices, x_s, B_s, C_s, dt_s, dt_cols_s, cs_s, cs_cols_s, last_s, *rest):
-        """One block: S's copy stored; C·Bᵀ while exp(cs_last - cs) ∘ X is staged; the state update and C Sᵀ while
-        M ∘ dt (by columns) is formed in registers; y = exp(cs) ∘ C Sᵀ + (M ∘ dt) x, its stores, and S's copy for
-        the next block."""
+        """One block: S's copy stored; C·Bᵀ while E is staged; the state update and C Sᵀ, and W x as soon as W is
+        formed in registers; y, S's copy for the next block, and the stores (module docstring)."""
         *z_s, S = rest
         k = first + indices[0]
         t = pl.ds(k * TILE, TILE)
@@ -112,7 +111,7 @@ def ssd_fwd_walk_mosaic(
 
         (CB,) = products((zeros,), [(C_s, B_s.transpose((1, 0)))], dims.interpret, stage_update)  # [i, j] = C_i · B_j
 
-        def diagonal():  # y's diagonal product (M ∘ dt by columns) x, its left operand formed in registers
+        def diagonal():  # y's diagonal product W x, its left operand W formed in registers
             row = plgpu.broadcasted_iota(jnp.int32, (TILE, TILE), 0, layout=wg)
             col = plgpu.broadcasted_iota(jnp.int32, (TILE, TILE), 1, layout=wg)
             log_decay = on_rows(cs_r) - on_cols(plgpu.load(cs_cols_s, layout=cols_v))
@@ -130,7 +129,7 @@ def ssd_fwd_walk_mosaic(
         if z_s:
             z = plgpu.load(z_s[0], layout=wg).astype(f32)
             y = y * z / (1.0 + jnp.exp(-z))
-        plgpu.wait_smem_to_gmem(0, wait_read_only=True)  # the copy of S_s and the block before's pre-gate output
+        plgpu.wait_smem_to_gmem(0, wait_read_only=True)  # the copy of S_s issued at the start has read it
         E_s[...] = y.astype(dtype)  # the update has read E_s: out leaves from it, while the next block starts
         S_s[...] = S.astype(dtype)
         plgpu.commit_smem()

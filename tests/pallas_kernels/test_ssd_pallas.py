@@ -850,6 +850,12 @@ def test_bf16_inputs_keep_their_dtypes_mixed_with_float32_b(rng):
         ({"config": SsdConfig(bwd_persistent_programs=-1)}, "SsdConfig.bwd_persistent_programs must be an int >= 0"),
         ({"config": SsdConfig(state_segment=100)}, "state_segment must be a positive multiple of block_l=64, got 100"),
         ({"config": SsdConfig(bwd_dbc_columns=32)}, "SsdConfig.bwd_dbc_columns must be 64 or 128, got 32"),
+        ({"config": SsdConfig(fwd_walk_stages=0)}, "SsdConfig.fwd_walk_stages must be a positive int, got 0"),
+        (
+            {"dstate": 256, "config": SsdConfig(fwd_mosaic=True, fwd_walk_stages=3)},
+            r"fwd_walk_stages=3 needs 291 KB of shared memory for the forward's Mosaic walk at N=256, more than an "
+            "SM's 227",
+        ),
         ({"checkpoint_every": 100}, "checkpoint_every must be None, 0 or a multiple of 64 > 0, got 100"),
         ({"checkpoint_every": 128, "config": SsdConfig()}, "pass either config or checkpoint_every"),
     ],
