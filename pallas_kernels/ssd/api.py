@@ -21,10 +21,12 @@ from pallas_kernels.ssd.block import ssd_dims
 from pallas_kernels.ssd.config import (
     MAX_DSTATE,
     MAX_HEADDIM,
+    PROGRAM_RESERVED_BYTES,
     SM_SHARED_BYTES,
     SsdConfig,
     default_config,
     keeping_states_every,
+    walk_programs_per_sm,
     walk_shared_bytes,
 )
 
@@ -272,11 +274,10 @@ def _check_pallas_supported(headdim: int, dstate: int, config: SsdConfig | None)
             f"SsdConfig.{mosaic[0]} needs a GPU with Hopper's wgmma (compute capability 9.x), this one has "
             f"{gpu_compute_capability()}: set it to False"
         )
-    if config is not None and config.fwd_mosaic:
-        walk_bytes = walk_shared_bytes(dstate, config.fwd_walk_stages)
-        if walk_bytes + 1024 > SM_SHARED_BYTES:
-            raise ValueError(
-                f"SsdConfig.fwd_walk_stages={config.fwd_walk_stages} needs {walk_bytes // 1024} KB of shared memory "
-                f"for the forward's Mosaic walk at N={dstate}, more than an SM's {SM_SHARED_BYTES // 1024 - 1}: use "
-                "fewer"
-            )
+    if config is not None and config.fwd_mosaic and walk_programs_per_sm(dstate, config.fwd_walk_stages) < 1:
+        raise ValueError(
+            f"SsdConfig.fwd_walk_stages={config.fwd_walk_stages} needs "
+            f"{walk_shared_bytes(dstate, config.fwd_walk_stages) // 1024} KB of shared memory for the forward's "
+            f"Mosaic walk at N={dstate}, more than an SM's {(SM_SHARED_BYTES - PROGRAM_RESERVED_BYTES) // 1024}: "
+            "use fewer"
+        )

@@ -157,6 +157,7 @@ WIDE_TILE_MAX_DSTATE = 128  # the fused forward, 32- or 64-dim sequential tiles 
 ONE_DBC_PROGRAM_PER_SM = 0.9  # dB/dC: one program per block and group where these many per SM remain without splits
 MOSAIC_DBC_MAX_HEADDIM = 64  # dB/dC on Mosaic GPU up to this P (one pipeline step a head; N up to WIDE_TILE_MAX_DSTATE)
 SM_SHARED_BYTES = 228 * 1024  # Hopper: shared memory an SM shares among its programs, less 1 KB for each
+PROGRAM_RESERVED_BYTES = 1024  # ... the 1 KB each program's share loses
 PAIRED_WALK_SLOWDOWN = 1.85  # a Mosaic walk program's time with a second one on its SM (measured, next rules)
 
 
@@ -169,14 +170,18 @@ def walk_shared_bytes(dstate: int, stages: int) -> int:
     return stages * per_stage + (tile * dstate + 2 * tile * tile) * two
 
 
+def walk_programs_per_sm(dstate: int, stages: int) -> int:
+    """How many Mosaic forward-walk programs (``walk_shared_bytes``) an SM's shared memory holds at once."""
+    return SM_SHARED_BYTES // (walk_shared_bytes(dstate, stages) + PROGRAM_RESERVED_BYTES)
+
+
 def walk_stages(walk_programs: int, dstate: int, sm_count: int) -> int:
     """Pipeline stages of the Mosaic forward walk (``SsdConfig.fwd_walk_stages``): one where that lets two programs
     share an SM and the rounds of programs that then take (at PAIRED_WALK_SLOWDOWN each) are fewer than alone, and
     past N = WIDE_TILE_MAX_DSTATE (one program an SM either way); else two."""
     if dstate > WIDE_TILE_MAX_DSTATE:
         return 1
-    paired = lambda stages: 2 * (walk_shared_bytes(dstate, stages) + 1024) <= SM_SHARED_BYTES  # noqa: E731
-    if paired(2) or not paired(1):
+    if walk_programs_per_sm(dstate, 2) >= 2 or walk_programs_per_sm(dstate, 1) < 2:
         return 2
     alone = -(-walk_programs // sm_count)
     return 1 if -(-walk_programs // (2 * sm_count)) * PAIRED_WALK_SLOWDOWN < alone else 2

@@ -35,7 +35,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from pallas_kernels.ssd.block import SsdDims
-from pallas_kernels.ssd.mosaic import TILE, TRANSFORMS, covers_tiles
+from pallas_kernels.ssd.mosaic import TILE, TRANSFORMS, call_kernel, covers_tiles
 
 STEPS_IN_FLIGHT = 2  # pipeline stages: one step's copies in flight while the previous one computes
 
@@ -155,14 +155,13 @@ def mosaic_dbc(x, decays, B, C, z, states, dstates, dout, dims: SsdDims, columns
     ]
     inputs = [x, dout] + ([z] if z is not None else [])
     inputs += [dt_p, cs, to_end, states.astype(x.dtype), dstates.astype(x.dtype), B, C]
-    kernel = plgpu.kernel(
+    return call_kernel(
         functools.partial(ssd_bwd_dbc_mosaic, dims=dims, parts=parts, columns=columns),
+        inputs,
         out_type=[jax.ShapeDtypeStruct(B.shape, B.dtype), jax.ShapeDtypeStruct(C.shape, C.dtype)],
-        scratch_types=scratch,
+        scratch=scratch,
         grid=(dims.ngroups * (dims.dstate // columns), nblocks, batch),
         grid_names=("gc", "block", "batch"),
-        kernel_name="ssd_bwd_dbc",  # the profiler's "ssd_bwd_dbc_mosaic_gpu_kernel"
-        compiler_params=plgpu.CompilerParams(approx_math=True),
+        name="ssd_bwd_dbc",
+        dims=dims,
     )
-    with plgpu.force_gpu_interpret_mode(plgpu.InterpretGPUParams() if dims.interpret else None):
-        return kernel(*inputs)

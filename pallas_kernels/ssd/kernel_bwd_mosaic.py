@@ -42,7 +42,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from pallas_kernels.ssd.block import SsdDims
-from pallas_kernels.ssd.mosaic import TILE, TRANSFORMS, covers_tiles
+from pallas_kernels.ssd.mosaic import TILE, TRANSFORMS, call_kernel, covers_tiles
 
 
 def mosaic_dx_supported(dims: SsdDims, dtype) -> bool:
@@ -216,17 +216,16 @@ def mosaic_dx(x, dt, A, decays, B, C, D, z, dt_bias, states, dstates, dout, ypre
     inputs = [x, B, C, states.astype(x.dtype), dstates.astype(x.dtype), dout, dt_p, cs, to_end]
     inputs += [D.astype(f32)] if D is not None else []
     inputs += [z, ypre] if dims.has_z else []
-    kernel = plgpu.kernel(
+    dx, dD, sds, dcs, q, xdx, *dz = call_kernel(
         functools.partial(ssd_bwd_dx_mosaic, dims=dims, parts=parts),
+        inputs,
         out_type=out_type,
-        scratch_types=scratch,
+        scratch=scratch,
         grid=(nheads * parts, nblocks, batch),
         grid_names=("hp", "block", "batch"),
-        kernel_name="ssd_bwd_dx",  # the profiler's "ssd_bwd_dx_mosaic_gpu_kernel"
-        compiler_params=plgpu.CompilerParams(approx_math=True),
+        name="ssd_bwd_dx",
+        dims=dims,
     )
-    with plgpu.force_gpu_interpret_mode(plgpu.InterpretGPUParams() if dims.interpret else None):
-        dx, dD, sds, dcs, q, xdx, *dz = kernel(*inputs)
     ddt, dA, dbias = finish_dx(dt, A, dt_bias, dt_p, cs, dcs, q, xdx, sds, dims)
     return dx, ddt, dA, dbias, (dD if D is not None else None), (dz[0] if dz else None)
 

@@ -300,8 +300,13 @@ def ssd_forward(
         kept, final = two_level_states(x, dt, A, B, dt_bias, initial_states, seq_idx, segments, config)
         store_blocks = save and not keep
         if config.fused_segments and mosaic:
-            walk = dict(segment_blocks=segments.keep_blocks, states=store_blocks, ypre=save, end=False)
-            walk["stages"] = config.fwd_walk_stages
+            walk = dict(
+                segment_blocks=segments.keep_blocks,
+                states=store_blocks,
+                ypre=save,
+                end=False,
+                stages=config.fwd_walk_stages,
+            )
             out, ypre, states, _ = mosaic_walk(x, dt, A, B, C, D, z, dt_bias, kept, segments, **walk)
             return out, final, ((kept if keep else states) if save else None), ypre
         if config.fused_segments:

@@ -48,8 +48,8 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from pallas_kernels.ssd.block import SsdDims
-from pallas_kernels.ssd.mosaic import TILE, TRANSFORMS, block_cumsums, covers_tiles, products
-from pallas_kernels.ssd.mosaic_walk import STEPS_IN_FLIGHT, start_state, walk_blocks, walk_program
+from pallas_kernels.ssd.mosaic import TILE, TRANSFORMS, block_cumsums, call_kernel, covers_tiles, products
+from pallas_kernels.ssd.mosaic_walk import STEPS_IN_FLIGHT, start_state, walk_blocks, walk_grid, walk_program
 
 
 def mosaic_walk_supported(dims: SsdDims, dtype) -> bool:
@@ -199,7 +199,7 @@ def mosaic_walk(
     }
     inputs = [x, B, C, *block_cumsums(dt, A, dt_bias, dims)]
     inputs += [t for t in (D, z, starts) if t is not None]
-    kernel = plgpu.kernel(
+    out, *rest = call_kernel(
         functools.partial(
             ssd_fwd_walk_mosaic,
             dims=dims,
@@ -209,14 +209,12 @@ def mosaic_walk(
             outs=tuple(names),
             stages=stages,
         ),
+        inputs,
         out_type=[jax.ShapeDtypeStruct(x.shape, x.dtype)] + [shapes[name] for name in names],
-        scratch_types=scratch,
-        grid=(nheads * parts, segments, batch),
-        grid_names=("hp", "segment", "batch"),
-        kernel_name="ssd_fwd_fused" if segments == 1 else "ssd_fwd_fused_segments",  # + "_mosaic_gpu_kernel"
-        compiler_params=plgpu.CompilerParams(approx_math=True),
+        scratch=scratch,
+        **walk_grid(nheads * parts, segments, batch),
+        name="ssd_fwd_fused" if segments == 1 else "ssd_fwd_fused_segments",
+        dims=dims,
     )
-    with plgpu.force_gpu_interpret_mode(plgpu.InterpretGPUParams() if dims.interpret else None):
-        out, *rest = kernel(*inputs)
     named = dict(zip(names, rest, strict=True))
     return out, named.get("ypre"), named.get("states"), named.get("end")

@@ -36,8 +36,8 @@ from jax import lax
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from pallas_kernels.ssd.block import SsdDims
-from pallas_kernels.ssd.mosaic import TILE, TRANSFORMS, block_cumsums, products
-from pallas_kernels.ssd.mosaic_walk import start_state, walk_blocks, walk_program
+from pallas_kernels.ssd.mosaic import TILE, TRANSFORMS, block_cumsums, call_kernel, products
+from pallas_kernels.ssd.mosaic_walk import start_state, walk_blocks, walk_grid, walk_program
 
 
 def walk_vectors(dt: jax.Array, A: jax.Array, dt_bias, dims: SsdDims, *, reverse: bool):
@@ -148,7 +148,8 @@ def mosaic_state_walk(
         "states": jax.ShapeDtypeStruct((batch, dims.nblocks, nheads, headdim, n), v.dtype),
         "end": jax.ShapeDtypeStruct((batch, segments, nheads, headdim, n), jnp.float32),
     }
-    kernel = plgpu.kernel(
+    inputs = [v, w, weight, last] + [t for t in (gate, starts) if t is not None]
+    results = call_kernel(
         functools.partial(
             ssd_state_walk_mosaic,
             dims=dims,
@@ -159,15 +160,12 @@ def mosaic_state_walk(
             has_start=starts is not None,
             outs=tuple(names),
         ),
+        inputs,
         out_type=[shapes[name] for name in names],
-        scratch_types=scratch,
-        grid=(nheads * parts, segments, batch),
-        grid_names=("hp", "segment", "batch"),
-        kernel_name=name,  # the profiler's name + "_mosaic_gpu_kernel"
-        compiler_params=plgpu.CompilerParams(approx_math=True),
+        scratch=scratch,
+        **walk_grid(nheads * parts, segments, batch),
+        name=name,
+        dims=dims,
     )
-    inputs = [v, w, weight, last] + [t for t in (gate, starts) if t is not None]
-    with plgpu.force_gpu_interpret_mode(plgpu.InterpretGPUParams() if dims.interpret else None):
-        results = kernel(*inputs)
     named = dict(zip(names, results, strict=True))
     return named.get("states"), named.get("end")

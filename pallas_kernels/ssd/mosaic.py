@@ -34,6 +34,22 @@ def covers_tiles(dims: SsdDims, dtype) -> bool:
     )
 
 
+def call_kernel(body, inputs: list, *, out_type, scratch: list, grid: tuple, grid_names: tuple, name: str, dims):
+    """``body`` as a Mosaic GPU kernel with fast approximate math, named ``name`` (the profiler shows it with
+    "_mosaic_gpu_kernel" appended), on ``inputs``; in Pallas's GPU interpreter where ``dims.interpret``."""
+    kernel = plgpu.kernel(
+        body,
+        out_type=out_type,
+        scratch_types=scratch,
+        grid=grid,
+        grid_names=grid_names,
+        kernel_name=name,
+        compiler_params=plgpu.CompilerParams(approx_math=True),
+    )
+    with plgpu.force_gpu_interpret_mode(plgpu.InterpretGPUParams() if dims.interpret else None):
+        return kernel(*inputs)
+
+
 def block_cumsums(dt: jax.Array, A: jax.Array, dt_bias, dims: SsdDims) -> tuple[jax.Array, jax.Array, jax.Array]:
     """dt after bias, softplus and dt_limit, its cumulative dt·A from each block's start (cs) and that sum over the
     whole block (cs_last, the same value at each of the block's positions), each (batch, H, L) float32, from dt
@@ -69,7 +85,7 @@ def products(inits, pairs, interpret: bool, meanwhile=None) -> tuple[jax.Array, 
         skipped = []
         for i, (a, b) in enumerate(pairs):
             skipped += _issue(accs[i], a, b, i, interpret)
-        late = (meanwhile() if meanwhile is not None else None) or []
+        late = (meanwhile() or []) if meanwhile is not None else []
         for i, (a, b) in enumerate(late, start=len(pairs)):
             skipped += _issue(accs[i], a, b, i, interpret)
         return skipped

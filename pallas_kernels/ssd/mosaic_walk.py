@@ -30,8 +30,14 @@ class WalkProgram(NamedTuple):
     steps: jax.Array | int
 
 
+def walk_grid(head_parts: int, segments: int, batch: int) -> dict:
+    """The walks' grid (heads x 64-dim parts, segments, batch) and its axis names, which ``walk_program`` reads:
+    ``call_kernel``'s ``grid`` and ``grid_names``."""
+    return {"grid": (head_parts, segments, batch), "grid_names": ("hp", "segment", "batch")}
+
+
 def walk_program(dims: SsdDims, parts: int, segment_blocks: int) -> WalkProgram:
-    """This program's place on the grid (H * parts, segments, batch), named ("hp", "segment", "batch")."""
+    """This program's place on ``walk_grid``'s grid."""
     hp, s, b = lax.axis_index("hp"), lax.axis_index("segment"), lax.axis_index("batch")
     h, part = hp // parts, hp % parts
     first = s * segment_blocks
