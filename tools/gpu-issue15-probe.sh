@@ -52,6 +52,12 @@
 #   scheck: the compiled oracle tests of the forward's walk and the state passes (pytest -m gpu -k mosaic_forward)
 #   sfirst: the state passes on Mosaic GPU beside the default at 130m, the long shape, 2.7b and B1 L16384 H24, with
 #           the profiler's per-kernel times, no mamba-ssm
+#   The h* runs: the walk's state in halves of N on two warpgroups (SsdConfig.fwd_walk_warpgroups=2, a third
+#   warpgroup issuing the copies):
+#   hcheck: the compiled oracle tests of the forward's walk, these cases too
+#   hptxas: ptxas's register and spill report of that walk at N 256 and 128
+#   hfirst: two warpgroups beside the default at gfirst's shapes, no mamba-ssm
+#   nprof: the default at three N 256 shapes with the profiler's per-kernel times, no mamba-ssm
 #   sother: the same at six other shapes (N 64 and 256, P 128, G 8, L 131072), no profiler
 #   (then the state passes on Mosaic GPU became the default on Hopper where they cover the shape)
 #   sverify, sverify2: beside mamba-ssm, the default against the Triton state passes (states_mosaic=0): 130m, the
@@ -72,6 +78,17 @@
 #   fverify: beside mamba-ssm, the default: 130m, 2.7b, N 256 (B2 L8192 H32 G4) and the long shape (cut at 420 s
 #            during our long-shape run)
 #   flong: the long shape beside mamba-ssm, the default
+#   The g* runs: the walk's diagonal W formed before the state's products (SsdConfig.fwd_walk_diagonal_first):
+#   gcheck: the compiled oracle tests of the forward's walk (pytest -m gpu -k mosaic_forward)
+#   gptxas: ptxas's register and spill report of the walk (MOSAIC_GPU_DUMP_PTXAS) at N 256 and 128, W first or not
+#   gfirst: W first beside the default at N 256 (B2 L8192 H32 G4, B8 L2048 H24, B1 L16384 H24), 130m and 2.7b, with
+#           the profiler's per-kernel times, no mamba-ssm
+#   The h* runs: the walk's state in halves of N on two warpgroups (SsdConfig.fwd_walk_warpgroups=2, a third
+#   warpgroup issuing the copies):
+#   hcheck: the compiled oracle tests of the forward's walk, these cases too
+#   hptxas: ptxas's register and spill report of that walk at N 256 and 128
+#   hfirst: two warpgroups beside the default at gfirst's shapes, no mamba-ssm
+#   nprof: the default at three N 256 shapes with the profiler's per-kernel times, no mamba-ssm
 set -u
 export PYTHONPATH=. PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 bash tools/gpu-parity.sh /tmp/p .sdist unpack > "$OUT/unpack.log" 2>&1 || { tail "$OUT/unpack.log"; exit 1; }
@@ -88,6 +105,7 @@ EXTRA_SHAPES=(
     --shape b1-L16384-h24=1,16384,24,64,128,1,256
     --shape b1-L131072-h24=1,131072,24,64,128,1,256
     --shape b8-L2048-h24-n256=8,2048,24,64,256,1,256
+    --shape b1-L16384-h24-n256=1,16384,24,64,256,1,256
 )
 wanted=" $* "
 run() {
@@ -180,6 +198,34 @@ if [[ $wanted == *" fncu "* ]]; then
             | head -24
     done
 fi
+gpu_tests gcheck 220 mosaic_forward
+if [[ $wanted == *" gptxas "* ]]; then
+    echo "== gptxas $(date +%T)"
+    for case in n256:2,8192,32,64,256,4 n256-first:2,8192,32,64,256,4:fwd_walk_diagonal_first=1 \
+        130m:8,2048,24,64,128,1 130m-first:8,2048,24,64,128,1:fwd_walk_diagonal_first=1; do
+        IFS=: read -r name shape config <<< "$case"
+        MOSAIC_GPU_DUMP_PTXAS=1 MOSAIC_GPU_DUMP_TO="$OUT/ptxas-$name" timeout 120 python3 tools/ssd_step.py \
+            --shape "$shape" --steps 0 --forward-only ${config:+--config $config} > "$OUT/ptxas-$name.log" 2>&1
+        echo "$name exit $?"
+        grep -rhE -B1 "spill|Used [0-9]+ registers" "$OUT/ptxas-$name.log" "$OUT/ptxas-$name" 2>/dev/null | head -12
+    done
+fi
+run gfirst 330 --shapes b2-L8192-h32-n256-g4 b8-L2048-h24-n256 b1-L16384-h24-n256 130m 2.7b --no-torch --profile \
+    --pallas-config fwd_walk_diagonal_first=1
+gpu_tests hcheck 300 mosaic_forward
+if [[ $wanted == *" hptxas "* ]]; then
+    echo "== hptxas $(date +%T)"
+    for case in n256-halves:2,8192,32,64,256,4:fwd_walk_warpgroups=2 130m-halves:8,2048,24,64,128,1:fwd_walk_warpgroups=2; do
+        IFS=: read -r name shape config <<< "$case"
+        MOSAIC_GPU_DUMP_PTXAS=1 MOSAIC_GPU_DUMP_TO="$OUT/ptxas-$name" timeout 120 python3 tools/ssd_step.py \
+            --shape "$shape" --steps 0 --forward-only --config $config > "$OUT/ptxas-$name.log" 2>&1
+        echo "$name exit $?"
+        grep -aoE "(Used [0-9]+ registers|[0-9]+ bytes spill stores)" "$OUT/ptxas-$name.log" | sort | uniq -c
+    done
+fi
+run hfirst 330 --shapes b2-L8192-h32-n256-g4 b8-L2048-h24-n256 b1-L16384-h24-n256 130m 2.7b --no-torch \
+    --pallas-config fwd_walk_warpgroups=2
+run nprof 300 --shapes b2-L8192-h32-n256-g4 b8-L2048-h24-n256 b1-L16384-h24-n256 --no-torch --profile
 # one file back: this run's files (folders under $OUT are left as they are)
 files=$(cd "$OUT" && find . -maxdepth 1 -type f ! -name issue15-probe.tgz)
 (cd "$OUT" && tar czf /tmp/issue15-probe.tgz $files && rm -f $files && mv /tmp/issue15-probe.tgz .)
