@@ -274,17 +274,10 @@ def _check_pallas_supported(headdim: int, dstate: int, config: SsdConfig | None)
             f"SsdConfig.{mosaic[0]} needs a GPU with Hopper's wgmma (compute capability 9.x), this one has "
             f"{gpu_compute_capability()}: set it to False"
         )
-    if config is None or not config.fwd_mosaic:
-        return
-    stages, warpgroups = config.fwd_walk_stages, config.fwd_walk_warpgroups
-    if warpgroups > 1 and dstate % (64 * warpgroups):
+    if config is not None and config.fwd_mosaic and walk_programs_per_sm(dstate, config.fwd_walk_stages) < 1:
         raise ValueError(
-            f"SsdConfig.fwd_walk_warpgroups={warpgroups} splits N (B.shape[3]) into {warpgroups} parts of a multiple "
-            f"of 64 columns, got N={dstate}: use 1"
-        )
-    if walk_programs_per_sm(dstate, stages, warpgroups) < 1:
-        raise ValueError(
-            f"SsdConfig.fwd_walk_stages={stages} needs {walk_shared_bytes(dstate, stages, warpgroups) // 1024} KB of "
-            f"shared memory for the forward's Mosaic walk at N={dstate} on {warpgroups} warpgroup(s), more than an "
-            f"SM's {(SM_SHARED_BYTES - PROGRAM_RESERVED_BYTES) // 1024}: use fewer"
+            f"SsdConfig.fwd_walk_stages={config.fwd_walk_stages} needs "
+            f"{walk_shared_bytes(dstate, config.fwd_walk_stages) // 1024} KB of shared memory for the forward's "
+            f"Mosaic walk at N={dstate}, more than an SM's {(SM_SHARED_BYTES - PROGRAM_RESERVED_BYTES) // 1024}: "
+            "use fewer"
         )

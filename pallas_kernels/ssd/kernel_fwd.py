@@ -54,16 +54,6 @@ from pallas_kernels.ssd.segments import segment_outputs, segment_walk
 _FLAGS = ("has_D", "has_z", "has_bias", "has_init", "has_seq", "has_scores")
 
 
-def _walk_options(config) -> dict:
-    """The Mosaic walk's (``mosaic_walk``) options from ``config``: its pipeline depth, diagonal's schedule and
-    warpgroups."""
-    return dict(
-        stages=config.fwd_walk_stages,
-        diagonal_first=config.fwd_walk_diagonal_first,
-        warpgroups=config.fwd_walk_warpgroups,
-    )
-
-
 def _flags(dims: SsdDims) -> tuple[bool, ...]:
     return tuple(getattr(dims, name) for name in _FLAGS)
 
@@ -293,7 +283,7 @@ def ssd_forward(
     whole_walk = dims.seqlen <= config.fused_forward_max_l
     if whole_walk and mosaic and not keep:  # the Mosaic walk stores every block's state or none
         starts = None if initial_states is None else initial_states[:, None]
-        walk = dict(segment_blocks=dims.nblocks, states=save, ypre=save, end=True, **_walk_options(config))
+        walk = dict(segment_blocks=dims.nblocks, states=save, ypre=save, end=True, stages=config.fwd_walk_stages)
         out, ypre, states, end = mosaic_walk(x, dt, A, B, C, D, z, dt_bias, starts, dims, **walk)
         return out, end[:, 0], states, ypre
     scores = block_scores(B, C, dims.block_l) if dims.has_scores else None
@@ -315,7 +305,7 @@ def ssd_forward(
                 states=store_blocks,
                 ypre=save,
                 end=False,
-                **_walk_options(config),
+                stages=config.fwd_walk_stages,
             )
             out, ypre, states, _ = mosaic_walk(x, dt, A, B, C, D, z, dt_bias, kept, segments, **walk)
             return out, final, ((kept if keep else states) if save else None), ypre

@@ -28,9 +28,7 @@ block waits for that store only before it stages its own E (the pre-gate output,
 own). Shared memory (``config.walk_shared_bytes``), with z and the pre-gate output: ``stages`` blocks' x, z, B, C
 and decay vectors, S's copy, E and the pre-gate output; at N 128 on one stage 81 KB, so two programs share an SM
 (``config.walk_stages`` picks one stage where that pays), at N 256 on two 211 KB. At N 256 the state (128 registers
-a thread) with the block's accumulators spills (ncu, ``benchmarks/kernels/h200-2026-11-28-ssd-walk-ncu-*``); with
-``diagonal_first`` W is formed from C Bᵀ before the state's products are issued, so that C Bᵀ's 32 registers a
-thread are free before the update's, C Sᵀ's and W x's accumulators are live.
+a thread) with the block's accumulators spills (ncu, ``benchmarks/kernels/h200-2026-11-28-ssd-walk-ncu-*``).
 
 Measured on an H100 (``benchmarks/kernels/h100-2026-11-28-ssd-mosaic-walk*``, ms forward, against the Triton
 forward): 130m 0.179 against 0.185, 2.7b 0.253 against 0.347, B2 L8192 H32 G4 N256 (per segment) 0.467 against 0.595,
@@ -51,15 +49,7 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from pallas_kernels.ssd.block import SsdDims
 from pallas_kernels.ssd.mosaic import TILE, TRANSFORMS, block_cumsums, call_kernel, covers_tiles, products
-from pallas_kernels.ssd.mosaic_walk import (
-    STEPS_IN_FLIGHT,
-    WARPGROUP_AXIS,
-    start_state,
-    walk_grid,
-    walk_in_warpgroups,
-    walk_program,
-    walk_threads,
-)
+from pallas_kernels.ssd.mosaic_walk import STEPS_IN_FLIGHT, start_state, walk_blocks, walk_grid, walk_program
 
 
 def mosaic_walk_supported(dims: SsdDims, dtype) -> bool:
@@ -68,19 +58,10 @@ def mosaic_walk_supported(dims: SsdDims, dtype) -> bool:
 
 
 def ssd_fwd_walk_mosaic(
-    *refs,
-    dims: SsdDims,
-    parts: int,
-    segment_blocks: int,
-    has_start: bool,
-    outs: tuple,
-    stages: int,
-    diagonal_first: bool,
-    warpgroups: int,
+    *refs, dims: SsdDims, parts: int, segment_blocks: int, has_start: bool, outs: tuple, stages: int
 ):
-    """One (batch row, segment, head, 64 head dims): the walk over the segment's blocks (module docstring), on one
-    warpgroup or with the state's N columns in halves on two. ``outs`` names the outputs after ``out``, in order:
-    "ypre", "states", "end"."""
+    """One (batch row, segment, head, 64 head dims): the walk over the segment's blocks (module docstring).
+    ``outs`` names the outputs after ``out``, in order: "ypre", "states", "end"."""
     n_in = 6 + dims.has_D + dims.has_z + has_start
     ins, out_refs, scratch = refs[:n_in], refs[n_in : n_in + 1 + len(outs)], refs[n_in + 1 + len(outs) :]
     x_ref, B_ref, C_ref, dt_ref, cs_ref, last_ref, *opt = ins
@@ -88,123 +69,74 @@ def ssd_fwd_walk_mosaic(
     z_ref = opt.pop(0) if dims.has_z else None
     start_ref = opt[0] if has_start else None
     out_ref, named = out_refs[0], dict(zip(outs, out_refs[1:], strict=True))
-    S_s, E_s, D_s, barrier, *rest = scratch
-    halves = warpgroups > 1
-    Yp_s, handover = rest[:2] if halves else (None, None)  # the second half's y, the barriers of its hand-over
-    full, empty = (handover.at[0], handover.at[1]) if halves else (None, None)  # Yp_s written, read
-    Y_s = rest[2 if halves else 0] if len(rest) > 2 * halves else None  # the pre-gate output's tile (z, saved)
+    S_s, E_s, D_s, barrier, *Y = scratch
+    Y_s = Y[0] if Y else None  # the pre-gate output's own tile (with z, when saved)
 
     prog = walk_program(dims, parts, segment_blocks)
     b, h, g, p, n = prog.b, prog.h, prog.g, prog.p, dims.dstate
-    width = n // warpgroups  # the state's columns a warpgroup holds
-    w = lax.axis_index(WARPGROUP_AXIS) if halves else None
-    cols = pl.ds(w * width, width) if halves else slice(None)  # the state's columns this warpgroup holds
     f32, dtype = jnp.float32, x_ref.dtype
     wg = plgpu.Layout.WGMMA
     rows_v, cols_v = wg.reduce(1), wg.reduce(0)  # vectors over a tile's rows / columns
     on_rows = lambda v, width=TILE: lax.broadcast_in_dim(v, (TILE, width), [0])  # noqa: E731
     on_cols = lambda v: lax.broadcast_in_dim(v, (TILE, TILE), [1])  # noqa: E731
     first = prog.first
-    S_w, E_w = (S_s.at[w], E_s.at[w]) if halves else (S_s, E_s)  # its state columns' copy, its staged update
 
-    def only_first(f):
-        """f() in the first warpgroup only (in the only one, at once)."""
-        return pl.when(w == 0)(f) if halves else f()
+    if D_ref is not None:
+        plgpu.copy_gmem_to_smem(D_ref.at[h, p], D_s.at[0], barrier.at[0])
+    S = start_state(start_ref, prog, n)
+    S_s[...] = S.astype(dtype)
+    plgpu.commit_smem()
+    zeros = plgpu.layout_cast(jnp.zeros((TILE, TILE), f32), wg)
+    if D_ref is not None:
+        plgpu.barrier_wait(barrier.at[0])
+        Dv = plgpu.load(D_s.at[0], layout=cols_v)
 
-    def run(pipeline):
-        if D_ref is not None:
-            only_first(lambda: plgpu.copy_gmem_to_smem(D_ref.at[h, p], D_s.at[0], barrier.at[0]))
-        if halves:  # the first block's y half may go into Yp_s (the second warpgroup waits for this)
-            only_first(lambda: plgpu.barrier_arrive(empty))
-        S = start_state(start_ref, prog, n, cols if halves else None)
-        S_w[...] = S.astype(dtype)
-        plgpu.commit_smem()
-        zeros = plgpu.layout_cast(jnp.zeros((TILE, TILE), f32), wg)
-        Dv = None
-        if D_ref is not None:
-            only_first(lambda: plgpu.barrier_wait(barrier.at[0]))
-            Dv = plgpu.load(D_s.at[0], layout=cols_v)  # read in the first warpgroup only
+    def step(indices, x_s, B_s, C_s, dt_s, dt_cols_s, cs_s, cs_cols_s, last_s, *rest):
+        """One block: S's copy stored; C·Bᵀ while E is staged; the state update and C Sᵀ, and W x as soon as W is
+        formed in registers; y, S's copy for the next block, and the stores (module docstring)."""
+        *z_s, S = rest
+        k = first + indices[0]
+        t = pl.ds(k * TILE, TILE)
+        if "states" in named:
+            plgpu.copy_smem_to_gmem(S_s, named["states"].at[b, k, h, p])
+        dt_r, cs_r = plgpu.load(dt_s, layout=rows_v), plgpu.load(cs_s, layout=rows_v)
+        last_r = plgpu.load(last_s, layout=rows_v)
 
-        def step(indices, x_s, B_s, C_s, dt_s, dt_cols_s, cs_s, cs_cols_s, last_s, *rest):
-            """One block: S's copy stored; C·Bᵀ while E is staged; the state update and C Sᵀ, and W x as soon as W
-            is formed in registers; y (its halves summed in the first warpgroup), S's copy for the next block, and
-            the stores (module docstring). On two warpgroups each does this on its half of N's columns."""
-            *z_s, S = rest
-            k = first + indices[0]
-            t = pl.ds(k * TILE, TILE)
-            B_c, C_c = (B_s.at[:, cols], C_s.at[:, cols]) if halves else (B_s, C_s)
-            if "states" in named:
-                plgpu.copy_smem_to_gmem(S_w, named["states"].at[b, k, h, p, cols])
-            dt_r, cs_r = plgpu.load(dt_s, layout=rows_v), plgpu.load(cs_s, layout=rows_v)
-            last_r = plgpu.load(last_s, layout=rows_v)
-
-            def stage_update():
-                x = plgpu.load(x_s, layout=wg).astype(f32)
-                # the block before's out has left E_s (the copy of S_s just issued may still be reading)
-                plgpu.wait_smem_to_gmem(int("states" in named), wait_read_only=True)
-                E_w[...] = (x * on_rows(dt_r * jnp.exp(last_r - cs_r))).astype(dtype)
-                plgpu.commit_smem()
-
-            (CB,) = products((zeros,), [(C_c, B_c.transpose((1, 0)))], dims.interpret, stage_update)
-
-            def diagonal():  # y's diagonal product W x, its left operand W formed in registers
-                row = plgpu.broadcasted_iota(jnp.int32, (TILE, TILE), 0, layout=wg)
-                col = plgpu.broadcasted_iota(jnp.int32, (TILE, TILE), 1, layout=wg)
-                log_decay = on_rows(cs_r) - on_cols(plgpu.load(cs_cols_s, layout=cols_v))
-                weights = CB * jnp.exp(jnp.minimum(log_decay, 0.0)) * on_cols(plgpu.load(dt_cols_s, layout=cols_v))
-                return [(jnp.where(row >= col, weights, 0.0).astype(dtype), x_s)]
-
-            carried = on_rows(jnp.exp(last_r), width) * S  # S's rows are head dims: each scaled by exp(cs_last)
-            pairs = [(E_w.transpose((1, 0)), B_c), (C_c, S_w.transpose((1, 0)))]  # the update, C Sᵀ
-            if diagonal_first:  # W formed before the state's products are issued: C Bᵀ is not live beside them
-                S, CS, y = products((carried, zeros, zeros), pairs + diagonal(), dims.interpret)
-            else:
-                S, CS, y = products((carried, zeros, zeros), pairs, dims.interpret, diagonal)
-            y = y + on_rows(jnp.exp(cs_r)) * CS  # over this warpgroup's columns of N
-
-            def finish(y):  # the whole y: D x, the pre-gate output, z's gate, out staged in E_s
-                if Dv is not None:
-                    y = y + on_cols(Dv) * plgpu.load(x_s, layout=wg).astype(f32)
-                if Y_s is not None:
-                    Y_s[...] = y.astype(dtype)
-                if z_s:
-                    z = plgpu.load(z_s[0], layout=wg).astype(f32)
-                    y = y * z / (1.0 + jnp.exp(-z))
-                E_w[...] = y.astype(dtype)  # the update has read E_s: out leaves from it, while the next block starts
-
-            if halves:
-
-                @pl.when(w == 1)
-                def _():
-                    plgpu.barrier_wait(empty)
-                    Yp_s[...] = y
-                    plgpu.barrier_arrive(full)
-
-                @pl.when(w == 0)
-                def _():
-                    plgpu.barrier_wait(full)
-                    whole = y + plgpu.load(Yp_s, layout=wg)
-                    plgpu.barrier_arrive(empty)
-                    finish(whole)
-
-            else:
-                finish(y)
-            plgpu.wait_smem_to_gmem(0, wait_read_only=True)  # the copy of S_s issued at the start has read it
-            S_w[...] = S.astype(dtype)
+        def stage_update():
+            x = plgpu.load(x_s, layout=wg).astype(f32)
+            # the block before's out has left E_s (the copy of S_s just issued may still be reading)
+            plgpu.wait_smem_to_gmem(int("states" in named), wait_read_only=True)
+            E_s[...] = (x * on_rows(dt_r * jnp.exp(last_r - cs_r))).astype(dtype)
             plgpu.commit_smem()
 
-            def store():
-                if Y_s is not None:
-                    plgpu.copy_smem_to_gmem(Y_s, named["ypre"].at[b, t, h, p])
-                plgpu.copy_smem_to_gmem(E_w, out_ref.at[b, t, h, p])
+        (CB,) = products((zeros,), [(C_s, B_s.transpose((1, 0)))], dims.interpret, stage_update)  # [i, j] = C_i · B_j
 
-            only_first(store)
-            return S
+        def diagonal():  # y's diagonal product W x, its left operand W formed in registers
+            row = plgpu.broadcasted_iota(jnp.int32, (TILE, TILE), 0, layout=wg)
+            col = plgpu.broadcasted_iota(jnp.int32, (TILE, TILE), 1, layout=wg)
+            log_decay = on_rows(cs_r) - on_cols(plgpu.load(cs_cols_s, layout=cols_v))
+            weights = CB * jnp.exp(jnp.minimum(log_decay, 0.0)) * on_cols(plgpu.load(dt_cols_s, layout=cols_v))
+            return [(jnp.where(row >= col, weights, 0.0).astype(dtype), x_s)]
 
-        S = pipeline(step, S)
-        if "end" in named:
-            named["end"].at[b, prog.s, h, p, cols][...] = S
-        plgpu.wait_smem_to_gmem(0, wait_read_only=True)
+        carried = on_rows(jnp.exp(last_r), n) * S  # S's rows are head dims: every one scaled by exp(cs_last)
+        pairs = [(E_s.transpose((1, 0)), B_s), (C_s, S_s.transpose((1, 0)))]  # the update, C Sᵀ
+        S, CS, y = products((carried, zeros, zeros), pairs, dims.interpret, diagonal)
+        y = y + on_rows(jnp.exp(cs_r)) * CS
+        if D_ref is not None:
+            y = y + on_cols(Dv) * plgpu.load(x_s, layout=wg).astype(f32)
+        if Y_s is not None:
+            Y_s[...] = y.astype(dtype)
+        if z_s:
+            z = plgpu.load(z_s[0], layout=wg).astype(f32)
+            y = y * z / (1.0 + jnp.exp(-z))
+        plgpu.wait_smem_to_gmem(0, wait_read_only=True)  # the copy of S_s issued at the start has read it
+        E_s[...] = y.astype(dtype)  # the update has read E_s: out leaves from it, while the next block starts
+        S_s[...] = S.astype(dtype)
+        plgpu.commit_smem()
+        if Y_s is not None:
+            plgpu.copy_smem_to_gmem(Y_s, named["ypre"].at[b, t, h, p])
+        plgpu.copy_smem_to_gmem(E_s, out_ref.at[b, t, h, p])
+        return S
 
     def head_tile(ref):
         return ref.at[b, :, h], plgpu.BlockSpec((TILE, TILE), lambda j: (first + j, prog.part), transforms=TRANSFORMS)
@@ -218,7 +150,7 @@ def ssd_fwd_walk_mosaic(
     streams = [head_tile(x_ref), group_tile(B_ref), group_tile(C_ref)]
     streams += [vector(ref) for ref in (dt_ref, dt_ref, cs_ref, cs_ref, last_ref)]  # dt, cs twice: rows and columns
     streams += [head_tile(z_ref)] if z_ref is not None else []
-    walk_in_warpgroups(run, streams, prog, stages, warpgroups)
+    walk_blocks(step, streams, S, prog, named.get("end"), stages)
 
 
 def mosaic_walk(
@@ -238,16 +170,12 @@ def mosaic_walk(
     ypre: bool,
     end: bool,
     stages: int = STEPS_IN_FLIGHT,
-    diagonal_first: bool = False,
-    warpgroups: int = 1,
 ):
     """The fused walk by the Mosaic GPU kernel over segments of ``segment_blocks`` blocks (all of them: one walk per
     sequence), each from ``starts`` (batch, segments, H, P, N) float32, or from zeros where None. Returns out
     (batch, L, H, P) in x's dtype, then as asked: the pre-gate output (like out; only with z), every block's
     incoming state (batch, nblocks, H, P, N) in x's dtype, the state leaving each segment (batch, segments, H, P, N)
-    float32. ``stages`` blocks' inputs are in shared memory at once; with ``diagonal_first`` each block forms W before
-    it issues the state's products, not while they run; ``warpgroups`` 2 splits the state's N columns in halves over
-    two warpgroups (N/2 a multiple of 64; module docstring).
+    float32.
 
     x, z (batch, L, H, P) and B, C (batch, L, G, N) in one 16-bit dtype; dt (batch, L, H); A (H,); D (H, P) float32
     or None; dt_bias (H,) or None."""
@@ -256,13 +184,11 @@ def mosaic_walk(
     segments = -(-dims.nblocks // segment_blocks)
     tile16 = lambda shape: plgpu.SMEM(shape, x.dtype, transforms=TRANSFORMS)  # noqa: E731
     scratch = [
-        tile16((warpgroups, TILE, n // warpgroups)[warpgroups == 1 :]),  # S in the dot dtype (each warpgroup's columns)
-        tile16((warpgroups, TILE, TILE)[warpgroups == 1 :]),  # exp(cs_last - cs) ∘ X, then out (each warpgroup's)
+        tile16((TILE, n)),  # S in the dot dtype
+        tile16((TILE, TILE)),  # exp(cs_last - cs) ∘ X, then out
         plgpu.SMEM((1, TILE), f32),  # D's head dims
         plgpu.Barrier(num_barriers=1),  # D's copy
     ]
-    if warpgroups > 1:  # the second half's y, float32, and the barriers of its hand-over
-        scratch += [plgpu.SMEM((TILE, TILE), f32), plgpu.Barrier(num_barriers=2)]
     ypre = ypre and z is not None
     scratch += [tile16((TILE, TILE))] if ypre else []  # the pre-gate output
     names = [name for name, wanted in (("ypre", ypre), ("states", states), ("end", end)) if wanted]
@@ -282,8 +208,6 @@ def mosaic_walk(
             has_start=starts is not None,
             outs=tuple(names),
             stages=stages,
-            diagonal_first=diagonal_first,
-            warpgroups=warpgroups,
         ),
         inputs,
         out_type=[jax.ShapeDtypeStruct(x.shape, x.dtype)] + [shapes[name] for name in names],
@@ -291,7 +215,6 @@ def mosaic_walk(
         **walk_grid(nheads * parts, segments, batch),
         name="ssd_fwd_fused" if segments == 1 else "ssd_fwd_fused_segments",
         dims=dims,
-        **walk_threads(warpgroups),
     )
     named = dict(zip(names, rest, strict=True))
     return out, named.get("ypre"), named.get("states"), named.get("end")

@@ -46,15 +46,13 @@ def walk_program(dims: SsdDims, parts: int, segment_blocks: int) -> WalkProgram:
     return WalkProgram(b, s, h, h // dims.heads_per_group, part, pl.ds(part * TILE, TILE), first, steps)
 
 
-def start_state(start_ref, prog: WalkProgram, dstate: int, cols: pl.Slice | None = None) -> jax.Array:
-    """The (64, N) float32 state the walk starts from (its ``cols`` columns where given: (64, cols.size)), in
-    ``wgmma``'s accumulator layout: the segment's from ``start_ref`` (batch, segments, H, P, N), or zeros where
-    None."""
+def start_state(start_ref, prog: WalkProgram, dstate: int) -> jax.Array:
+    """The (64, N) float32 state the walk starts from, in ``wgmma``'s accumulator layout: the segment's from
+    ``start_ref`` (batch, segments, H, P, N), or zeros where None."""
     wg = plgpu.Layout.WGMMA
-    cols = pl.ds(0, dstate) if cols is None else cols
     if start_ref is None:
-        return plgpu.layout_cast(jnp.zeros((TILE, cols.size), jnp.float32), wg)
-    return plgpu.load(start_ref.at[prog.b, prog.s, prog.h, prog.p, cols], layout=wg, optimized=False)  # global memory
+        return plgpu.layout_cast(jnp.zeros((TILE, dstate), jnp.float32), wg)
+    return plgpu.load(start_ref.at[prog.b, prog.s, prog.h, prog.p], layout=wg, optimized=False)  # global memory
 
 
 def walk_blocks(step, streams, state: jax.Array, prog: WalkProgram, end_ref=None, stages: int = STEPS_IN_FLIGHT):
@@ -71,50 +69,3 @@ def walk_blocks(step, streams, state: jax.Array, prog: WalkProgram, end_ref=None
     if end_ref is not None:
         end_ref.at[prog.b, prog.s, prog.h, prog.p][...] = state
     plgpu.wait_smem_to_gmem(0, wait_read_only=True)
-
-
-WARPGROUP_AXIS = "wg"  # the thread axis of a walk on several warpgroups (``walk_threads``)
-MEMORY_REGISTERS = 40  # ... the registers a thread of its copying warpgroup keeps (the others share the rest)
-
-
-def walk_threads(warpgroups: int) -> dict:
-    """``call_kernel``'s thread arguments for a walk on ``warpgroups`` computing warpgroups: none for one; else those
-    and one more that issues the copies (``walk_in_warpgroups``), on the WARPGROUP_AXIS."""
-    return {} if warpgroups == 1 else {"threads": (warpgroups + 1, WARPGROUP_AXIS)}
-
-
-def walk_in_warpgroups(run, streams, prog: WalkProgram, stages: int, warpgroups: int) -> None:
-    """``run(pipeline)`` in the warpgroups that compute, where ``pipeline(step, state)`` walks the segment's blocks
-    with ``streams`` ((source ref, BlockSpec) pairs) copied in by TMA (``stages`` blocks' at once) and returns the
-    last state. One warpgroup issues its own copies (``emit_pipeline``); several share them, issued by one more
-    warpgroup (``emit_pipeline_warp_specialized``): there ``run`` (its set-up and end too) runs in the computing
-    warpgroups only, each with its own state."""
-    sources, specs = [src for src, _ in streams], [spec for _, spec in streams]
-    if warpgroups == 1:
-
-        def pipeline(step, state):
-            return plgpu.emit_pipeline(
-                step, grid=(prog.steps,), in_specs=specs, max_concurrent_steps=stages, init_carry=state
-            )(*sources)
-
-        run(pipeline)
-        return
-    steps = {}  # the step ``run`` hands over, traced when the pipeline runs
-
-    def context(pipeline):
-        def with_step(step, state):
-            steps["step"] = step
-            return pipeline(state)
-
-        run(with_step)
-
-    plgpu.emit_pipeline_warp_specialized(
-        lambda indices, *refs: steps["step"](indices, *refs),
-        grid=(prog.steps,),
-        memory_registers=MEMORY_REGISTERS,
-        in_specs=specs,
-        max_concurrent_steps=stages,
-        wg_axis=WARPGROUP_AXIS,
-        num_compute_wgs=warpgroups,
-        compute_context=context,
-    )(*sources)

@@ -74,19 +74,13 @@ MOSAIC = SsdConfig(bwd_dx_mosaic=True, bwd_dbc_mosaic=True)  # ... and its dB/dC
 MOSAIC_64_COLUMNS = dataclasses.replace(MOSAIC, bwd_dbc_columns=64)  # ... on 64 of N's columns a program
 # ... and the forward's fused walk and the sequential state passes (forward and backward) on Mosaic GPU
 MOSAIC_FORWARD = dataclasses.replace(MOSAIC, fwd_mosaic=True, states_mosaic=True)
-# ... on one pipeline stage (one block's inputs at a time), each block's W formed before the state's products
-MOSAIC_FORWARD_ONE_STAGE = dataclasses.replace(MOSAIC_FORWARD, fwd_walk_stages=1, fwd_walk_diagonal_first=True)
+MOSAIC_FORWARD_ONE_STAGE = dataclasses.replace(MOSAIC_FORWARD, fwd_walk_stages=1)  # one block's inputs at a time
 # ... the walk once per segment of 2 blocks (the two-level state pass's), storing every block's state, or none where
 # the forward keeps float32 states every 2 blocks
 MOSAIC_SEGMENTS = dataclasses.replace(
     MOSAIC_FORWARD, fused_forward_max_l=0, two_level_states=True, state_segment=128, fused_segments=True
 )
-# ... the walk's state in halves of N's columns on two warpgroups (whole, and per segment below)
-MOSAIC_FORWARD_HALVES = dataclasses.replace(MOSAIC_FORWARD, fwd_walk_warpgroups=2)
-MOSAIC_SEGMENTS_HALVES = dataclasses.replace(MOSAIC_SEGMENTS, fwd_walk_warpgroups=2)
-MOSAIC_SEGMENTS_KEPT = dataclasses.replace(
-    MOSAIC_SEGMENTS, checkpoint_every=128, fwd_walk_stages=1, fwd_walk_diagonal_first=True
-)
+MOSAIC_SEGMENTS_KEPT = dataclasses.replace(MOSAIC_SEGMENTS, checkpoint_every=128, fwd_walk_stages=1)
 OWN_SCORES_STATE_CHUNKS = split(block_l=32, bwd_state_chunk=16, bwd_block_p=16, shared_scores=False)
 
 CASES = [  # batch, L, H, P, N, G, chunk, dtype, D, z, init, seq_idx, softplus, dt_limit, config
@@ -233,10 +227,9 @@ CASES = [  # batch, L, H, P, N, G, chunk, dtype, D, z, init, seq_idx, softplus, 
     ),
     # the forward's walk and the state passes on Mosaic GPU too: whole (initial state, z, D per head dim, groups of 2
     # heads, bf16: the backward's one-level walk from d final_states to d initial_states through z's gate; two blocks
-    # at N 256 on one pipeline stage, W before the state's products, no D, no softplus), per segment (5 blocks in
-    # segments of 2, 2 and 1: the last walk shorter, both ways; two 64-dim parts per head, N 128, fp16, dt_limit,
-    # every block's state stored) and per segment with kept float32 states (the backward's rebuild; one stage, W
-    # first)
+    # at N 256 on one pipeline stage, no D, no softplus), per segment (5 blocks in segments of 2, 2 and 1: the last
+    # walk shorter, both ways; two 64-dim parts per head, N 128, fp16, dt_limit, every block's state stored) and per
+    # segment with kept float32 states (the backward's rebuild; one stage)
     pytest.param(
         *(2, 192, 4, 64, 64, 2, 64, jnp.bfloat16, "HP", True, True, False, True, (0.0, INF), MOSAIC_FORWARD),
         id="mosaic-forward",
@@ -249,15 +242,6 @@ CASES = [  # batch, L, H, P, N, G, chunk, dtype, D, z, init, seq_idx, softplus, 
     pytest.param(
         *(1, 320, 2, 128, 128, 1, 64, jnp.float16, "H", False, True, False, True, (0.0, 0.05), MOSAIC_SEGMENTS),
         id="mosaic-segments",
-    ),
-    pytest.param(
-        *(2, 192, 4, 64, 128, 2, 64, jnp.bfloat16, "HP", True, True, False, True, (0.0, INF), MOSAIC_FORWARD_HALVES),
-        id="mosaic-forward-halves",
-    ),
-    pytest.param(
-        *(1, 320, 2, 128, 128, 1, 64, jnp.float16, "H", False, True, False, True, (0.0, 0.05)),
-        MOSAIC_SEGMENTS_HALVES,
-        id="mosaic-segments-halves",
     ),
     pytest.param(
         *(2, 320, 4, 64, 64, 2, 64, jnp.bfloat16, "HP", True, True, False, True, (0.0, INF), MOSAIC_SEGMENTS_KEPT),
@@ -854,19 +838,9 @@ def test_bf16_inputs_keep_their_dtypes_mixed_with_float32_b(rng):
         ({"config": SsdConfig(fwd_walk_stages=0)}, "SsdConfig.fwd_walk_stages must be a positive int, got 0"),
         (
             {"dstate": 256, "config": SsdConfig(fwd_mosaic=True, fwd_walk_stages=3)},
-            r"fwd_walk_stages=3 needs 291 KB of shared memory for the forward's Mosaic walk at N=256 on 1 "
-            r"warpgroup\(s\), more than an SM's 227",
+            r"fwd_walk_stages=3 needs 291 KB of shared memory for the forward's Mosaic walk at N=256, more than an "
+            "SM's 227",
         ),
-        (
-            {"dstate": 256, "config": SsdConfig(fwd_mosaic=True, fwd_walk_warpgroups=2)},
-            r"fwd_walk_stages=2 needs 234 KB of shared memory for the forward's Mosaic walk at N=256 on 2 "
-            r"warpgroup\(s\), more than an SM's 227",
-        ),
-        (
-            {"dstate": 64, "config": SsdConfig(fwd_mosaic=True, fwd_walk_warpgroups=2)},
-            r"fwd_walk_warpgroups=2 splits N \(B.shape\[3\]\) into 2 parts of a multiple of 64 columns, got N=64",
-        ),
-        ({"config": SsdConfig(fwd_walk_warpgroups=3)}, "SsdConfig.fwd_walk_warpgroups must be 1 or 2, got 3"),
         ({"checkpoint_every": 100}, "checkpoint_every must be None, 0 or a multiple of 64 > 0, got 100"),
         ({"checkpoint_every": 128, "config": SsdConfig()}, "pass either config or checkpoint_every"),
     ],

@@ -32,12 +32,9 @@ MOSAIC_DX = SsdConfig(bwd_dx_mosaic=True)  # the backward's per-head kernel on M
 MOSAIC = SsdConfig(bwd_dx_mosaic=True, bwd_dbc_mosaic=True)  # ... and its dB/dC kernel (128 of N's columns a program)
 MOSAIC_64_COLUMNS = dataclasses.replace(MOSAIC, bwd_dbc_columns=64)
 MOSAIC_FORWARD = cpu.MOSAIC_FORWARD  # ... and the forward's walk, whole
-MOSAIC_FORWARD_ONE_STAGE = cpu.MOSAIC_FORWARD_ONE_STAGE  # ... on one pipeline stage, W before the state's products
+MOSAIC_FORWARD_ONE_STAGE = cpu.MOSAIC_FORWARD_ONE_STAGE  # ... on one pipeline stage
 MOSAIC_SEGMENTS = cpu.MOSAIC_SEGMENTS  # ... per segment of 2 blocks, every block's state stored
-MOSAIC_SEGMENTS_KEPT = cpu.MOSAIC_SEGMENTS_KEPT  # ... float32 states kept every 2 blocks, one stage, W first
-MOSAIC_FORWARD_HALVES = cpu.MOSAIC_FORWARD_HALVES  # ... the walk's state in halves of N on two warpgroups
-MOSAIC_HALVES_ONE_STAGE = dataclasses.replace(MOSAIC_FORWARD_HALVES, fwd_walk_stages=1)
-MOSAIC_SEGMENTS_HALVES = dataclasses.replace(cpu.MOSAIC_SEGMENTS_HALVES, fwd_walk_stages=1)
+MOSAIC_SEGMENTS_KEPT = cpu.MOSAIC_SEGMENTS_KEPT  # ... float32 states kept every 2 blocks, one stage
 
 
 @pytest.mark.parametrize(
@@ -111,9 +108,6 @@ def test_mosaic_kernels_match_oracle_on_gpu(rng, batch, seqlen, nheads, headdim,
         (2, 320, 6, 64, 64, 3, jnp.bfloat16, "HP", True, MOSAIC_SEGMENTS),
         (1, 256, 4, 128, 128, 2, jnp.float16, "H", True, MOSAIC_SEGMENTS),
         (1, 320, 4, 64, 256, 2, jnp.bfloat16, "H", True, MOSAIC_SEGMENTS_KEPT),
-        (2, 320, 6, 64, 128, 3, jnp.bfloat16, "HP", True, MOSAIC_FORWARD_HALVES),
-        (1, 128, 4, 64, 256, 1, jnp.bfloat16, None, True, MOSAIC_HALVES_ONE_STAGE),
-        (1, 320, 4, 64, 256, 2, jnp.bfloat16, "H", True, MOSAIC_SEGMENTS_HALVES),
     ],
 )
 def test_mosaic_forward_matches_oracle_on_gpu(rng, batch, seqlen, nheads, headdim, dstate, groups, dtype, D, z, config):
