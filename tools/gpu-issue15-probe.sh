@@ -52,12 +52,6 @@
 #   scheck: the compiled oracle tests of the forward's walk and the state passes (pytest -m gpu -k mosaic_forward)
 #   sfirst: the state passes on Mosaic GPU beside the default at 130m, the long shape, 2.7b and B1 L16384 H24, with
 #           the profiler's per-kernel times, no mamba-ssm
-#   The h* runs: the walk's state in halves of N on two warpgroups (SsdConfig.fwd_walk_warpgroups=2, a third
-#   warpgroup issuing the copies):
-#   hcheck: the compiled oracle tests of the forward's walk, these cases too
-#   hptxas: ptxas's register and spill report of that walk at N 256 and 128
-#   hfirst: two warpgroups beside the default at gfirst's shapes, no mamba-ssm
-#   nprof: the default at three N 256 shapes with the profiler's per-kernel times, no mamba-ssm
 #   sother: the same at six other shapes (N 64 and 256, P 128, G 8, L 131072), no profiler
 #   (then the state passes on Mosaic GPU became the default on Hopper where they cover the shape)
 #   sverify, sverify2: beside mamba-ssm, the default against the Triton state passes (states_mosaic=0): 130m, the
