@@ -25,19 +25,32 @@ from pallas_kernels.ssd.kernel_fwd import rebuild_block_states, ssd_forward
 STATES_NAME = "ssd_states"
 
 
+# The forward's and the backward's kernels under ``jax.jit``, so that every call of the same shapes and tiling shares
+# one lowering of each. A Mosaic GPU kernel's module carries the source locations of its call, so each layer of a
+# model was otherwise a different kernel (its own ``kernel_hash``) to lower and compile: mamba2-130m's 24 layers took
+# minutes before their first training step on an H200 (``benchmarks/kernels/ssd-notes.md``, twenty-fifth round).
+_forward_once = jax.jit(ssd_forward, static_argnums=(10, 11, 12))
+
+
 @functools.partial(jax.custom_vjp, nondiff_argnums=(10, 11))
 def ssd(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, dims: SsdDims, config: SsdConfig):
-    out, final, _, _ = ssd_forward(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, dims, config, False)
+    out, final, _, _ = _forward_once(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, dims, config, False)
     return out, final
 
 
 def _ssd_fwd(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, dims, config):
-    out, final, states, ypre = ssd_forward(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, dims, config, True)
+    args = (x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx)
+    out, final, states, ypre = _forward_once(*args, dims, config, True)
     kept = checkpoint_name(states, STATES_NAME)
     return (out, final), (x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, kept, ypre)
 
 
 def _ssd_bwd(dims: SsdDims, config: SsdConfig, residuals, cotangents):
+    return _backward_once(residuals, cotangents, dims, config)
+
+
+@functools.partial(jax.jit, static_argnums=(2, 3))  # lowered once for every call of these shapes (``_forward_once``)
+def _backward_once(residuals, cotangents, dims: SsdDims, config: SsdConfig):
     x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, states, ypre = residuals
     dout, dfinal = cotangents
     if dims.keep_blocks > 1:

@@ -628,6 +628,7 @@ def test_the_backward_runs_the_mosaic_gpu_kernels_only_where_they_cover_the_shap
     ``mosaic*`` above); each switch alone moves its own kernel."""
     from pallas_kernels.ssd import kernel_bwd
 
+    jax.clear_caches()  # traced afresh: a call cached by an earlier test (pallas.py's jit) would record nothing
     calls = []
     dims_of = lambda args: next(a for a in args if isinstance(a, SsdDims))  # noqa: E731
     for name in ("mosaic_dx", "mosaic_dbc"):
@@ -653,6 +654,7 @@ def test_the_forward_walks_on_mosaic_gpu_only_where_it_covers_the_shape(rng, mon
     cases ``mosaic-forward*`` and ``mosaic-segments*`` above: here, that they are finite)."""
     from pallas_kernels.ssd import kernel_fwd
 
+    jax.clear_caches()  # traced afresh: a call cached by an earlier test (pallas.py's jit) would record nothing
     calls = []
     real = kernel_fwd.mosaic_walk
     monkeypatch.setattr(kernel_fwd, "mosaic_walk", lambda *a, **k: calls.append(k["segment_blocks"]) or real(*a, **k))
@@ -686,6 +688,7 @@ def test_the_state_passes_walk_on_mosaic_gpu_only_where_it_covers_the_shape(rng,
     traces."""
     from pallas_kernels.ssd import kernel_bwd, kernel_fwd
 
+    jax.clear_caches()  # traced afresh: a call cached by an earlier test (pallas.py's jit) would record nothing
     calls = []
     real = kernel_fwd.mosaic_state_walk
 
@@ -936,3 +939,39 @@ def test_kernels_lower_to_triton_for_an_h100(monkeypatch, config, kernels):
     modules = triton_modules(forward_backward, x, dt, heads, bc, bc, heads, x, heads)
     assert [name for name, _ in modules] == kernels
     assert all("tt.func" in ir for _, ir in modules)
+
+
+@pytest.mark.parametrize("calls", [2, 3])
+def test_calls_of_one_shape_share_each_mosaic_gpu_kernel(monkeypatch, calls):
+    """A model calls the SSD once a layer: those calls must lower (and so compile) each Mosaic GPU kernel once. Its
+    module carries the call's source locations, so calls lowered apart are different kernels (``kernel_hash``):
+    mamba2-130m's 24 layers then took minutes to compile. Lowered for a GPU with ``wgmma`` (an H100), forward and
+    backward, every kernel on Mosaic GPU (``MOSAIC_FORWARD``); the calls differ in their inputs only."""
+    import re
+
+    from pallas_kernels.ssd import api
+
+    monkeypatch.setattr(api, "interpret_mode", lambda: False)
+    x = jax.ShapeDtypeStruct((1, 256, 2, 64), jnp.bfloat16)
+    dt = jax.ShapeDtypeStruct((1, 256, 2), jnp.float32)
+    bc = jax.ShapeDtypeStruct((1, 256, 1, 64), jnp.bfloat16)
+    heads = jax.ShapeDtypeStruct((2,), jnp.float32)
+
+    def kernels_of(n_calls: int) -> tuple[int, int]:
+        def loss(x, dt, A, B, C, D):
+            total = 0.0
+            for i in range(n_calls):
+                kwargs = dict(D=D, z=x, dt_bias=D, dt_softplus=True, impl="pallas", config=MOSAIC_FORWARD)
+                out = mamba_chunk_scan_combined(x * (i + 1), dt, A, B, C, 64, **kwargs)
+                total = total + out.astype(jnp.float32).sum()
+            return total
+
+        grad = jax.jit(jax.grad(loss, argnums=(0, 1, 3, 4)))
+        text = grad.trace(x, dt, heads, bc, bc, heads).lower(lowering_platforms=("cuda",)).as_text()
+        hashes = re.findall(r'kernel_hash = "(.*?)", module', text)
+        return len(set(hashes)), len(hashes)
+
+    distinct_one, _ = kernels_of(1)
+    distinct, lowered = kernels_of(calls)
+    assert distinct_one >= 3  # the forward's walk and the backward's kernels, at least
+    assert distinct == distinct_one and lowered == distinct_one
