@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # Training throughput beside mamba-ssm on a machine of several GPUs: one lane of runs per GPU, each lane pinned to its
-# own share of the CPU cores, the runs of a lane one after the other (compare.train_throughput --torch: within a run
-# our side, then mamba-ssm's). Run from the repository root as the device command:
+# own share of the CPU cores, the runs of a lane one after the other (compare.train_throughput --steps 12 --torch:
+# within a run our side, then mamba-ssm's). Run from the repository root as the device command:
 #   bash tools/gpu-train-lanes.sh BUILD_PARTS_DIR "CONFIG BATCH SEQ_LEN,CONFIG BATCH SEQ_LEN" "..." ...
 #   BUILD_PARTS_DIR: tools/gpu-parity.sh export's parts of mamba-ssm's CUDA build (imported, not rebuilt); mamba-ssm's
 #   sdists in .sdist/. One quoted lane per GPU, its runs separated by commas. RUN_LIMIT: seconds a run (default 300).
 # Files: $OUT/results-<gpu>.tgz (all runs so far, rewritten as each run of that lane ends), so that a call cut at its
 # time limit still brings back the runs that finished.
 set -u
-parts=${1:?usage: tools/gpu-train-lanes.sh BUILD_PARTS_DIR LANE...}
+usage="usage: tools/gpu-train-lanes.sh BUILD_PARTS_DIR \"CONFIG BATCH SEQ_LEN,...\" ... (one lane a GPU)"
+parts=${1:?$usage}
 shift
+(( $# > 0 )) || { echo "$usage" >&2; exit 2; }
 export PYTHONPATH=. PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 r=/tmp/train-lanes
 mkdir -p $r
