@@ -131,6 +131,13 @@ def for_shape(variant: Variant, op: KernelOp, shape: tuple, dtype: str) -> Varia
     return dataclasses.replace(variant, config=config)
 
 
+def shapes_to_run(named: list[str] | None, extras: dict[str, tuple], op: KernelOp) -> list[str]:
+    """The shape names to time: those ``--shapes`` names (every shape of the op without it), then each ``--shape``
+    extra not among them, so that a shape defined on the command line always runs."""
+    chosen = list(named or op.shapes)
+    return chosen + [name for name in extras if name not in chosen]
+
+
 def parse_shapes(items: list[str], op: KernelOp) -> dict[str, tuple]:
     """'name=8,2048,1536,16,1' items -> {name: shape tuple}, each as long as the op's own shapes."""
     width = len(next(iter(op.shapes.values())))
@@ -256,7 +263,8 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         default=[],
         metavar="NAME=V,V,...",
-        help="an extra shape, the op's fields in order (selective_scan: batch,L,dim,N,G), e.g. b1=1,4096,768,16,1",
+        help="an extra shape, the op's fields in order (selective_scan: batch,L,dim,N,G), e.g. b1=1,4096,768,16,1; "
+        "timed besides the --shapes ones",
     )
     parser.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16")
     parser.add_argument(
@@ -280,8 +288,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=None, help="output prefix (default benchmarks/kernels/<op>)")
     args = parser.parse_args(argv)
-    op = dataclasses.replace(OPS[args.op], shapes={**OPS[args.op].shapes, **parse_shapes(args.shape, OPS[args.op])})
-    args.shapes = args.shapes or list(op.shapes)
+    extras = parse_shapes(args.shape, OPS[args.op])
+    op = dataclasses.replace(OPS[args.op], shapes={**OPS[args.op].shapes, **extras})
+    args.shapes = shapes_to_run(args.shapes, extras, op)
     unknown = [name for name in args.shapes if name not in op.shapes]
     if unknown:
         raise SystemExit(f"--shapes: unknown {unknown} for --op {args.op}; known: {list(op.shapes)}")

@@ -91,6 +91,20 @@ def test_extra_shapes_parse_with_the_ops_fields():
             kernels.parse_shapes([bad], op)
 
 
+def test_extra_shapes_run_besides_the_named_ones():
+    """A --shape extra always runs: after the --shapes names, or after every bundled shape without them."""
+    extras = {"b1": (1, 4096, 768, 16, 1)}
+    op = dataclasses.replace(
+        kernel_ops.OPS["selective_scan"], shapes={**kernel_ops.OPS["selective_scan"].shapes, **extras}
+    )
+    assert kernels.shapes_to_run(["130m"], extras, op) == ["130m", "b1"]
+    assert kernels.shapes_to_run(["b1", "130m"], extras, op) == ["b1", "130m"]
+    assert kernels.shapes_to_run(None, extras, op) == list(op.shapes)
+    assert kernels.shapes_to_run(None, {}, kernel_ops.OPS["selective_scan"]) == list(
+        kernel_ops.OPS["selective_scan"].shapes
+    )
+
+
 def test_median_ms_times_back_to_back_calls():
     calls = []
     ms = kernels.median_ms(lambda: calls.append(1), lambda _: None, reps=3, target_ms=1.0)
