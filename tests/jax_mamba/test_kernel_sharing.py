@@ -1,0 +1,63 @@
+"""A model's layers share each compiled Pallas kernel, checked by lowering a training gradient for a GPU (an H100)
+on the CPU. XLA compiles a Pallas Triton call once per distinct kernel text (its kernel cache is keyed on the custom
+call's backend config) and a Mosaic GPU kernel once per kernel hash, so a kernel whose text changed from layer to
+layer would be compiled once a layer: the SSD's Mosaic GPU kernels were, until they ran under ``jax.jit``
+(``benchmarks/kernels/ssd-notes.md``, twenty-fifth and twenty-sixth rounds)."""
+
+import collections
+import re
+
+import jax
+import jax.numpy as jnp
+import pytest
+from flax import nnx
+from jax._src.pallas.triton import gpu_info
+
+from jax_mamba.configs.loader import load_config
+from jax_mamba.models import MambaLMHeadModel
+from pallas_kernels.causal_conv1d import api as conv_api
+from pallas_kernels.rmsnorm_gated import api as norm_api
+from pallas_kernels.selective_scan import api as scan_api
+from pallas_kernels.ssd import api as ssd_api
+
+_TRITON_CALL = re.compile(r'custom_call @__gpu\$xla\.gpu\.triton\(.*?\bir = "((?:[^"\\]|\\.)*)".*?\bname = "(\w+)"')
+
+
+def lowered_kernels(config: str, n_layer: int) -> tuple[collections.Counter, dict[str, set], set]:
+    """(Triton calls in the lowered text by kernel name, each name's distinct kernel texts, Mosaic GPU kernel
+    hashes) of a tiny LM's loss gradient with ``n_layer`` layers, bf16, the Pallas kernels compiled (not
+    interpreted)."""
+    cfg = load_config(config, [f"--model.n_layer={n_layer}", "--model.impl=pallas", "--model.compute_dtype=bfloat16"])
+    graph, params = nnx.split(MambaLMHeadModel(cfg.model, rngs=nnx.Rngs(0)))
+
+    def loss(params, tokens):
+        return nnx.merge(graph, params)(tokens).astype(jnp.float32).mean()
+
+    tokens = jax.ShapeDtypeStruct((2, 128), jnp.int32)
+    text = jax.jit(jax.grad(loss)).trace(params, tokens).lower(lowering_platforms=("cuda",)).as_text()
+    calls, texts = collections.Counter(), collections.defaultdict(set)
+    for ir, name in _TRITON_CALL.findall(text):
+        calls[name] += 1
+        texts[name].add(ir)
+    return calls, texts, set(re.findall(r'kernel_hash = "(.*?)"', text))
+
+
+@pytest.mark.parametrize(
+    "config,kernels",
+    [
+        ("mamba1-tiny", {"causal_conv1d_fwd", "causal_conv1d_bwd", "selective_scan_fwd_chunked"}),
+        ("mamba2-tiny", {"causal_conv1d_fwd", "causal_conv1d_bwd", "rmsnorm_gated_fwd", "rmsnorm_gated_bwd"}),
+    ],
+)
+def test_layers_share_each_compiled_kernel(monkeypatch, config, kernels):
+    for api in (conv_api, norm_api, scan_api, ssd_api):
+        monkeypatch.setattr(api, "interpret_mode", lambda: False)
+    h100 = gpu_info._get_gpu_info_impl(gpu_info.GpuVersion.H100)
+    monkeypatch.setattr(gpu_info, "get_gpu_info", lambda: h100)
+    calls_one, texts_one, hashes_one = lowered_kernels(config, 1)
+    calls_three, texts_three, hashes_three = lowered_kernels(config, 3)
+    assert kernels <= set(calls_one)
+    for name in kernels:  # each layer lowered its own call of these, and all three carry one kernel text
+        assert calls_three[name] == 3 * calls_one[name]
+    assert {name: len(t) for name, t in texts_three.items()} == {name: len(t) for name, t in texts_one.items()}
+    assert len(hashes_three) == len(hashes_one)
