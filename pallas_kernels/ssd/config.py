@@ -41,8 +41,6 @@ too (``kernel_bwd_dbc_mosaic``), on ``bwd_dbc_columns`` of N's columns a program
 at N 256, so there the fused walks are the default too. With ``states_mosaic`` (set with it) so do the sequential
 state passes, forward and backward, one- or two-level (``kernel_states_mosaic``; the walks over segments stay Triton).
 ``fwd_walk_stages`` is the Mosaic walk's pipeline depth: one lets two of its programs share an SM up to N 192.
-With ``fwd_walk_gate_direct`` the walk reads z and writes the pre-gate output straight between registers and global
-memory instead of through shared memory: 16 KB less a program, so that two share an SM at N 256 on one stage.
 
 With ``shared_scores`` (the default) the forward's output and the backward's per-head kernel read each block's C·Bᵀ
 (T, T), float32, computed once per group by XLA (``block.block_scores``), instead of each program (head, head dims)
@@ -92,7 +90,6 @@ class SsdConfig:
     fwd_mosaic: bool = False  # the forward's fused walks (whole or per segment) on Mosaic GPU (``kernel_fwd_mosaic``)
     states_mosaic: bool = False  # the sequential state passes (both ways) on Mosaic GPU (``kernel_states_mosaic``)
     fwd_walk_stages: int = 2  # ... the forward's walk there: blocks whose inputs are in shared memory at once
-    fwd_walk_gate_direct: bool = False  # ... z read, the pre-gate output written between registers and global memory
 
     def validate(self) -> None:
         for name in ("block_l", "block_p", "state_block_p", "bwd_block_p", "rebuild_block_p"):
@@ -164,19 +161,18 @@ PROGRAM_RESERVED_BYTES = 1024  # ... the 1 KB each program's share loses
 PAIRED_WALK_SLOWDOWN = 1.85  # a Mosaic walk program's time with a second one on its SM (measured, next rules)
 
 
-def walk_shared_bytes(dstate: int, stages: int, gate_direct: bool = False) -> int:
+def walk_shared_bytes(dstate: int, stages: int) -> int:
     """Shared memory of one Mosaic forward-walk program on 64 head dims (``kernel_fwd_mosaic``), with z and the
-    pre-gate output kept: ``stages`` blocks' x, B, C, three decay vectors and z (unless ``gate_direct``), then S, the
-    staged update and the pre-gate output (unless ``gate_direct``)."""
+    pre-gate output kept: ``stages`` blocks' x, z, B, C and five decay vectors, then S, the staged update and the
+    pre-gate output."""
     tile, two = 64, 2  # positions and head dims; bytes of a 16-bit element
-    head_tiles = 1 if gate_direct else 2  # x, and z through shared memory
-    per_stage = (head_tiles * tile * tile + 2 * tile * dstate) * two + 3 * tile * 4
-    return stages * per_stage + (tile * dstate + head_tiles * tile * tile) * two
+    per_stage = (2 * tile * tile + 2 * tile * dstate) * two + 5 * tile * 4
+    return stages * per_stage + (tile * dstate + 2 * tile * tile) * two
 
 
-def walk_programs_per_sm(dstate: int, stages: int, gate_direct: bool = False) -> int:
+def walk_programs_per_sm(dstate: int, stages: int) -> int:
     """How many Mosaic forward-walk programs (``walk_shared_bytes``) an SM's shared memory holds at once."""
-    return SM_SHARED_BYTES // (walk_shared_bytes(dstate, stages, gate_direct) + PROGRAM_RESERVED_BYTES)
+    return SM_SHARED_BYTES // (walk_shared_bytes(dstate, stages) + PROGRAM_RESERVED_BYTES)
 
 
 def walk_stages(walk_programs: int, dstate: int, sm_count: int) -> int:

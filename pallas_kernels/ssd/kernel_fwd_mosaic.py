@@ -57,25 +57,11 @@ def mosaic_walk_supported(dims: SsdDims, dtype) -> bool:
     return covers_tiles(dims, dtype)
 
 
-def walk_tiling(config) -> dict:
-    """``mosaic_walk``'s tiling keywords from an ``SsdConfig``: its pipeline stages and whether z and the pre-gate
-    output bypass shared memory."""
-    return {"stages": config.fwd_walk_stages, "gate_direct": config.fwd_walk_gate_direct}
-
-
 def ssd_fwd_walk_mosaic(
-    *refs,
-    dims: SsdDims,
-    parts: int,
-    segment_blocks: int,
-    has_start: bool,
-    outs: tuple,
-    stages: int,
-    gate_direct: bool,
+    *refs, dims: SsdDims, parts: int, segment_blocks: int, has_start: bool, outs: tuple, stages: int
 ):
     """One (batch row, segment, head, 64 head dims): the walk over the segment's blocks (module docstring).
-    ``outs`` names the outputs after ``out``, in order: "ypre", "states", "end". With ``gate_direct`` z and the
-    pre-gate output move between registers and global memory, not through shared memory."""
+    ``outs`` names the outputs after ``out``, in order: "ypre", "states", "end"."""
     n_in = 6 + dims.has_D + dims.has_z + has_start
     ins, out_refs, scratch = refs[:n_in], refs[n_in : n_in + 1 + len(outs)], refs[n_in + 1 + len(outs) :]
     x_ref, B_ref, C_ref, dt_ref, cs_ref, last_ref, *opt = ins
@@ -83,8 +69,8 @@ def ssd_fwd_walk_mosaic(
     z_ref = opt.pop(0) if dims.has_z else None
     start_ref = opt[0] if has_start else None
     out_ref, named = out_refs[0], dict(zip(outs, out_refs[1:], strict=True))
-    S_s, E_s, *Y = scratch
-    Y_s = Y[0] if Y else None  # the pre-gate output's own tile (with z, when saved, unless gate_direct)
+    S_s, E_s, D_s, barrier, *Y = scratch
+    Y_s = Y[0] if Y else None  # the pre-gate output's own tile (with z, when saved)
 
     prog = walk_program(dims, parts, segment_blocks)
     b, h, g, p, n = prog.b, prog.h, prog.g, prog.p, dims.dstate
@@ -95,13 +81,17 @@ def ssd_fwd_walk_mosaic(
     on_cols = lambda v: lax.broadcast_in_dim(v, (TILE, TILE), [1])  # noqa: E731
     first = prog.first
 
-    Dv = plgpu.load(D_ref.at[h, p], layout=cols_v, optimized=False) if D_ref is not None else None  # global memory
+    if D_ref is not None:
+        plgpu.copy_gmem_to_smem(D_ref.at[h, p], D_s.at[0], barrier.at[0])
     S = start_state(start_ref, prog, n)
     S_s[...] = S.astype(dtype)
     plgpu.commit_smem()
     zeros = plgpu.layout_cast(jnp.zeros((TILE, TILE), f32), wg)
+    if D_ref is not None:
+        plgpu.barrier_wait(barrier.at[0])
+        Dv = plgpu.load(D_s.at[0], layout=cols_v)
 
-    def step(indices, x_s, B_s, C_s, dt_s, cs_s, last_s, *rest):
+    def step(indices, x_s, B_s, C_s, dt_s, dt_cols_s, cs_s, cs_cols_s, last_s, *rest):
         """One block: S's copy stored; C·Bᵀ while E is staged; the state update and C Sᵀ, and W x as soon as W is
         formed in registers; y, S's copy for the next block, and the stores (module docstring)."""
         *z_s, S = rest
@@ -124,8 +114,8 @@ def ssd_fwd_walk_mosaic(
         def diagonal():  # y's diagonal product W x, its left operand W formed in registers
             row = plgpu.broadcasted_iota(jnp.int32, (TILE, TILE), 0, layout=wg)
             col = plgpu.broadcasted_iota(jnp.int32, (TILE, TILE), 1, layout=wg)
-            log_decay = on_rows(cs_r) - on_cols(plgpu.load(cs_s, layout=cols_v))
-            weights = CB * jnp.exp(jnp.minimum(log_decay, 0.0)) * on_cols(plgpu.load(dt_s, layout=cols_v))
+            log_decay = on_rows(cs_r) - on_cols(plgpu.load(cs_cols_s, layout=cols_v))
+            weights = CB * jnp.exp(jnp.minimum(log_decay, 0.0)) * on_cols(plgpu.load(dt_cols_s, layout=cols_v))
             return [(jnp.where(row >= col, weights, 0.0).astype(dtype), x_s)]
 
         carried = on_rows(jnp.exp(last_r), n) * S  # S's rows are head dims: every one scaled by exp(cs_last)
@@ -136,11 +126,8 @@ def ssd_fwd_walk_mosaic(
             y = y + on_cols(Dv) * plgpu.load(x_s, layout=wg).astype(f32)
         if Y_s is not None:
             Y_s[...] = y.astype(dtype)
-        elif "ypre" in named:
-            named["ypre"].at[b, t, h, p][...] = y.astype(dtype)  # global memory
-        if z_ref is not None:
-            z = plgpu.load(z_s[0], layout=wg) if z_s else plgpu.load(z_ref.at[b, t, h, p], layout=wg, optimized=False)
-            z = z.astype(f32)
+        if z_s:
+            z = plgpu.load(z_s[0], layout=wg).astype(f32)
             y = y * z / (1.0 + jnp.exp(-z))
         plgpu.wait_smem_to_gmem(0, wait_read_only=True)  # the copy of S_s issued at the start has read it
         E_s[...] = y.astype(dtype)  # the update has read E_s: out leaves from it, while the next block starts
@@ -161,8 +148,8 @@ def ssd_fwd_walk_mosaic(
         return ref.at[b, h], plgpu.BlockSpec((TILE,), lambda j: (first + j,))
 
     streams = [head_tile(x_ref), group_tile(B_ref), group_tile(C_ref)]
-    streams += [vector(ref) for ref in (dt_ref, cs_ref, last_ref)]
-    streams += [head_tile(z_ref)] if z_ref is not None and not gate_direct else []
+    streams += [vector(ref) for ref in (dt_ref, dt_ref, cs_ref, cs_ref, last_ref)]  # dt, cs twice: rows and columns
+    streams += [head_tile(z_ref)] if z_ref is not None else []
     walk_blocks(step, streams, S, prog, named.get("end"), stages)
 
 
@@ -183,7 +170,6 @@ def mosaic_walk(
     ypre: bool,
     end: bool,
     stages: int = STEPS_IN_FLIGHT,
-    gate_direct: bool = False,
 ):
     """The fused walk by the Mosaic GPU kernel over segments of ``segment_blocks`` blocks (all of them: one walk per
     sequence), each from ``starts`` (batch, segments, H, P, N) float32, or from zeros where None. Returns out
@@ -200,9 +186,11 @@ def mosaic_walk(
     scratch = [
         tile16((TILE, n)),  # S in the dot dtype
         tile16((TILE, TILE)),  # exp(cs_last - cs) ∘ X, then out
+        plgpu.SMEM((1, TILE), f32),  # D's head dims
+        plgpu.Barrier(num_barriers=1),  # D's copy
     ]
     ypre = ypre and z is not None
-    scratch += [tile16((TILE, TILE))] if ypre and not gate_direct else []  # the pre-gate output
+    scratch += [tile16((TILE, TILE))] if ypre else []  # the pre-gate output
     names = [name for name, wanted in (("ypre", ypre), ("states", states), ("end", end)) if wanted]
     shapes = {
         "ypre": jax.ShapeDtypeStruct(x.shape, x.dtype),
@@ -220,7 +208,6 @@ def mosaic_walk(
             has_start=starts is not None,
             outs=tuple(names),
             stages=stages,
-            gate_direct=gate_direct,
         ),
         inputs,
         out_type=[jax.ShapeDtypeStruct(x.shape, x.dtype)] + [shapes[name] for name in names],

@@ -75,16 +75,12 @@ MOSAIC_64_COLUMNS = dataclasses.replace(MOSAIC, bwd_dbc_columns=64)  # ... on 64
 # ... and the forward's fused walk and the sequential state passes (forward and backward) on Mosaic GPU
 MOSAIC_FORWARD = dataclasses.replace(MOSAIC, fwd_mosaic=True, states_mosaic=True)
 MOSAIC_FORWARD_ONE_STAGE = dataclasses.replace(MOSAIC_FORWARD, fwd_walk_stages=1)  # one block's inputs at a time
-# ... z and the pre-gate output between registers and global memory (N 256's default: two programs an SM)
-MOSAIC_FORWARD_GATE_DIRECT = dataclasses.replace(MOSAIC_FORWARD_ONE_STAGE, fwd_walk_gate_direct=True)
 # ... the walk once per segment of 2 blocks (the two-level state pass's), storing every block's state, or none where
 # the forward keeps float32 states every 2 blocks
 MOSAIC_SEGMENTS = dataclasses.replace(
     MOSAIC_FORWARD, fused_forward_max_l=0, two_level_states=True, state_segment=128, fused_segments=True
 )
-MOSAIC_SEGMENTS_KEPT = dataclasses.replace(
-    MOSAIC_SEGMENTS, checkpoint_every=128, fwd_walk_stages=1, fwd_walk_gate_direct=True
-)
+MOSAIC_SEGMENTS_KEPT = dataclasses.replace(MOSAIC_SEGMENTS, checkpoint_every=128, fwd_walk_stages=1)
 OWN_SCORES_STATE_CHUNKS = split(block_l=32, bwd_state_chunk=16, bwd_block_p=16, shared_scores=False)
 
 CASES = [  # batch, L, H, P, N, G, chunk, dtype, D, z, init, seq_idx, softplus, dt_limit, config
@@ -231,17 +227,16 @@ CASES = [  # batch, L, H, P, N, G, chunk, dtype, D, z, init, seq_idx, softplus, 
     ),
     # the forward's walk and the state passes on Mosaic GPU too: whole (initial state, z, D per head dim, groups of 2
     # heads, bf16: the backward's one-level walk from d final_states to d initial_states through z's gate; two blocks
-    # at N 256 on one pipeline stage, z and the pre-gate output through registers, no D, no softplus), per segment (5
-    # blocks in segments of 2, 2 and 1: the last walk shorter, both ways; two 64-dim parts per head, N 128, fp16,
-    # dt_limit, every block's state stored) and per segment with kept float32 states (the backward's rebuild; one
-    # stage, z and the pre-gate output through registers)
+    # at N 256 on one pipeline stage, no D, no softplus), per segment (5 blocks in segments of 2, 2 and 1: the last
+    # walk shorter, both ways; two 64-dim parts per head, N 128, fp16, dt_limit, every block's state stored) and per
+    # segment with kept float32 states (the backward's rebuild; one stage)
     pytest.param(
         *(2, 192, 4, 64, 64, 2, 64, jnp.bfloat16, "HP", True, True, False, True, (0.0, INF), MOSAIC_FORWARD),
         id="mosaic-forward",
     ),
     pytest.param(
         *(1, 128, 2, 64, 256, 1, 64, jnp.bfloat16, None, True, True, False, False, (0.0, INF)),
-        MOSAIC_FORWARD_GATE_DIRECT,
+        MOSAIC_FORWARD_ONE_STAGE,
         id="mosaic-forward-n256",
     ),
     pytest.param(
