@@ -274,11 +274,10 @@ def _check_pallas_supported(headdim: int, dstate: int, config: SsdConfig | None)
             f"SsdConfig.{mosaic[0]} needs a GPU with Hopper's wgmma (compute capability 9.x), this one has "
             f"{gpu_compute_capability()}: set it to False"
         )
-    walk = (dstate, config.fwd_walk_stages, config.fwd_walk_head_dims) if config is not None else None
-    if config is not None and config.fwd_mosaic and walk_programs_per_sm(*walk) < 1:
+    if config is not None and config.fwd_mosaic and walk_programs_per_sm(dstate, config.fwd_walk_stages) < 1:
         raise ValueError(
             f"SsdConfig.fwd_walk_stages={config.fwd_walk_stages} needs "
-            f"{walk_shared_bytes(*walk) // 1024} KB of shared memory for the forward's "
+            f"{walk_shared_bytes(dstate, config.fwd_walk_stages) // 1024} KB of shared memory for the forward's "
             f"Mosaic walk at N={dstate}, more than an SM's {(SM_SHARED_BYTES - PROGRAM_RESERVED_BYTES) // 1024}: "
             "use fewer"
         )

@@ -41,8 +41,6 @@ too (``kernel_bwd_dbc_mosaic``), on ``bwd_dbc_columns`` of N's columns a program
 at N 256, so there the fused walks are the default too. With ``states_mosaic`` (set with it) so do the sequential
 state passes, forward and backward, one- or two-level (``kernel_states_mosaic``; the walks over segments stay Triton).
 ``fwd_walk_stages`` is the Mosaic walk's pipeline depth: one lets two of its programs share an SM up to N 192.
-``fwd_walk_head_dims`` 32 runs it on 32 head dims a program with the state transposed, so that two programs share an
-SM at N 256 too.
 
 With ``shared_scores`` (the default) the forward's output and the backward's per-head kernel read each block's C·Bᵀ
 (T, T), float32, computed once per group by XLA (``block.block_scores``), instead of each program (head, head dims)
@@ -92,7 +90,6 @@ class SsdConfig:
     fwd_mosaic: bool = False  # the forward's fused walks (whole or per segment) on Mosaic GPU (``kernel_fwd_mosaic``)
     states_mosaic: bool = False  # the sequential state passes (both ways) on Mosaic GPU (``kernel_states_mosaic``)
     fwd_walk_stages: int = 2  # ... the forward's walk there: blocks whose inputs are in shared memory at once
-    fwd_walk_head_dims: int = 64  # ... and head dims a program (32: the state transposed, ``kernel_fwd_mosaic_narrow``)
 
     def validate(self) -> None:
         for name in ("block_l", "block_p", "state_block_p", "bwd_block_p", "rebuild_block_p"):
@@ -136,8 +133,6 @@ class SsdConfig:
                 raise ValueError(f"SsdConfig.{name} must be 0 or a power of two >= {MIN_DOT}, got {n!r}")
         if self.bwd_dbc_columns not in (64, 128):
             raise ValueError(f"SsdConfig.bwd_dbc_columns must be 64 or 128, got {self.bwd_dbc_columns!r}")
-        if self.fwd_walk_head_dims not in (32, 64):
-            raise ValueError(f"SsdConfig.fwd_walk_head_dims must be 32 or 64, got {self.fwd_walk_head_dims!r}")
         for name in ("fused_forward_max_l", "persistent_programs", "bwd_persistent_programs"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:
@@ -166,18 +161,18 @@ PROGRAM_RESERVED_BYTES = 1024  # ... the 1 KB each program's share loses
 PAIRED_WALK_SLOWDOWN = 1.85  # a Mosaic walk program's time with a second one on its SM (measured, next rules)
 
 
-def walk_shared_bytes(dstate: int, stages: int, head_dims: int = 64) -> int:
-    """Shared memory of one Mosaic forward-walk program on ``head_dims`` head dims (``kernel_fwd_mosaic``), with z
-    and the pre-gate output kept: ``stages`` blocks' x, z, B, C and five decay vectors, then S, the staged update
-    and the pre-gate output."""
-    tile, two = 64, 2  # positions; bytes of a 16-bit element
-    per_stage = (2 * tile * head_dims + 2 * tile * dstate) * two + 5 * tile * 4
-    return stages * per_stage + (head_dims * dstate + 2 * tile * head_dims) * two
+def walk_shared_bytes(dstate: int, stages: int) -> int:
+    """Shared memory of one Mosaic forward-walk program on 64 head dims (``kernel_fwd_mosaic``), with z and the
+    pre-gate output kept: ``stages`` blocks' x, z, B, C and five decay vectors, then S, the staged update and the
+    pre-gate output."""
+    tile, two = 64, 2  # positions and head dims; bytes of a 16-bit element
+    per_stage = (2 * tile * tile + 2 * tile * dstate) * two + 5 * tile * 4
+    return stages * per_stage + (tile * dstate + 2 * tile * tile) * two
 
 
-def walk_programs_per_sm(dstate: int, stages: int, head_dims: int = 64) -> int:
+def walk_programs_per_sm(dstate: int, stages: int) -> int:
     """How many Mosaic forward-walk programs (``walk_shared_bytes``) an SM's shared memory holds at once."""
-    return SM_SHARED_BYTES // (walk_shared_bytes(dstate, stages, head_dims) + PROGRAM_RESERVED_BYTES)
+    return SM_SHARED_BYTES // (walk_shared_bytes(dstate, stages) + PROGRAM_RESERVED_BYTES)
 
 
 def walk_stages(walk_programs: int, dstate: int, sm_count: int) -> int:

@@ -46,7 +46,7 @@ from pallas_kernels.ssd.block import (
     sequential_program,
     tile_grid,
 )
-from pallas_kernels.ssd.kernel_fwd_mosaic import mosaic_walk, mosaic_walk_supported, walk_tiling
+from pallas_kernels.ssd.kernel_fwd_mosaic import mosaic_walk, mosaic_walk_supported
 from pallas_kernels.ssd.kernel_states_mosaic import mosaic_state_walk, segment_decays, walk_vectors
 from pallas_kernels.ssd.mosaic import covers_tiles
 from pallas_kernels.ssd.segments import segment_outputs, segment_walk
@@ -283,7 +283,7 @@ def ssd_forward(
     whole_walk = dims.seqlen <= config.fused_forward_max_l
     if whole_walk and mosaic and not keep:  # the Mosaic walk stores every block's state or none
         starts = None if initial_states is None else initial_states[:, None]
-        walk = dict(segment_blocks=dims.nblocks, states=save, ypre=save, end=True, **walk_tiling(config))
+        walk = dict(segment_blocks=dims.nblocks, states=save, ypre=save, end=True, stages=config.fwd_walk_stages)
         out, ypre, states, end = mosaic_walk(x, dt, A, B, C, D, z, dt_bias, starts, dims, **walk)
         return out, end[:, 0], states, ypre
     scores = block_scores(B, C, dims.block_l) if dims.has_scores else None
@@ -305,7 +305,7 @@ def ssd_forward(
                 states=store_blocks,
                 ypre=save,
                 end=False,
-                **walk_tiling(config),
+                stages=config.fwd_walk_stages,
             )
             out, ypre, states, _ = mosaic_walk(x, dt, A, B, C, D, z, dt_bias, kept, segments, **walk)
             return out, final, ((kept if keep else states) if save else None), ypre

@@ -48,7 +48,6 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from pallas_kernels.ssd.block import SsdDims
-from pallas_kernels.ssd.kernel_fwd_mosaic_narrow import NARROW, NARROW_TRANSFORMS, ssd_fwd_walk_mosaic_narrow
 from pallas_kernels.ssd.mosaic import TILE, TRANSFORMS, block_cumsums, call_kernel, covers_tiles, products
 from pallas_kernels.ssd.mosaic_walk import STEPS_IN_FLIGHT, start_state, walk_blocks, walk_grid, walk_program
 
@@ -56,11 +55,6 @@ from pallas_kernels.ssd.mosaic_walk import STEPS_IN_FLIGHT, start_state, walk_bl
 def mosaic_walk_supported(dims: SsdDims, dtype) -> bool:
     """Whether the Mosaic GPU walk covers this problem (else the Triton kernels run)."""
     return covers_tiles(dims, dtype)
-
-
-def walk_tiling(config) -> dict:
-    """``mosaic_walk``'s tiling keywords from an ``SsdConfig``: its pipeline stages and head dims a program."""
-    return {"stages": config.fwd_walk_stages, "head_dims": config.fwd_walk_head_dims}
 
 
 def ssd_fwd_walk_mosaic(
@@ -176,11 +170,9 @@ def mosaic_walk(
     ypre: bool,
     end: bool,
     stages: int = STEPS_IN_FLIGHT,
-    head_dims: int = TILE,
 ):
     """The fused walk by the Mosaic GPU kernel over segments of ``segment_blocks`` blocks (all of them: one walk per
-    sequence), each from ``starts`` (batch, segments, H, P, N) float32, or from zeros where None, on ``head_dims``
-    (64, or 32: ``kernel_fwd_mosaic_narrow``) head dims a program. Returns out
+    sequence), each from ``starts`` (batch, segments, H, P, N) float32, or from zeros where None. Returns out
     (batch, L, H, P) in x's dtype, then as asked: the pre-gate output (like out; only with z), every block's
     incoming state (batch, nblocks, H, P, N) in x's dtype, the state leaving each segment (batch, segments, H, P, N)
     float32.
@@ -188,33 +180,28 @@ def mosaic_walk(
     x, z (batch, L, H, P) and B, C (batch, L, G, N) in one 16-bit dtype; dt (batch, L, H); A (H,); D (H, P) float32
     or None; dt_bias (H,) or None."""
     batch, _, nheads, headdim = x.shape
-    narrow = head_dims == NARROW
-    parts, n, f32 = headdim // head_dims, dims.dstate, jnp.float32
+    parts, n, f32 = headdim // TILE, dims.dstate, jnp.float32
     segments = -(-dims.nblocks // segment_blocks)
-    transforms = NARROW_TRANSFORMS if narrow else TRANSFORMS
-    tile16 = lambda shape: plgpu.SMEM(shape, x.dtype, transforms=transforms)  # noqa: E731
+    tile16 = lambda shape: plgpu.SMEM(shape, x.dtype, transforms=TRANSFORMS)  # noqa: E731
     scratch = [
-        tile16((n, NARROW) if narrow else (TILE, n)),  # S (Sᵀ where narrow) in the dot dtype
-        tile16((TILE, head_dims)),  # exp(cs_last - cs) ∘ X, then out
-        plgpu.SMEM((1, head_dims), f32),  # D's head dims
+        tile16((TILE, n)),  # S in the dot dtype
+        tile16((TILE, TILE)),  # exp(cs_last - cs) ∘ X, then out
+        plgpu.SMEM((1, TILE), f32),  # D's head dims
         plgpu.Barrier(num_barriers=1),  # D's copy
     ]
     ypre = ypre and z is not None
-    scratch += [tile16((TILE, head_dims))] if ypre else []  # the pre-gate output
+    scratch += [tile16((TILE, TILE))] if ypre else []  # the pre-gate output
     names = [name for name, wanted in (("ypre", ypre), ("states", states), ("end", end)) if wanted]
-    state_dims = (n, headdim) if narrow else (headdim, n)  # the narrow walk's states come out transposed
     shapes = {
         "ypre": jax.ShapeDtypeStruct(x.shape, x.dtype),
-        "states": jax.ShapeDtypeStruct((batch, dims.nblocks, nheads, *state_dims), x.dtype),
-        "end": jax.ShapeDtypeStruct((batch, segments, nheads, *state_dims), f32),
+        "states": jax.ShapeDtypeStruct((batch, dims.nblocks, nheads, headdim, n), x.dtype),
+        "end": jax.ShapeDtypeStruct((batch, segments, nheads, headdim, n), f32),
     }
-    if narrow and starts is not None:
-        starts = jnp.swapaxes(starts, -1, -2)
     inputs = [x, B, C, *block_cumsums(dt, A, dt_bias, dims)]
     inputs += [t for t in (D, z, starts) if t is not None]
     out, *rest = call_kernel(
         functools.partial(
-            ssd_fwd_walk_mosaic_narrow if narrow else ssd_fwd_walk_mosaic,
+            ssd_fwd_walk_mosaic,
             dims=dims,
             parts=parts,
             segment_blocks=segment_blocks,
@@ -230,6 +217,4 @@ def mosaic_walk(
         dims=dims,
     )
     named = dict(zip(names, rest, strict=True))
-    if narrow:
-        named |= {name: jnp.swapaxes(named[name], -1, -2) for name in ("states", "end") if name in named}
     return out, named.get("ypre"), named.get("states"), named.get("end")

@@ -36,41 +36,29 @@ def walk_grid(head_parts: int, segments: int, batch: int) -> dict:
     return {"grid": (head_parts, segments, batch), "grid_names": ("hp", "segment", "batch")}
 
 
-def walk_program(dims: SsdDims, parts: int, segment_blocks: int, width: int = TILE) -> WalkProgram:
-    """This program's place on ``walk_grid``'s grid, its head dims ``width`` wide."""
+def walk_program(dims: SsdDims, parts: int, segment_blocks: int) -> WalkProgram:
+    """This program's place on ``walk_grid``'s grid."""
     hp, s, b = lax.axis_index("hp"), lax.axis_index("segment"), lax.axis_index("batch")
     h, part = hp // parts, hp % parts
     first = s * segment_blocks
     # the last segment may be shorter: a dynamic step count, read by emit_pipeline as such
     steps = segment_blocks if dims.nblocks % segment_blocks == 0 else jnp.minimum(segment_blocks, dims.nblocks - first)
-    return WalkProgram(b, s, h, h // dims.heads_per_group, part, pl.ds(part * width, width), first, steps)
+    return WalkProgram(b, s, h, h // dims.heads_per_group, part, pl.ds(part * TILE, TILE), first, steps)
 
 
-def start_state(start_ref, prog: WalkProgram, dstate: int, transposed: bool = False) -> jax.Array:
+def start_state(start_ref, prog: WalkProgram, dstate: int) -> jax.Array:
     """The (64, N) float32 state the walk starts from, in ``wgmma``'s accumulator layout: the segment's from
-    ``start_ref`` (batch, segments, H, P, N), or zeros where None. ``transposed``: (N, head dims) from ``start_ref``
-    (batch, segments, H, N, P)."""
+    ``start_ref`` (batch, segments, H, P, N), or zeros where None."""
     wg = plgpu.Layout.WGMMA
     if start_ref is None:
-        shape = (dstate, prog.p.size) if transposed else (TILE, dstate)
-        return plgpu.layout_cast(jnp.zeros(shape, jnp.float32), wg)
-    at = (prog.b, prog.s, prog.h, slice(None), prog.p) if transposed else (prog.b, prog.s, prog.h, prog.p)
-    return plgpu.load(start_ref.at[at], layout=wg, optimized=False)  # global memory
+        return plgpu.layout_cast(jnp.zeros((TILE, dstate), jnp.float32), wg)
+    return plgpu.load(start_ref.at[prog.b, prog.s, prog.h, prog.p], layout=wg, optimized=False)  # global memory
 
 
-def walk_blocks(
-    step,
-    streams,
-    state: jax.Array,
-    prog: WalkProgram,
-    end_ref=None,
-    stages: int = STEPS_IN_FLIGHT,
-    transposed: bool = False,
-):
+def walk_blocks(step, streams, state: jax.Array, prog: WalkProgram, end_ref=None, stages: int = STEPS_IN_FLIGHT):
     """``step`` over the segment's blocks with ``streams`` ((source ref, BlockSpec) pairs) copied in by TMA
     (``stages`` blocks' at once), the state as the carry; then the end state into ``end_ref`` (batch, segments, H, P,
-    N) float32 if given ((batch, segments, H, N, P) where the state is ``transposed``), and every store the steps
-    issued waited for."""
+    N) float32 if given, and every store the steps issued waited for."""
     state = plgpu.emit_pipeline(
         step,
         grid=(prog.steps,),
@@ -79,6 +67,5 @@ def walk_blocks(
         init_carry=state,
     )(*[src for src, _ in streams])
     if end_ref is not None:
-        at = (prog.b, prog.s, prog.h, slice(None), prog.p) if transposed else (prog.b, prog.s, prog.h, prog.p)
-        end_ref.at[at][...] = state
+        end_ref.at[prog.b, prog.s, prog.h, prog.p][...] = state
     plgpu.wait_smem_to_gmem(0, wait_read_only=True)

@@ -75,8 +75,6 @@ MOSAIC_64_COLUMNS = dataclasses.replace(MOSAIC, bwd_dbc_columns=64)  # ... on 64
 # ... and the forward's fused walk and the sequential state passes (forward and backward) on Mosaic GPU
 MOSAIC_FORWARD = dataclasses.replace(MOSAIC, fwd_mosaic=True, states_mosaic=True)
 MOSAIC_FORWARD_ONE_STAGE = dataclasses.replace(MOSAIC_FORWARD, fwd_walk_stages=1)  # one block's inputs at a time
-# ... on 32 head dims a program, the state transposed
-MOSAIC_FORWARD_NARROW = dataclasses.replace(MOSAIC_FORWARD_ONE_STAGE, fwd_walk_head_dims=32)
 # ... the walk once per segment of 2 blocks (the two-level state pass's), storing every block's state, or none where
 # the forward keeps float32 states every 2 blocks
 MOSAIC_SEGMENTS = dataclasses.replace(
@@ -240,16 +238,6 @@ CASES = [  # batch, L, H, P, N, G, chunk, dtype, D, z, init, seq_idx, softplus, 
         *(1, 128, 2, 64, 256, 1, 64, jnp.bfloat16, None, True, True, False, False, (0.0, INF)),
         MOSAIC_FORWARD_ONE_STAGE,
         id="mosaic-forward-n256",
-    ),
-    pytest.param(
-        *(1, 128, 2, 64, 256, 1, 64, jnp.bfloat16, "HP", True, True, False, True, (0.0, INF)),
-        MOSAIC_FORWARD_NARROW,
-        id="mosaic-forward-n256-narrow",
-    ),
-    pytest.param(
-        *(1, 320, 2, 64, 64, 1, 64, jnp.float16, "H", True, False, False, True, (0.0, 0.05)),
-        dataclasses.replace(MOSAIC_SEGMENTS_KEPT, fwd_walk_head_dims=32),
-        id="mosaic-segments-kept-narrow",
     ),
     pytest.param(
         *(1, 320, 2, 128, 128, 1, 64, jnp.float16, "H", False, True, False, True, (0.0, 0.05), MOSAIC_SEGMENTS),

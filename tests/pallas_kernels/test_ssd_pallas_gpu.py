@@ -33,7 +33,6 @@ MOSAIC = SsdConfig(bwd_dx_mosaic=True, bwd_dbc_mosaic=True)  # ... and its dB/dC
 MOSAIC_64_COLUMNS = dataclasses.replace(MOSAIC, bwd_dbc_columns=64)
 MOSAIC_FORWARD = cpu.MOSAIC_FORWARD  # ... and the forward's walk, whole
 MOSAIC_FORWARD_ONE_STAGE = cpu.MOSAIC_FORWARD_ONE_STAGE  # ... on one pipeline stage
-MOSAIC_FORWARD_NARROW = cpu.MOSAIC_FORWARD_NARROW  # ... on 32 head dims a program, the state transposed
 MOSAIC_SEGMENTS = cpu.MOSAIC_SEGMENTS  # ... per segment of 2 blocks, every block's state stored
 MOSAIC_SEGMENTS_KEPT = cpu.MOSAIC_SEGMENTS_KEPT  # ... float32 states kept every 2 blocks, one stage
 
@@ -106,8 +105,6 @@ def test_mosaic_kernels_match_oracle_on_gpu(rng, batch, seqlen, nheads, headdim,
         (2, 320, 6, 64, 64, 3, jnp.bfloat16, "HP", True, MOSAIC_FORWARD),
         (1, 192, 4, 128, 128, 2, jnp.float16, "H", False, MOSAIC_FORWARD),
         (1, 128, 4, 64, 256, 1, jnp.bfloat16, None, True, MOSAIC_FORWARD_ONE_STAGE),
-        (1, 192, 4, 64, 256, 2, jnp.bfloat16, "HP", True, MOSAIC_FORWARD_NARROW),
-        (1, 320, 4, 128, 128, 2, jnp.float16, "H", True, dataclasses.replace(MOSAIC_SEGMENTS, fwd_walk_head_dims=32)),
         (2, 320, 6, 64, 64, 3, jnp.bfloat16, "HP", True, MOSAIC_SEGMENTS),
         (1, 256, 4, 128, 128, 2, jnp.float16, "H", True, MOSAIC_SEGMENTS),
         (1, 320, 4, 64, 256, 2, jnp.bfloat16, "H", True, MOSAIC_SEGMENTS_KEPT),
