@@ -1,0 +1,256 @@
+"""A probe, not the package's kernel: ``kernel_fwd_mosaic`` of this commit with B and C (WALK_DIAG=fixed_bc) or
+B, C, x and z (fixed_all) copied once before the walk instead of every block (``run.sh``). Its docstring follows.
+
+The forward's fused walk (``kernel_fwd``'s ``ssd_fwd_fused`` and ``ssd_fwd_fused_segments`` math) on Pallas's
+Mosaic GPU backend: one program per (batch row, segment of blocks, head, 64 head dims), one warpgroup, walking its
+segment's blocks of 64 positions with the (64, N) float32 state in registers, every product on ``wgmma``, each
+block's tiles (x, B, C, z and the per-position decays) copied into shared memory by TMA while the block before it
+computes (``emit_pipeline``).
+
+The Triton fused forward holds the same state in registers too, but beside its (T, N) B and C tiles: past N 128 it
+spills (888-1008 bytes a thread at N 256, ``config.WIDE_TILE_MAX_DSTATE``), so N 256 ran the split forward. Here B
+and C wait in shared memory and the state is 128 registers a thread at N 256.
+
+Per block, with T = 64 positions i (rows) and j (columns), cs the block's cumulative dt·A, cs_last its sum over the
+block (from XLA, ``mosaic.block_cumsums``) and S the (P, N) state entering the block:
+
+    W  = C Bᵀ ∘ exp(cs_i - cs_j) ∘ dt_j on and below the diagonal, in the dot dtype
+    y  = exp(cs_i) ∘ (C Sᵀ) + W x + D x,      out = y silu(z) (y kept as the pre-gate output when saving)
+    S  = exp(cs_last) S + (dt exp(cs_last - cs) ∘ x)ᵀ B
+
+C Sᵀ reads S's copy in the dot dtype (as the Triton kernels do), which is also what the block states kept for the
+backward are. The walk starts from a zero state or from a given float32 one (the initial state, or the state
+entering each segment from the two-level state pass) and can leave its float32 end state.
+
+``wgmma`` is asynchronous, so each block issues its products before the register work that does not need them:
+C Bᵀ while the update's left operand E = dt exp(cs_last - cs) ∘ x is staged in shared memory; then the state update
+and C Sᵀ, and while they run W is formed in registers from C Bᵀ and issued as the left operand of W x (x straight
+from its TMA slot: ``products``' late pairs). The update's accumulator starts at exp(cs_last) S: the state is never
+in registers twice. Out leaves from E's tile once the update has read it, with no wait at the block's end: the next
+block waits for that store only before it stages its own E (the pre-gate output, when saved, has a tile of its
+own). Shared memory (``config.walk_shared_bytes``), with z and the pre-gate output: ``stages`` blocks' x, z, B, C
+and decay vectors, S's copy, E and the pre-gate output; at N 128 on one stage 81 KB, so two programs share an SM
+(``config.walk_stages`` picks one stage where that pays), at N 256 on two 211 KB. At N 256 the state (128 registers
+a thread) with the block's accumulators spills (ncu, ``benchmarks/kernels/h200-2026-11-28-ssd-walk-ncu-*``).
+
+Measured on an H100 (``benchmarks/kernels/h100-2026-11-28-ssd-mosaic-walk*``, ms forward, against the Triton
+forward): 130m 0.179 against 0.185, 2.7b 0.253 against 0.347, B2 L8192 H32 G4 N256 (per segment) 0.467 against 0.595,
+B8 L2048 H24 N256 0.351 against 0.436 (split), B4 L4096 H32 N64 G2 0.192 against 0.240, B1 L16384 H24 0.200 against
+0.224; even at B1 L65536 H128 (3.51 against 3.55, the first version) and B1 L131072 H24 (1.398 against 1.370).
+
+Covered shapes (``mosaic_walk_supported``, as the backward's Mosaic kernels): block_l 64, head dims and N multiples of
+64 (N <= 256), L a multiple of 64, 16-bit inputs, no seq_idx. Elsewhere the Triton kernels run.
+"""
+
+import functools
+import os
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import mosaic_gpu as plgpu
+
+from pallas_kernels.ssd.block import SsdDims
+from pallas_kernels.ssd.mosaic import TILE, TRANSFORMS, block_cumsums, call_kernel, covers_tiles, products
+from pallas_kernels.ssd.mosaic_walk import STEPS_IN_FLIGHT, start_state, walk_blocks, walk_grid, walk_program
+
+MODE = os.environ.get("WALK_DIAG", "default")  # default | fixed_bc | fixed_all: B, C (and x, z) loaded once
+FIX_BC = MODE in ("fixed_bc", "fixed_all")
+FIX_X = MODE == "fixed_all"
+
+
+def mosaic_walk_supported(dims: SsdDims, dtype) -> bool:
+    """Whether the Mosaic GPU walk covers this problem (else the Triton kernels run)."""
+    return covers_tiles(dims, dtype)
+
+
+def ssd_fwd_walk_mosaic(
+    *refs, dims: SsdDims, parts: int, segment_blocks: int, has_start: bool, outs: tuple, stages: int
+):
+    """One (batch row, segment, head, 64 head dims): the walk over the segment's blocks (module docstring).
+    ``outs`` names the outputs after ``out``, in order: "ypre", "states", "end"."""
+    n_in = 6 + dims.has_D + dims.has_z + has_start
+    ins, out_refs, scratch = refs[:n_in], refs[n_in : n_in + 1 + len(outs)], refs[n_in + 1 + len(outs) :]
+    x_ref, B_ref, C_ref, dt_ref, cs_ref, last_ref, *opt = ins
+    D_ref = opt.pop(0) if dims.has_D else None
+    z_ref = opt.pop(0) if dims.has_z else None
+    start_ref = opt[0] if has_start else None
+    out_ref, named = out_refs[0], dict(zip(outs, out_refs[1:], strict=True))
+    S_s, E_s, D_s, barrier, *Y = scratch
+    if FIX_BC:
+        Bf_s, Cf_s, fbar, *Y = Y
+    if FIX_X:
+        Xf_s, Zf_s, *Y = Y
+    Y_s = Y[0] if Y else None  # the pre-gate output's own tile (with z, when saved)
+
+    prog = walk_program(dims, parts, segment_blocks)
+    b, h, g, p, n = prog.b, prog.h, prog.g, prog.p, dims.dstate
+    f32, dtype = jnp.float32, x_ref.dtype
+    wg = plgpu.Layout.WGMMA
+    rows_v, cols_v = wg.reduce(1), wg.reduce(0)  # vectors over a tile's rows / columns
+    on_rows = lambda v, width=TILE: lax.broadcast_in_dim(v, (TILE, width), [0])  # noqa: E731
+    on_cols = lambda v: lax.broadcast_in_dim(v, (TILE, TILE), [1])  # noqa: E731
+    first = prog.first
+
+    if D_ref is not None:
+        plgpu.copy_gmem_to_smem(D_ref.at[h, p], D_s.at[0], barrier.at[0])
+    if FIX_BC:
+        t0 = pl.ds(first * TILE, TILE)
+        plgpu.copy_gmem_to_smem(B_ref.at[b, t0, g], Bf_s, fbar.at[0])
+        plgpu.copy_gmem_to_smem(C_ref.at[b, t0, g], Cf_s, fbar.at[1])
+        plgpu.barrier_wait(fbar.at[0])
+        plgpu.barrier_wait(fbar.at[1])
+    if FIX_X:
+        t0 = pl.ds(first * TILE, TILE)
+        plgpu.copy_gmem_to_smem(x_ref.at[b, t0, h, p], Xf_s, fbar.at[2])
+        plgpu.copy_gmem_to_smem(z_ref.at[b, t0, h, p], Zf_s, fbar.at[3])
+        plgpu.barrier_wait(fbar.at[2])
+        plgpu.barrier_wait(fbar.at[3])
+    S = start_state(start_ref, prog, n)
+    S_s[...] = S.astype(dtype)
+    plgpu.commit_smem()
+    zeros = plgpu.layout_cast(jnp.zeros((TILE, TILE), f32), wg)
+    if D_ref is not None:
+        plgpu.barrier_wait(barrier.at[0])
+        Dv = plgpu.load(D_s.at[0], layout=cols_v)
+
+    def step(indices, *refs):
+        refs = list(refs)
+        x_s = Xf_s if FIX_X else refs.pop(0)
+        B_s, C_s = (Bf_s, Cf_s) if FIX_BC else (refs.pop(0), refs.pop(0))
+        dt_s, dt_cols_s, cs_s, cs_cols_s, last_s = refs[:5]
+        rest = refs[5:]
+        if FIX_X:
+            rest = [Zf_s, *rest]
+        """One block: S's copy stored; C·Bᵀ while E is staged; the state update and C Sᵀ, and W x as soon as W is
+        formed in registers; y, S's copy for the next block, and the stores (module docstring)."""
+        *z_s, S = rest
+        k = first + indices[0]
+        t = pl.ds(k * TILE, TILE)
+        if "states" in named:
+            plgpu.copy_smem_to_gmem(S_s, named["states"].at[b, k, h, p])
+        dt_r, cs_r = plgpu.load(dt_s, layout=rows_v), plgpu.load(cs_s, layout=rows_v)
+        last_r = plgpu.load(last_s, layout=rows_v)
+
+        def stage_update():
+            x = plgpu.load(x_s, layout=wg).astype(f32)
+            # the block before's out has left E_s (the copy of S_s just issued may still be reading)
+            plgpu.wait_smem_to_gmem(int("states" in named), wait_read_only=True)
+            E_s[...] = (x * on_rows(dt_r * jnp.exp(last_r - cs_r))).astype(dtype)
+            plgpu.commit_smem()
+
+        (CB,) = products((zeros,), [(C_s, B_s.transpose((1, 0)))], dims.interpret, stage_update)  # [i, j] = C_i · B_j
+
+        def diagonal():  # y's diagonal product W x, its left operand W formed in registers
+            row = plgpu.broadcasted_iota(jnp.int32, (TILE, TILE), 0, layout=wg)
+            col = plgpu.broadcasted_iota(jnp.int32, (TILE, TILE), 1, layout=wg)
+            log_decay = on_rows(cs_r) - on_cols(plgpu.load(cs_cols_s, layout=cols_v))
+            weights = CB * jnp.exp(jnp.minimum(log_decay, 0.0)) * on_cols(plgpu.load(dt_cols_s, layout=cols_v))
+            return [(jnp.where(row >= col, weights, 0.0).astype(dtype), x_s)]
+
+        carried = on_rows(jnp.exp(last_r), n) * S  # S's rows are head dims: every one scaled by exp(cs_last)
+        pairs = [(E_s.transpose((1, 0)), B_s), (C_s, S_s.transpose((1, 0)))]  # the update, C Sᵀ
+        S, CS, y = products((carried, zeros, zeros), pairs, dims.interpret, diagonal)
+        y = y + on_rows(jnp.exp(cs_r)) * CS
+        if D_ref is not None:
+            y = y + on_cols(Dv) * plgpu.load(x_s, layout=wg).astype(f32)
+        if Y_s is not None:
+            Y_s[...] = y.astype(dtype)
+        if z_s:
+            z = plgpu.load(z_s[0], layout=wg).astype(f32)
+            y = y * z / (1.0 + jnp.exp(-z))
+        plgpu.wait_smem_to_gmem(0, wait_read_only=True)  # the copy of S_s issued at the start has read it
+        E_s[...] = y.astype(dtype)  # the update has read E_s: out leaves from it, while the next block starts
+        S_s[...] = S.astype(dtype)
+        plgpu.commit_smem()
+        if Y_s is not None:
+            plgpu.copy_smem_to_gmem(Y_s, named["ypre"].at[b, t, h, p])
+        plgpu.copy_smem_to_gmem(E_s, out_ref.at[b, t, h, p])
+        return S
+
+    def head_tile(ref):
+        return ref.at[b, :, h], plgpu.BlockSpec((TILE, TILE), lambda j: (first + j, prog.part), transforms=TRANSFORMS)
+
+    def group_tile(ref):
+        return ref.at[b, :, g], plgpu.BlockSpec((TILE, n), lambda j: (first + j, 0), transforms=TRANSFORMS)
+
+    def vector(ref):
+        return ref.at[b, h], plgpu.BlockSpec((TILE,), lambda j: (first + j,))
+
+    streams = [] if FIX_X else [head_tile(x_ref)]
+    streams += [] if FIX_BC else [group_tile(B_ref), group_tile(C_ref)]
+    streams += [vector(ref) for ref in (dt_ref, dt_ref, cs_ref, cs_ref, last_ref)]  # dt, cs twice: rows and columns
+    streams += [head_tile(z_ref)] if z_ref is not None and not FIX_X else []
+    walk_blocks(step, streams, S, prog, named.get("end"), stages)
+
+
+def mosaic_walk(
+    x,
+    dt,
+    A,
+    B,
+    C,
+    D,
+    z,
+    dt_bias,
+    starts,
+    dims: SsdDims,
+    *,
+    segment_blocks: int,
+    states: bool,
+    ypre: bool,
+    end: bool,
+    stages: int = STEPS_IN_FLIGHT,
+):
+    """The fused walk by the Mosaic GPU kernel over segments of ``segment_blocks`` blocks (all of them: one walk per
+    sequence), each from ``starts`` (batch, segments, H, P, N) float32, or from zeros where None. Returns out
+    (batch, L, H, P) in x's dtype, then as asked: the pre-gate output (like out; only with z), every block's
+    incoming state (batch, nblocks, H, P, N) in x's dtype, the state leaving each segment (batch, segments, H, P, N)
+    float32.
+
+    x, z (batch, L, H, P) and B, C (batch, L, G, N) in one 16-bit dtype; dt (batch, L, H); A (H,); D (H, P) float32
+    or None; dt_bias (H,) or None."""
+    batch, _, nheads, headdim = x.shape
+    parts, n, f32 = headdim // TILE, dims.dstate, jnp.float32
+    segments = -(-dims.nblocks // segment_blocks)
+    tile16 = lambda shape: plgpu.SMEM(shape, x.dtype, transforms=TRANSFORMS)  # noqa: E731
+    scratch = [
+        tile16((TILE, n)),  # S in the dot dtype
+        tile16((TILE, TILE)),  # exp(cs_last - cs) ∘ X, then out
+        plgpu.SMEM((1, TILE), f32),  # D's head dims
+        plgpu.Barrier(num_barriers=1),  # D's copy
+    ]
+    if FIX_BC:
+        scratch += [tile16((TILE, n)), tile16((TILE, n)), plgpu.Barrier(num_barriers=4)]
+    if FIX_X:
+        scratch += [tile16((TILE, TILE)), tile16((TILE, TILE))]
+    ypre = ypre and z is not None
+    scratch += [tile16((TILE, TILE))] if ypre else []  # the pre-gate output
+    names = [name for name, wanted in (("ypre", ypre), ("states", states), ("end", end)) if wanted]
+    shapes = {
+        "ypre": jax.ShapeDtypeStruct(x.shape, x.dtype),
+        "states": jax.ShapeDtypeStruct((batch, dims.nblocks, nheads, headdim, n), x.dtype),
+        "end": jax.ShapeDtypeStruct((batch, segments, nheads, headdim, n), f32),
+    }
+    inputs = [x, B, C, *block_cumsums(dt, A, dt_bias, dims)]
+    inputs += [t for t in (D, z, starts) if t is not None]
+    out, *rest = call_kernel(
+        functools.partial(
+            ssd_fwd_walk_mosaic,
+            dims=dims,
+            parts=parts,
+            segment_blocks=segment_blocks,
+            has_start=starts is not None,
+            outs=tuple(names),
+            stages=stages,
+        ),
+        inputs,
+        out_type=[jax.ShapeDtypeStruct(x.shape, x.dtype)] + [shapes[name] for name in names],
+        scratch=scratch,
+        **walk_grid(nheads * parts, segments, batch),
+        name="ssd_fwd_fused" if segments == 1 else "ssd_fwd_fused_segments",
+        dims=dims,
+    )
+    named = dict(zip(names, rest, strict=True))
+    return out, named.get("ypre"), named.get("states"), named.get("end")
