@@ -95,6 +95,16 @@
 #   (SsdConfig.fwd_walk_head_dims=32, kernel_fwd_mosaic_narrow), meant to let two programs share an SM at N 256:
 #   nfirst: beside mamba-ssm and the default at three N 256 shapes (cut at 300 s after their timings)
 #   ncheck: the compiled oracle tests of the forward's walk (pytest -m gpu -k mosaic_forward; cut at 240 s)
+#   The p* runs: the walk's B and C in pieces of N's columns by a hand-made loop (SsdConfig.fwd_walk_pieces):
+#   pcheck: the compiled oracle tests of the forward's walk (pytest -m gpu -k mosaic_forward)
+#   pfirst: two and four pieces beside the default at three N 256 shapes, no mamba-ssm
+#   pn128: two pieces beside the default at 130m, 2.7b, the long shape and B4 L16384 H64 G8, no mamba-ssm
+#   pverify: two pieces beside the default and mamba-ssm at three N 256 shapes
+#   (then two pieces became the default at N 256)
+#   pdefault: beside mamba-ssm, the default: three N 256 shapes and 130m
+#   pcheck2: the compiled oracle tests of the walk in pieces (pytest -m gpu -k "mosaic_forward and pieces")
+#   pncu: ncu's throughputs (SpeedOfLight, MemoryWorkloadAnalysis) of one launch of the N 256 walk (B2 L8192 H32 G4
+#         and B8 L2048 H24, forward only), the default and two pieces
 set -u
 export PYTHONPATH=. PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 bash tools/gpu-parity.sh /tmp/p .sdist unpack > "$OUT/unpack.log" 2>&1 || { tail "$OUT/unpack.log"; exit 1; }
@@ -205,6 +215,27 @@ if [[ $wanted == *" fncu "* ]]; then
     done
 fi
 run nprof 300 --shapes b2-L8192-h32-n256-g4 b8-L2048-h24-n256 b1-L16384-h24-n256 --no-torch --profile
+gpu_tests pcheck 300 mosaic_forward
+run pfirst 300 --shapes b2-L8192-h32-n256-g4 b8-L2048-h24-n256 b1-L16384-h24-n256 --no-torch \
+    --pallas-config fwd_walk_pieces=2 --pallas-config fwd_walk_pieces=4
+run pn128 300 --shapes 130m 2.7b long b4-L16384-h64-g8 --no-torch --pallas-config fwd_walk_pieces=2
+run pverify 330 --shapes b2-L8192-h32-n256-g4 b8-L2048-h24-n256 b1-L16384-h24-n256 --torch \
+    --pallas-config fwd_walk_pieces=2
+gpu_tests pcheck2 200 "mosaic_forward and pieces"
+run pdefault 330 --shapes b2-L8192-h32-n256-g4 b8-L2048-h24-n256 b1-L16384-h24-n256 130m --torch
+if [[ $wanted == *" pncu "* ]]; then
+    echo "== pncu $(date +%T)"
+    for case in n256:2,8192,32,64,256,4 n256-pieces:2,8192,32,64,256,4:fwd_walk_pieces=2 \
+        b8-n256:8,2048,24,64,256,1 b8-n256-pieces:8,2048,24,64,256,1:fwd_walk_pieces=2; do
+        IFS=: read -r name shape config <<< "$case"
+        timeout 100 ncu --clock-control none -k regex:ssd_fwd_fused -c 1 --section SpeedOfLight \
+            --section MemoryWorkloadAnalysis python3 tools/ssd_step.py --shape "$shape" --steps 1 --forward-only \
+            ${config:+--config $config} > "$OUT/pncu-$name.txt" 2>&1
+        echo "$name exit $?"
+        grep -E "Duration|L2 Cache Throughput|L1/TEX Cache Throughput|DRAM Throughput|Memory Throughput|Mem Busy|Max Bandwidth|L2 Hit" \
+            "$OUT/pncu-$name.txt" | head -12
+    done
+fi
 # one file back: this run's files (folders under $OUT are left as they are)
 files=$(cd "$OUT" && find . -maxdepth 1 -type f ! -name issue15-probe.tgz)
 (cd "$OUT" && tar czf /tmp/issue15-probe.tgz $files && rm -f $files && mv /tmp/issue15-probe.tgz .)

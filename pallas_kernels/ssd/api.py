@@ -274,7 +274,15 @@ def _check_pallas_supported(headdim: int, dstate: int, config: SsdConfig | None)
             f"SsdConfig.{mosaic[0]} needs a GPU with Hopper's wgmma (compute capability 9.x), this one has "
             f"{gpu_compute_capability()}: set it to False"
         )
-    if config is not None and config.fwd_mosaic and walk_programs_per_sm(dstate, config.fwd_walk_stages) < 1:
+    if config is None or not config.fwd_mosaic:
+        return
+    pieces = config.fwd_walk_pieces
+    if pieces > 1 and dstate % (64 * pieces):
+        raise ValueError(
+            f"SsdConfig.fwd_walk_pieces={pieces} splits N (B.shape[3]) into pieces of a multiple of 64 columns, got "
+            f"N={dstate}: use fewer"
+        )
+    if pieces == 1 and walk_programs_per_sm(dstate, config.fwd_walk_stages) < 1:
         raise ValueError(
             f"SsdConfig.fwd_walk_stages={config.fwd_walk_stages} needs "
             f"{walk_shared_bytes(dstate, config.fwd_walk_stages) // 1024} KB of shared memory for the forward's "

@@ -41,6 +41,9 @@ too (``kernel_bwd_dbc_mosaic``), on ``bwd_dbc_columns`` of N's columns a program
 at N 256, so there the fused walks are the default too. With ``states_mosaic`` (set with it) so do the sequential
 state passes, forward and backward, one- or two-level (``kernel_states_mosaic``; the walks over segments stay Triton).
 ``fwd_walk_stages`` is the Mosaic walk's pipeline depth: one lets two of its programs share an SM up to N 192.
+``fwd_walk_pieces`` > 1 replaces that pipeline by a hand-made loop that keeps two blocks of x, z and the decay
+vectors in flight and one of B and C, in pieces of N's columns, each refilled once its products are done
+(``kernel_fwd_mosaic_pieces``): at N 256 two blocks of all four do not fit beside the rest.
 
 With ``shared_scores`` (the default) the forward's output and the backward's per-head kernel read each block's C·Bᵀ
 (T, T), float32, computed once per group by XLA (``block.block_scores``), instead of each program (head, head dims)
@@ -90,6 +93,7 @@ class SsdConfig:
     fwd_mosaic: bool = False  # the forward's fused walks (whole or per segment) on Mosaic GPU (``kernel_fwd_mosaic``)
     states_mosaic: bool = False  # the sequential state passes (both ways) on Mosaic GPU (``kernel_states_mosaic``)
     fwd_walk_stages: int = 2  # ... the forward's walk there: blocks whose inputs are in shared memory at once
+    fwd_walk_pieces: int = 1  # ... > 1: its B and C in pieces of N's columns, a slot each, by a hand-made loop
 
     def validate(self) -> None:
         for name in ("block_l", "block_p", "state_block_p", "bwd_block_p", "rebuild_block_p"):
@@ -131,6 +135,8 @@ class SsdConfig:
             n = getattr(self, name)
             if not isinstance(n, int) or (n != 0 and (n < MIN_DOT or n != next_pow2(n))):
                 raise ValueError(f"SsdConfig.{name} must be 0 or a power of two >= {MIN_DOT}, got {n!r}")
+        if self.fwd_walk_pieces not in (1, 2, 4):
+            raise ValueError(f"SsdConfig.fwd_walk_pieces must be 1, 2 or 4, got {self.fwd_walk_pieces!r}")
         if self.bwd_dbc_columns not in (64, 128):
             raise ValueError(f"SsdConfig.bwd_dbc_columns must be 64 or 128, got {self.bwd_dbc_columns!r}")
         for name in ("fused_forward_max_l", "persistent_programs", "bwd_persistent_programs"):
@@ -159,20 +165,25 @@ MOSAIC_DBC_MAX_HEADDIM = 64  # dB/dC on Mosaic GPU up to this P (one pipeline st
 SM_SHARED_BYTES = 228 * 1024  # Hopper: shared memory an SM shares among its programs, less 1 KB for each
 PROGRAM_RESERVED_BYTES = 1024  # ... the 1 KB each program's share loses
 PAIRED_WALK_SLOWDOWN = 1.85  # a Mosaic walk program's time with a second one on its SM (measured, next rules)
+WALK_PIECES = 2  # the Mosaic walk's B and C in this many pieces of N's columns past N = WIDE_TILE_MAX_DSTATE
 
 
-def walk_shared_bytes(dstate: int, stages: int) -> int:
+def walk_shared_bytes(dstate: int, stages: int, pieces: int = 1) -> int:
     """Shared memory of one Mosaic forward-walk program on 64 head dims (``kernel_fwd_mosaic``), with z and the
     pre-gate output kept: ``stages`` blocks' x, z, B, C and five decay vectors, then S, the staged update and the
-    pre-gate output."""
-    tile, two = 64, 2  # positions and head dims; bytes of a 16-bit element
-    per_stage = (2 * tile * tile + 2 * tile * dstate) * two + 5 * tile * 4
-    return stages * per_stage + (tile * dstate + 2 * tile * tile) * two
+    pre-gate output. With B and C in ``pieces`` > 1 (``kernel_fwd_mosaic_pieces``): two blocks' x, z and three decay
+    vectors, one block's B and C."""
+    tile, two, four = 64, 2, 4  # positions and head dims; bytes of a 16-bit element, of a float32
+    fixed = (tile * dstate + 2 * tile * tile) * two
+    if pieces > 1:
+        return 2 * (2 * tile * tile * two + 3 * tile * four) + 2 * tile * dstate * two + fixed
+    per_stage = (2 * tile * tile + 2 * tile * dstate) * two + 5 * tile * four
+    return stages * per_stage + fixed
 
 
-def walk_programs_per_sm(dstate: int, stages: int) -> int:
+def walk_programs_per_sm(dstate: int, stages: int, pieces: int = 1) -> int:
     """How many Mosaic forward-walk programs (``walk_shared_bytes``) an SM's shared memory holds at once."""
-    return SM_SHARED_BYTES // (walk_shared_bytes(dstate, stages) + PROGRAM_RESERVED_BYTES)
+    return SM_SHARED_BYTES // (walk_shared_bytes(dstate, stages, pieces) + PROGRAM_RESERVED_BYTES)
 
 
 def walk_stages(walk_programs: int, dstate: int, sm_count: int) -> int:
@@ -209,7 +220,7 @@ def default_config(
     ngroups: int = 1,
     wgmma: bool = True,
 ) -> SsdConfig:
-    """``SsdConfig()`` with eighteen rules for the shapes and the GPU:
+    """``SsdConfig()`` with nineteen rules for the shapes and the GPU:
 
     - the fused forward only where its programs (batch x heads x head-dim tiles) fill the GPU's ``sm_count``
       SMs: on an H100 (forward ms, fused / split, ``benchmarks/kernels/h100-2026-11-24-ssd-fused-vs-split*``) it
@@ -335,7 +346,14 @@ def default_config(
       ms forward, two stages against one): 130m (192 programs) 0.169 against 0.156, B1 L65536 H128 (4096, per
       segment) 3.047 against 2.775, 2.7b (320) 0.247 against 0.287; the slowdown is 130m's ratio (0.923 x 2 rounds),
       which puts the other two at 0.925 and 1.23. N 256 (one program an SM either way): B2 L8192 H32 G4 0.441
-      against 0.421, B8 L2048 H24 0.360 against 0.321."""
+      against 0.421, B8 L2048 H24 0.360 against 0.321;
+    - past N = WIDE_TILE_MAX_DSTATE (N 256), the walk's B and C in WALK_PIECES pieces of N's columns by its
+      hand-made loop (``fwd_walk_pieces``, ``kernel_fwd_mosaic_pieces``). On an H200
+      (``benchmarks/kernels/h200-2026-11-28d-ssd-walk-pieces-verify``, ms forward / forward+backward, one stage
+      against two pieces): B2 L8192 H32 G4 0.421 / 1.574 against 0.401 / 1.704, B8 L2048 H24 0.316 / 1.191 against
+      0.286 / 1.151, B1 L16384 H24 0.326 / 1.519 against 0.314 / 1.502. The first shape's forward+backward lost 8%;
+      it stays over 2x mamba-ssm's (3.734 ms in that run), and the forwards gained 4-9%. Four pieces lost
+      everywhere (``...-pieces-first``); at N 128 two lost too (B4 L16384 H64 G8 1.540 against 1.778 forward)."""
     wide_tiles = dstate <= WIDE_TILE_MAX_DSTATE
     # the forward's walk on Mosaic GPU where it covers these sizes (in 64s, 16-bit: its own check at the call)
     walk = wgmma and itemsize == 2 and all(size % 64 == 0 for size in (seqlen, headdim, dstate))
@@ -391,5 +409,7 @@ def default_config(
         segments = -(-seqlen // config.state_segment) if config.two_level_states and config.fused_segments else 1
         walk_programs = batch * nheads * (headdim // 64) * segments
         config = dataclasses.replace(config, fwd_walk_stages=walk_stages(walk_programs, dstate, sm_count))
+        if dstate > WIDE_TILE_MAX_DSTATE and dstate % (64 * WALK_PIECES) == 0:
+            config = dataclasses.replace(config, fwd_walk_pieces=WALK_PIECES)
     saved = batch * blocks * nheads * headdim * dstate * itemsize
     return dataclasses.replace(config, checkpoint_every=every) if saved > KEEP_ALL_MAX_BYTES else config

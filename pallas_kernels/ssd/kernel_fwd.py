@@ -54,6 +54,11 @@ from pallas_kernels.ssd.segments import segment_outputs, segment_walk
 _FLAGS = ("has_D", "has_z", "has_bias", "has_init", "has_seq", "has_scores")
 
 
+def _walk_loop(config) -> dict:
+    """The Mosaic walk's loop from ``config``: its pipeline depth, or the pieces of N it loads B and C by."""
+    return dict(stages=config.fwd_walk_stages, pieces=config.fwd_walk_pieces)
+
+
 def _flags(dims: SsdDims) -> tuple[bool, ...]:
     return tuple(getattr(dims, name) for name in _FLAGS)
 
@@ -283,7 +288,7 @@ def ssd_forward(
     whole_walk = dims.seqlen <= config.fused_forward_max_l
     if whole_walk and mosaic and not keep:  # the Mosaic walk stores every block's state or none
         starts = None if initial_states is None else initial_states[:, None]
-        walk = dict(segment_blocks=dims.nblocks, states=save, ypre=save, end=True, stages=config.fwd_walk_stages)
+        walk = dict(segment_blocks=dims.nblocks, states=save, ypre=save, end=True, **_walk_loop(config))
         out, ypre, states, end = mosaic_walk(x, dt, A, B, C, D, z, dt_bias, starts, dims, **walk)
         return out, end[:, 0], states, ypre
     scores = block_scores(B, C, dims.block_l) if dims.has_scores else None
@@ -305,7 +310,7 @@ def ssd_forward(
                 states=store_blocks,
                 ypre=save,
                 end=False,
-                stages=config.fwd_walk_stages,
+                **_walk_loop(config),
             )
             out, ypre, states, _ = mosaic_walk(x, dt, A, B, C, D, z, dt_bias, kept, segments, **walk)
             return out, final, ((kept if keep else states) if save else None), ypre

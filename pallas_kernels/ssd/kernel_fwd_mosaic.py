@@ -35,6 +35,11 @@ forward): 130m 0.179 against 0.185, 2.7b 0.253 against 0.347, B2 L8192 H32 G4 N2
 B8 L2048 H24 N256 0.351 against 0.436 (split), B4 L4096 H32 N64 G2 0.192 against 0.240, B1 L16384 H24 0.200 against
 0.224; even at B1 L65536 H128 (3.51 against 3.55, the first version) and B1 L131072 H24 (1.398 against 1.370).
 
+With ``pieces`` > 1 (``SsdConfig.fwd_walk_pieces``, the default at N 256) the loop over blocks is
+``kernel_fwd_mosaic_pieces``'s instead of ``emit_pipeline``: B and C come in pieces of N's columns, the state is one
+accumulator a piece, and each block does piece i's C Bᵀ, C Sᵀ and update terms in turn (the last piece's update and
+C Sᵀ still beside W x), each piece's slot taking the next block's piece once its products are done.
+
 Covered shapes (``mosaic_walk_supported``, as the backward's Mosaic kernels): block_l 64, head dims and N multiples of
 64 (N <= 256), L a multiple of 64, 16-bit inputs, no seq_idx. Elsewhere the Triton kernels run.
 """
@@ -48,6 +53,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from pallas_kernels.ssd.block import SsdDims
+from pallas_kernels.ssd.kernel_fwd_mosaic_pieces import piece_scratch, walk_by_pieces
 from pallas_kernels.ssd.mosaic import TILE, TRANSFORMS, block_cumsums, call_kernel, covers_tiles, products
 from pallas_kernels.ssd.mosaic_walk import STEPS_IN_FLIGHT, start_state, walk_blocks, walk_grid, walk_program
 
@@ -58,9 +64,10 @@ def mosaic_walk_supported(dims: SsdDims, dtype) -> bool:
 
 
 def ssd_fwd_walk_mosaic(
-    *refs, dims: SsdDims, parts: int, segment_blocks: int, has_start: bool, outs: tuple, stages: int
+    *refs, dims: SsdDims, parts: int, segment_blocks: int, has_start: bool, outs: tuple, stages: int, pieces: int
 ):
-    """One (batch row, segment, head, 64 head dims): the walk over the segment's blocks (module docstring).
+    """One (batch row, segment, head, 64 head dims): the walk over the segment's blocks (module docstring), by
+    ``emit_pipeline`` (pieces 1) or with B and C in ``pieces`` of N's columns (``kernel_fwd_mosaic_pieces``).
     ``outs`` names the outputs after ``out``, in order: "ypre", "states", "end"."""
     n_in = 6 + dims.has_D + dims.has_z + has_start
     ins, out_refs, scratch = refs[:n_in], refs[n_in : n_in + 1 + len(outs)], refs[n_in + 1 + len(outs) :]
@@ -69,34 +76,39 @@ def ssd_fwd_walk_mosaic(
     z_ref = opt.pop(0) if dims.has_z else None
     start_ref = opt[0] if has_start else None
     out_ref, named = out_refs[0], dict(zip(outs, out_refs[1:], strict=True))
-    S_s, E_s, D_s, barrier, *Y = scratch
-    Y_s = Y[0] if Y else None  # the pre-gate output's own tile (with z, when saved)
+    S_s, E_s, D_s, barrier, *rest = scratch
+    Y_s = rest.pop(0) if "ypre" in named else None  # the pre-gate output's own tile (with z, when saved)
 
     prog = walk_program(dims, parts, segment_blocks)
-    b, h, g, p, n = prog.b, prog.h, prog.g, prog.p, dims.dstate
+    b, h, p, n = prog.b, prog.h, prog.p, dims.dstate
+    width = n // pieces  # the state's columns in one piece
     f32, dtype = jnp.float32, x_ref.dtype
     wg = plgpu.Layout.WGMMA
     rows_v, cols_v = wg.reduce(1), wg.reduce(0)  # vectors over a tile's rows / columns
     on_rows = lambda v, width=TILE: lax.broadcast_in_dim(v, (TILE, width), [0])  # noqa: E731
     on_cols = lambda v: lax.broadcast_in_dim(v, (TILE, TILE), [1])  # noqa: E731
     first = prog.first
+    columns = [pl.ds(i * width, width) for i in range(pieces)]
 
     if D_ref is not None:
         plgpu.copy_gmem_to_smem(D_ref.at[h, p], D_s.at[0], barrier.at[0])
-    S = start_state(start_ref, prog, n)
-    S_s[...] = S.astype(dtype)
+    S = [start_state(start_ref, prog, n, cols) for cols in columns]
+    for piece, cols in zip(S, columns, strict=True):
+        S_s.at[:, cols][...] = piece.astype(dtype)
     plgpu.commit_smem()
     zeros = plgpu.layout_cast(jnp.zeros((TILE, TILE), f32), wg)
     if D_ref is not None:
         plgpu.barrier_wait(barrier.at[0])
         Dv = plgpu.load(D_s.at[0], layout=cols_v)
 
-    def step(indices, x_s, B_s, C_s, dt_s, dt_cols_s, cs_s, cs_cols_s, last_s, *rest):
-        """One block: S's copy stored; C·Bᵀ while E is staged; the state update and C Sᵀ, and W x as soon as W is
-        formed in registers; y, S's copy for the next block, and the stores (module docstring)."""
-        *z_s, S = rest
-        k = first + indices[0]
+    def block(k, x_s, z_s, vectors, piece_slot, release, S):
+        """One block (``k`` of the segment): S's copy stored; C·Bᵀ while E is staged; the state update and C Sᵀ, and
+        W x as soon as W is formed in registers; y, S's copy for the next block, and the stores (module docstring).
+        ``vectors`` are the refs of dt, cs, cs_last (rows) and dt, cs (columns); ``piece_slot(i)`` gives piece i's
+        B and C tiles once they are in, ``release(i)`` says its products are done. Returns the state's pieces."""
+        k = first + k
         t = pl.ds(k * TILE, TILE)
+        dt_s, cs_s, last_s, dt_cols_s, cs_cols_s = vectors
         if "states" in named:
             plgpu.copy_smem_to_gmem(S_s, named["states"].at[b, k, h, p])
         dt_r, cs_r = plgpu.load(dt_s, layout=rows_v), plgpu.load(cs_s, layout=rows_v)
@@ -109,8 +121,6 @@ def ssd_fwd_walk_mosaic(
             E_s[...] = (x * on_rows(dt_r * jnp.exp(last_r - cs_r))).astype(dtype)
             plgpu.commit_smem()
 
-        (CB,) = products((zeros,), [(C_s, B_s.transpose((1, 0)))], dims.interpret, stage_update)  # [i, j] = C_i · B_j
-
         def diagonal():  # y's diagonal product W x, its left operand W formed in registers
             row = plgpu.broadcasted_iota(jnp.int32, (TILE, TILE), 0, layout=wg)
             col = plgpu.broadcasted_iota(jnp.int32, (TILE, TILE), 1, layout=wg)
@@ -118,31 +128,71 @@ def ssd_fwd_walk_mosaic(
             weights = CB * jnp.exp(jnp.minimum(log_decay, 0.0)) * on_cols(plgpu.load(dt_cols_s, layout=cols_v))
             return [(jnp.where(row >= col, weights, 0.0).astype(dtype), x_s)]
 
-        carried = on_rows(jnp.exp(last_r), n) * S  # S's rows are head dims: every one scaled by exp(cs_last)
-        pairs = [(E_s.transpose((1, 0)), B_s), (C_s, S_s.transpose((1, 0)))]  # the update, C Sᵀ
-        S, CS, y = products((carried, zeros, zeros), pairs, dims.interpret, diagonal)
+        def scores(i):  # C_i B_iᵀ: [i, j] = C_i · B_j over piece i's columns
+            B_i, C_i = piece_slot(i)
+            return (C_i, B_i.transpose((1, 0)))
+
+        def update(i):  # Eᵀ B_i: the update of the state's columns in piece i
+            return (E_s.transpose((1, 0)), piece_slot(i)[0])
+
+        def state_scores(i):  # C_i S_iᵀ: piece i's part of C Sᵀ
+            return (piece_slot(i)[1], S_s.at[:, columns[i]].transpose((1, 0)))
+
+        # S's rows are head dims: every one scaled by exp(cs_last)
+        carried = [on_rows(jnp.exp(last_r), width) * S_i for S_i in S]
+        last = pieces - 1
+        # C Bᵀ (and C Sᵀ, before the last piece) while E is staged; then each piece's C Bᵀ beside the update of the
+        # piece before; then the last piece's update and C Sᵀ, with W x once W is formed from the whole C Bᵀ
+        if pieces == 1:
+            (CB,) = products((zeros,), [scores(0)], dims.interpret, stage_update)
+            CS = zeros
+        else:
+            CB, CS = products((zeros, zeros), [scores(0), state_scores(0)], dims.interpret, stage_update)
+        new = []
+        for i in range(1, pieces):
+            more = [state_scores(i)] if i < last else []  # the last piece's C Sᵀ goes with W x
+            inits = (CB, carried[i - 1], *([CS] if more else []))
+            CB, S_done, *CS_more = products(inits, [scores(i), update(i - 1), *more], dims.interpret)
+            CS = CS_more[0] if more else CS
+            new.append(S_done)
+            release(i - 1)
+        pairs = [update(last), state_scores(last)]
+        S_done, CS, y = products((carried[last], CS, zeros), pairs, dims.interpret, diagonal)
+        release(last)
+        new.append(S_done)
         y = y + on_rows(jnp.exp(cs_r)) * CS
         if D_ref is not None:
             y = y + on_cols(Dv) * plgpu.load(x_s, layout=wg).astype(f32)
         if Y_s is not None:
             Y_s[...] = y.astype(dtype)
-        if z_s:
-            z = plgpu.load(z_s[0], layout=wg).astype(f32)
+        if z_s is not None:
+            z = plgpu.load(z_s, layout=wg).astype(f32)
             y = y * z / (1.0 + jnp.exp(-z))
         plgpu.wait_smem_to_gmem(0, wait_read_only=True)  # the copy of S_s issued at the start has read it
         E_s[...] = y.astype(dtype)  # the update has read E_s: out leaves from it, while the next block starts
-        S_s[...] = S.astype(dtype)
+        for piece, cols in zip(new, columns, strict=True):
+            S_s.at[:, cols][...] = piece.astype(dtype)
         plgpu.commit_smem()
         if Y_s is not None:
             plgpu.copy_smem_to_gmem(Y_s, named["ypre"].at[b, t, h, p])
         plgpu.copy_smem_to_gmem(E_s, out_ref.at[b, t, h, p])
-        return S
+        return new
+
+    if pieces > 1:
+        inputs = dict(x=x_ref, B=B_ref, C=C_ref, dt=dt_ref, cs=cs_ref, last=last_ref, z=z_ref)
+        walk_by_pieces(inputs, rest, prog, pieces, block, S, named.get("end"))
+        return
+
+    def step(indices, x_s, B_s, C_s, dt_s, dt_cols_s, cs_s, cs_cols_s, last_s, *rest):
+        *z_s, S = rest
+        vectors = (dt_s, cs_s, last_s, dt_cols_s, cs_cols_s)
+        return block(indices[0], x_s, z_s[0] if z_s else None, vectors, lambda i: (B_s, C_s), lambda i: None, [S])[0]
 
     def head_tile(ref):
         return ref.at[b, :, h], plgpu.BlockSpec((TILE, TILE), lambda j: (first + j, prog.part), transforms=TRANSFORMS)
 
     def group_tile(ref):
-        return ref.at[b, :, g], plgpu.BlockSpec((TILE, n), lambda j: (first + j, 0), transforms=TRANSFORMS)
+        return ref.at[b, :, prog.g], plgpu.BlockSpec((TILE, n), lambda j: (first + j, 0), transforms=TRANSFORMS)
 
     def vector(ref):
         return ref.at[b, h], plgpu.BlockSpec((TILE,), lambda j: (first + j,))
@@ -150,7 +200,7 @@ def ssd_fwd_walk_mosaic(
     streams = [head_tile(x_ref), group_tile(B_ref), group_tile(C_ref)]
     streams += [vector(ref) for ref in (dt_ref, dt_ref, cs_ref, cs_ref, last_ref)]  # dt, cs twice: rows and columns
     streams += [head_tile(z_ref)] if z_ref is not None else []
-    walk_blocks(step, streams, S, prog, named.get("end"), stages)
+    walk_blocks(step, streams, S[0], prog, named.get("end"), stages)
 
 
 def mosaic_walk(
@@ -170,6 +220,7 @@ def mosaic_walk(
     ypre: bool,
     end: bool,
     stages: int = STEPS_IN_FLIGHT,
+    pieces: int = 1,
 ):
     """The fused walk by the Mosaic GPU kernel over segments of ``segment_blocks`` blocks (all of them: one walk per
     sequence), each from ``starts`` (batch, segments, H, P, N) float32, or from zeros where None. Returns out
@@ -191,6 +242,7 @@ def mosaic_walk(
     ]
     ypre = ypre and z is not None
     scratch += [tile16((TILE, TILE))] if ypre else []  # the pre-gate output
+    scratch += piece_scratch(n, x.dtype, pieces, z is not None) if pieces > 1 else []
     names = [name for name, wanted in (("ypre", ypre), ("states", states), ("end", end)) if wanted]
     shapes = {
         "ypre": jax.ShapeDtypeStruct(x.shape, x.dtype),
@@ -208,6 +260,7 @@ def mosaic_walk(
             has_start=starts is not None,
             outs=tuple(names),
             stages=stages,
+            pieces=pieces,
         ),
         inputs,
         out_type=[jax.ShapeDtypeStruct(x.shape, x.dtype)] + [shapes[name] for name in names],

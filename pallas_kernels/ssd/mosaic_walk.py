@@ -46,13 +46,14 @@ def walk_program(dims: SsdDims, parts: int, segment_blocks: int) -> WalkProgram:
     return WalkProgram(b, s, h, h // dims.heads_per_group, part, pl.ds(part * TILE, TILE), first, steps)
 
 
-def start_state(start_ref, prog: WalkProgram, dstate: int) -> jax.Array:
-    """The (64, N) float32 state the walk starts from, in ``wgmma``'s accumulator layout: the segment's from
-    ``start_ref`` (batch, segments, H, P, N), or zeros where None."""
+def start_state(start_ref, prog: WalkProgram, dstate: int, cols: pl.Slice | None = None) -> jax.Array:
+    """The (64, N) float32 state the walk starts from (its ``cols`` columns where given), in ``wgmma``'s accumulator
+    layout: the segment's from ``start_ref`` (batch, segments, H, P, N), or zeros where None."""
     wg = plgpu.Layout.WGMMA
+    cols = pl.ds(0, dstate) if cols is None else cols
     if start_ref is None:
-        return plgpu.layout_cast(jnp.zeros((TILE, dstate), jnp.float32), wg)
-    return plgpu.load(start_ref.at[prog.b, prog.s, prog.h, prog.p], layout=wg, optimized=False)  # global memory
+        return plgpu.layout_cast(jnp.zeros((TILE, cols.size), jnp.float32), wg)
+    return plgpu.load(start_ref.at[prog.b, prog.s, prog.h, prog.p, cols], layout=wg, optimized=False)  # global memory
 
 
 def walk_blocks(step, streams, state: jax.Array, prog: WalkProgram, end_ref=None, stages: int = STEPS_IN_FLIGHT):

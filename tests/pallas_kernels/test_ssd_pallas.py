@@ -81,6 +81,9 @@ MOSAIC_SEGMENTS = dataclasses.replace(
     MOSAIC_FORWARD, fused_forward_max_l=0, two_level_states=True, state_segment=128, fused_segments=True
 )
 MOSAIC_SEGMENTS_KEPT = dataclasses.replace(MOSAIC_SEGMENTS, checkpoint_every=128, fwd_walk_stages=1)
+# ... the walk's B and C in two pieces of N's columns, by its hand-made loop (whole, per segment)
+MOSAIC_FORWARD_PIECES = dataclasses.replace(MOSAIC_FORWARD, fwd_walk_pieces=2)
+MOSAIC_SEGMENTS_PIECES = dataclasses.replace(MOSAIC_SEGMENTS, fwd_walk_pieces=2)
 OWN_SCORES_STATE_CHUNKS = split(block_l=32, bwd_state_chunk=16, bwd_block_p=16, shared_scores=False)
 
 CASES = [  # batch, L, H, P, N, G, chunk, dtype, D, z, init, seq_idx, softplus, dt_limit, config
@@ -227,20 +230,21 @@ CASES = [  # batch, L, H, P, N, G, chunk, dtype, D, z, init, seq_idx, softplus, 
     ),
     # the forward's walk and the state passes on Mosaic GPU too: whole (initial state, z, D per head dim, groups of 2
     # heads, bf16: the backward's one-level walk from d final_states to d initial_states through z's gate; two blocks
-    # at N 256 on one pipeline stage, no D, no softplus), per segment (5 blocks in segments of 2, 2 and 1: the last
-    # walk shorter, both ways; two 64-dim parts per head, N 128, fp16, dt_limit, every block's state stored) and per
-    # segment with kept float32 states (the backward's rebuild; one stage)
+    # at N 256, no D, no softplus), per segment (5 blocks in segments of 2, 2 and 1: the last walk shorter, both ways;
+    # two 64-dim parts per head, N 128, fp16, dt_limit, every block's state stored) and per segment with kept float32
+    # states (the backward's rebuild; one stage). The N 256 case and the per-segment one load B and C in two pieces
+    # of N's columns by the walk's hand-made loop (``fwd_walk_pieces``), the others by ``emit_pipeline``.
     pytest.param(
         *(2, 192, 4, 64, 64, 2, 64, jnp.bfloat16, "HP", True, True, False, True, (0.0, INF), MOSAIC_FORWARD),
         id="mosaic-forward",
     ),
     pytest.param(
         *(1, 128, 2, 64, 256, 1, 64, jnp.bfloat16, None, True, True, False, False, (0.0, INF)),
-        MOSAIC_FORWARD_ONE_STAGE,
+        MOSAIC_FORWARD_PIECES,
         id="mosaic-forward-n256",
     ),
     pytest.param(
-        *(1, 320, 2, 128, 128, 1, 64, jnp.float16, "H", False, True, False, True, (0.0, 0.05), MOSAIC_SEGMENTS),
+        *(1, 320, 2, 128, 128, 1, 64, jnp.float16, "H", False, True, False, True, (0.0, 0.05), MOSAIC_SEGMENTS_PIECES),
         id="mosaic-segments",
     ),
     pytest.param(
@@ -581,6 +585,19 @@ def test_default_config_walks_the_forward_on_one_stage_where_two_programs_then_s
     assert walk_shared_bytes(256, 2) < SM_SHARED_BYTES  # one program fits at every N the walk covers
 
 
+def test_default_config_loads_the_walks_b_and_c_in_two_pieces_at_n_256():
+    """Measured on an H200 (benchmarks/kernels/h200-2026-11-28d-ssd-walk-pieces-*): two pieces won the forward at three
+    N 256 shapes, lost at N 128 (B4 L16384 H64 G8); N 192 has no pieces of 64-column multiples."""
+    from pallas_kernels.ssd.config import SM_SHARED_BYTES, default_config, walk_shared_bytes
+
+    pieces = lambda *shape, groups=1: default_config(*shape, 2, ngroups=groups).fwd_walk_pieces  # noqa: E731
+    assert pieces(2, 8192, 32, 64, 256, groups=4) == pieces(8, 2048, 24, 64, 256) == pieces(1, 16384, 24, 64, 256) == 2
+    assert pieces(8, 2048, 24, 64, 128) == pieces(4, 16384, 64, 64, 128, groups=8) == pieces(8, 2048, 24, 64, 192) == 1
+    assert default_config(8, 2048, 24, 64, 256, 2, wgmma=False).fwd_walk_pieces == 1  # no Mosaic walk
+    # two blocks of x and z beside one of B and C: less than two stages of all four, more than one
+    assert walk_shared_bytes(256, 1) < walk_shared_bytes(256, 1, 2) < walk_shared_bytes(256, 2) < SM_SHARED_BYTES
+
+
 def test_default_config_takes_a_groups_heads_in_one_dbc_program_where_blocks_and_groups_fill_the_gpu():
     """Measured on an H100 (benchmarks/kernels/h100-2026-11-26e-ssd-head-splits): one program per block and group
     beat 4 splits at 256, 128 and 1024 such programs."""
@@ -843,6 +860,11 @@ def test_bf16_inputs_keep_their_dtypes_mixed_with_float32_b(rng):
             {"dstate": 256, "config": SsdConfig(fwd_mosaic=True, fwd_walk_stages=3)},
             r"fwd_walk_stages=3 needs 291 KB of shared memory for the forward's Mosaic walk at N=256, more than an "
             "SM's 227",
+        ),
+        ({"config": SsdConfig(fwd_walk_pieces=3)}, "SsdConfig.fwd_walk_pieces must be 1, 2 or 4, got 3"),
+        (
+            {"dstate": 64, "config": SsdConfig(fwd_mosaic=True, fwd_walk_pieces=2)},
+            r"fwd_walk_pieces=2 splits N \(B.shape\[3\]\) into pieces of a multiple of 64 columns, got N=64",
         ),
         ({"checkpoint_every": 100}, "checkpoint_every must be None, 0 or a multiple of 64 > 0, got 100"),
         ({"checkpoint_every": 128, "config": SsdConfig()}, "pass either config or checkpoint_every"),
