@@ -26,6 +26,7 @@ from pallas_kernels.ssd.config import (
     SsdConfig,
     default_config,
     keeping_states_every,
+    walk_pieces_fit,
     walk_programs_per_sm,
     walk_shared_bytes,
 )
@@ -277,7 +278,7 @@ def _check_pallas_supported(headdim: int, dstate: int, config: SsdConfig | None)
     if config is None or not config.fwd_mosaic:
         return
     pieces = config.fwd_walk_pieces
-    if pieces > 1 and dstate % (64 * pieces):
+    if pieces > 1 and not walk_pieces_fit(dstate, pieces):
         raise ValueError(
             f"SsdConfig.fwd_walk_pieces={pieces} splits N (B.shape[3]) into pieces of a multiple of 64 columns, got "
             f"N={dstate}: use fewer"

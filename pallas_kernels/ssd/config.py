@@ -43,7 +43,7 @@ state passes, forward and backward, one- or two-level (``kernel_states_mosaic``;
 ``fwd_walk_stages`` is the Mosaic walk's pipeline depth: one lets two of its programs share an SM up to N 192.
 ``fwd_walk_pieces`` > 1 replaces that pipeline by a hand-made loop that keeps two blocks of x, z and the decay
 vectors in flight and one of B and C, in pieces of N's columns, each refilled once its products are done
-(``kernel_fwd_mosaic_pieces``): at N 256 two blocks of all four do not fit beside the rest.
+(``kernel_fwd_mosaic_pieces``): at N 256 two stages of all four take 211 KB and ran slower than one.
 
 With ``shared_scores`` (the default) the forward's output and the backward's per-head kernel read each block's C·Bᵀ
 (T, T), float32, computed once per group by XLA (``block.block_scores``), instead of each program (head, head dims)
@@ -181,9 +181,14 @@ def walk_shared_bytes(dstate: int, stages: int, pieces: int = 1) -> int:
     return stages * per_stage + fixed
 
 
-def walk_programs_per_sm(dstate: int, stages: int, pieces: int = 1) -> int:
+def walk_programs_per_sm(dstate: int, stages: int) -> int:
     """How many Mosaic forward-walk programs (``walk_shared_bytes``) an SM's shared memory holds at once."""
-    return SM_SHARED_BYTES // (walk_shared_bytes(dstate, stages, pieces) + PROGRAM_RESERVED_BYTES)
+    return SM_SHARED_BYTES // (walk_shared_bytes(dstate, stages) + PROGRAM_RESERVED_BYTES)
+
+
+def walk_pieces_fit(dstate: int, pieces: int) -> bool:
+    """Whether N splits into ``pieces`` pieces of whole 64-column tiles (``SsdConfig.fwd_walk_pieces``)."""
+    return dstate % (64 * pieces) == 0
 
 
 def walk_stages(walk_programs: int, dstate: int, sm_count: int) -> int:
@@ -409,7 +414,7 @@ def default_config(
         segments = -(-seqlen // config.state_segment) if config.two_level_states and config.fused_segments else 1
         walk_programs = batch * nheads * (headdim // 64) * segments
         config = dataclasses.replace(config, fwd_walk_stages=walk_stages(walk_programs, dstate, sm_count))
-        if dstate > WIDE_TILE_MAX_DSTATE and dstate % (64 * WALK_PIECES) == 0:
+        if dstate > WIDE_TILE_MAX_DSTATE and walk_pieces_fit(dstate, WALK_PIECES):
             config = dataclasses.replace(config, fwd_walk_pieces=WALK_PIECES)
     saved = batch * blocks * nheads * headdim * dstate * itemsize
     return dataclasses.replace(config, checkpoint_every=every) if saved > KEEP_ALL_MAX_BYTES else config

@@ -37,13 +37,12 @@ VECTORS = ("dt", "cs", "last")  # the decay vectors of a row slot, in order
 
 
 def piece_scratch(dstate: int, dtype, pieces: int, has_z: bool) -> list:
-    """The shared memory the loop adds to the walk's: x and z (ROW_SLOTS, 64, 64), each decay vector (ROW_SLOTS, 64)
-    float32, B's and C's pieces (64, N / pieces) each, and the barriers of both kinds of slot."""
+    """The shared memory the loop adds to the walk's: x and (with it) z (ROW_SLOTS, 64, 64), each decay vector
+    (ROW_SLOTS, 64) float32, B's and C's pieces (64, N / pieces) each, and the barriers of both kinds of slot."""
     tile16 = lambda shape: plgpu.SMEM(shape, dtype, transforms=TRANSFORMS)  # noqa: E731
     width = dstate // pieces
     return [
-        tile16((ROW_SLOTS, TILE, TILE)),  # x
-        tile16((ROW_SLOTS if has_z else 1, TILE, TILE)),  # z (unused without it)
+        *(tile16((ROW_SLOTS, TILE, TILE)) for _ in range(1 + has_z)),  # x, z
         *(plgpu.SMEM((ROW_SLOTS, TILE), jnp.float32) for _ in VECTORS),
         *(tile16((TILE, width)) for _ in range(2 * pieces)),  # B's pieces, then C's
         plgpu.Barrier(num_arrivals=1 + has_z + len(VECTORS), num_barriers=ROW_SLOTS),
@@ -57,12 +56,13 @@ def walk_by_pieces(inputs: dict, scratch: list, prog: WalkProgram, pieces: int, 
     piece_slot, release, state)`` is the k-th block of the segment; it takes piece i's B and C tiles from
     ``piece_slot(i)``, calls ``release(i)`` once their products are done and returns the state's pieces, (64,
     N / pieces) float32 each. The end state goes to ``end_ref`` (batch, segments, H, P, N) float32 if given."""
-    x_s, z_s, *rest = scratch
+    z_ref = inputs["z"]
+    x_s, *rest = scratch
+    z_s = rest.pop(0) if z_ref is not None else None
     v_s, rest = rest[: len(VECTORS)], rest[len(VECTORS) :]
     B_s, C_s, (row_bar, piece_bar) = rest[:pieces], rest[pieces : 2 * pieces], rest[2 * pieces :]
     b, h, p, first, steps = prog.b, prog.h, prog.p, prog.first, prog.steps
     width = B_s[0].shape[-1]
-    z_ref = inputs["z"]
 
     def fetch_rows(k, slot):
         t, bar = pl.ds((first + k) * TILE, TILE), row_bar.at[slot]
