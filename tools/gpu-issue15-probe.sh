@@ -105,16 +105,19 @@
 #   pcheck2: the compiled oracle tests of the walk in pieces (pytest -m gpu -k "mosaic_forward and pieces")
 #   pncu: ncu's throughputs (SpeedOfLight, MemoryWorkloadAnalysis) of one launch of the N 256 walk (B2 L8192 H32 G4
 #         and B8 L2048 H24, forward only), the default and two pieces
-#   The q* runs: two heads of a group a walk program, one warpgroup each, sharing B and C (SsdConfig.fwd_walk_heads):
+#   The q* runs (removed: they need the package of commit 05b4663, whose option the next commit took out again; the
+#   runs are in that commit's copy of this file): two heads of a group a walk program, one warpgroup each, sharing B
+#   and C (SsdConfig.fwd_walk_heads):
 #   qcheck: the compiled oracle tests of the walk in pieces or in two heads (pytest -m gpu -k "mosaic_forward and
 #           (pieces or heads)")
 #   qfirst: two heads beside the default at three N 256 shapes, on the default's segments and on segments of 512
-#           (1024 too at B8 L2048, whose default is one walk a sequence), no mamba-ssm (cut at 280 s after its
-#           timings: with every shape of EXTRA_SHAPES' first it ran B4 L16384 H64 G8 too)
+#           (1024 too at B8 L2048, whose default is one walk a sequence), no mamba-ssm (cut at 280 s while timing the
+#           EXTRA_SHAPES it did not name, which compare.kernels times after the named ones; B4 L16384 H64 G8 finished)
 #   qptxas: ptxas's register and spill report of the walk at N 256, one head and two, and at N 128 with two
 #   qn128: two heads (B and C whole or in two pieces) beside the default at five N 128 shapes, no mamba-ssm (cut at
-#          330 s after its third shape)
+#          330 s during its fourth shape)
 #   qother: two heads beside the default at five other shapes (N 64 and 128, P 128, L 512-131072), no mamba-ssm
+#           (cut at 300 s after them and B4 L16384 H64 G8)
 #   qncu: ncu's local-memory (spill) traffic and its L1 hit rate in one launch of the N 256 walk (B2 L8192 H32 G4,
 #         forward only), one head a program and two
 set -u
@@ -246,40 +249,6 @@ if [[ $wanted == *" pncu "* ]]; then
         echo "$name exit $?"
         grep -E "Duration|L2 Cache Throughput|L1/TEX Cache Throughput|DRAM Throughput|Memory Throughput|Mem Busy|Max Bandwidth|L2 Hit" \
             "$OUT/pncu-$name.txt" | head -12
-    done
-fi
-run qfirst 280 --shapes b2-L8192-h32-n256-g4 b8-L2048-h24-n256 b1-L16384-h24-n256 --no-torch \
-    --pallas-config fwd_walk_heads=2 --pallas-config fwd_walk_heads=2,$SEG=512,$ONE \
-    --pallas-config fwd_walk_heads=2,$SEG=1024,$ONE
-gpu_tests qcheck 270 "mosaic_forward and (pieces or heads)"
-if [[ $wanted == *" qptxas "* ]]; then
-    echo "== qptxas $(date +%T)"
-    for case in n256:2,8192,32,64,256,4 n256-heads:2,8192,32,64,256,4:fwd_walk_heads=2 \
-        b4-n128-heads:4,16384,64,64,128,8:fwd_walk_heads=2; do
-        IFS=: read -r name shape config <<< "$case"
-        MOSAIC_GPU_DUMP_PTXAS=1 MOSAIC_GPU_DUMP_TO="$OUT/ptxas-$name" timeout 120 python3 tools/ssd_step.py \
-            --shape "$shape" --steps 0 --forward-only ${config:+--config $config} > "$OUT/ptxas-$name.log" 2>&1
-        echo "$name exit $?"
-        grep -rhE "entry function|spill|Used [0-9]+ registers" "$OUT/ptxas-$name.log" "$OUT/ptxas-$name" 2>/dev/null \
-            | head -16
-    done
-fi
-run qn128 330 --shapes 130m 2.7b long b4-L16384-h64-g8 b1-L16384-h24 --no-torch \
-    --pallas-config fwd_walk_heads=2 --pallas-config fwd_walk_heads=2,fwd_walk_pieces=2
-run qother 300 --shapes b1-L16384-h24 b16-L512-h8 b4-L4096-h32-n64-g2 b2-L2048-h32-p128 b1-L131072-h24 \
-    --no-torch --pallas-config fwd_walk_heads=2
-if [[ $wanted == *" qncu "* ]]; then
-    echo "== qncu $(date +%T)"
-    metrics=gpu__time_duration.sum,l1tex__t_sectors_pipe_lsu_mem_local_op_ld.sum
-    metrics+=,l1tex__t_sectors_pipe_lsu_mem_local_op_st.sum,l1tex__t_sector_pipe_lsu_mem_local_op_ld_hit_rate.pct
-    metrics+=,lts__t_sectors_srcunit_tex.sum,lts__t_sectors_srcunit_tex_op_read_lookup_hit.sum
-    for case in n256:2,8192,32,64,256,4 n256-heads:2,8192,32,64,256,4:fwd_walk_heads=2; do
-        IFS=: read -r name shape config <<< "$case"
-        timeout 150 ncu --clock-control none -k regex:ssd_fwd_fused -c 1 --metrics "$metrics" \
-            python3 tools/ssd_step.py --shape "$shape" --steps 1 --forward-only ${config:+--config $config} \
-            > "$OUT/qncu-$name.txt" 2>&1
-        echo "$name exit $?"
-        grep -E "gpu__time|l1tex__|lts__" "$OUT/qncu-$name.txt" | head -8
     done
 fi
 # one file back: this run's files (folders under $OUT are left as they are)

@@ -217,7 +217,7 @@ def _scan(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, dt
         return result if return_final_states else (result, None)
 
     if impl == "pallas":
-        _check_pallas_supported(headdim, B.shape[3], config, nheads // B.shape[2])
+        _check_pallas_supported(headdim, B.shape[3], config)
         if config is None:
             config = pallas_config(*x.shape, B.shape[3], x.dtype, B.shape[2])
             if checkpoint_every is not None:
@@ -261,7 +261,7 @@ def _scan(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, dt
     )
 
 
-def _check_pallas_supported(headdim: int, dstate: int, config: SsdConfig | None, heads_per_group: int = 1) -> None:
+def _check_pallas_supported(headdim: int, dstate: int, config: SsdConfig | None) -> None:
     """What the Pallas kernels do not tile is refused up front rather than computed slowly or wrongly."""
     if headdim > MAX_HEADDIM:
         raise ValueError(f"impl='pallas' supports headdim (x.shape[3]) up to {MAX_HEADDIM}, got {headdim}")
@@ -277,19 +277,13 @@ def _check_pallas_supported(headdim: int, dstate: int, config: SsdConfig | None,
         )
     if config is None or not config.fwd_mosaic:
         return
-    heads = config.fwd_walk_heads
-    if heads_per_group % heads:
-        raise ValueError(
-            f"SsdConfig.fwd_walk_heads={heads} takes that many heads of one group a program: heads per group "
-            f"(x.shape[2] / B.shape[2]) must be a multiple of it, got {heads_per_group}: use 1"
-        )
     pieces = config.fwd_walk_pieces
     if pieces > 1 and not walk_pieces_fit(dstate, pieces):
         raise ValueError(
             f"SsdConfig.fwd_walk_pieces={pieces} splits N (B.shape[3]) into pieces of a multiple of 64 columns, got "
             f"N={dstate}: use fewer"
         )
-    if pieces == 1 and heads == 1 and walk_programs_per_sm(dstate, config.fwd_walk_stages) < 1:
+    if pieces == 1 and walk_programs_per_sm(dstate, config.fwd_walk_stages) < 1:
         raise ValueError(
             f"SsdConfig.fwd_walk_stages={config.fwd_walk_stages} needs "
             f"{walk_shared_bytes(dstate, config.fwd_walk_stages) // 1024} KB of shared memory for the forward's "

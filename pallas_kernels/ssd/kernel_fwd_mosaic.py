@@ -64,20 +64,11 @@ def mosaic_walk_supported(dims: SsdDims, dtype) -> bool:
 
 
 def ssd_fwd_walk_mosaic(
-    *refs,
-    dims: SsdDims,
-    parts: int,
-    segment_blocks: int,
-    has_start: bool,
-    outs: tuple,
-    stages: int,
-    pieces: int,
-    heads: int,
+    *refs, dims: SsdDims, parts: int, segment_blocks: int, has_start: bool, outs: tuple, stages: int, pieces: int
 ):
-    """One (batch row, segment, ``heads`` heads of a group, 64 head dims), one warpgroup a head: the walk over the
-    segment's blocks (module docstring), by ``emit_pipeline`` (pieces 1, one head) or with B and C in ``pieces`` of
-    N's columns, shared by the heads (``kernel_fwd_mosaic_pieces``). ``outs`` names the outputs after ``out``, in
-    order: "ypre", "states", "end"."""
+    """One (batch row, segment, head, 64 head dims): the walk over the segment's blocks (module docstring), by
+    ``emit_pipeline`` (pieces 1) or with B and C in ``pieces`` of N's columns (``kernel_fwd_mosaic_pieces``).
+    ``outs`` names the outputs after ``out``, in order: "ypre", "states", "end"."""
     n_in = 6 + dims.has_D + dims.has_z + has_start
     ins, out_refs, scratch = refs[:n_in], refs[n_in : n_in + 1 + len(outs)], refs[n_in + 1 + len(outs) :]
     x_ref, B_ref, C_ref, dt_ref, cs_ref, last_ref, *opt = ins
@@ -85,11 +76,10 @@ def ssd_fwd_walk_mosaic(
     z_ref = opt.pop(0) if dims.has_z else None
     start_ref = opt[0] if has_start else None
     out_ref, named = out_refs[0], dict(zip(outs, out_refs[1:], strict=True))
-    prog = walk_program(dims, parts, segment_blocks, heads)
-    mine = (lambda ref: ref.at[prog.w]) if heads > 1 else (lambda ref: ref)  # this warpgroup's head's
     S_s, E_s, D_s, barrier, *rest = scratch
-    S_s, E_s = mine(S_s), mine(E_s)
-    Y_s = mine(rest.pop(0)) if "ypre" in named else None  # the pre-gate output's own tile (with z, when saved)
+    Y_s = rest.pop(0) if "ypre" in named else None  # the pre-gate output's own tile (with z, when saved)
+
+    prog = walk_program(dims, parts, segment_blocks)
     b, h, p, n = prog.b, prog.h, prog.p, dims.dstate
     width = n // pieces  # the state's columns in one piece
     f32, dtype = jnp.float32, x_ref.dtype
@@ -101,22 +91,21 @@ def ssd_fwd_walk_mosaic(
     columns = [pl.ds(i * width, width) for i in range(pieces)]
 
     if D_ref is not None:
-        plgpu.copy_gmem_to_smem(D_ref.at[h, p], D_s.at[prog.w], barrier.at[prog.w])
+        plgpu.copy_gmem_to_smem(D_ref.at[h, p], D_s.at[0], barrier.at[0])
     S = [start_state(start_ref, prog, n, cols) for cols in columns]
     for piece, cols in zip(S, columns, strict=True):
         S_s.at[:, cols][...] = piece.astype(dtype)
     plgpu.commit_smem()
     zeros = plgpu.layout_cast(jnp.zeros((TILE, TILE), f32), wg)
     if D_ref is not None:
-        plgpu.barrier_wait(barrier.at[prog.w])
-        Dv = plgpu.load(D_s.at[prog.w], layout=cols_v)
+        plgpu.barrier_wait(barrier.at[0])
+        Dv = plgpu.load(D_s.at[0], layout=cols_v)
 
-    def block(k, x_s, z, vectors, piece_slot, release, S):
+    def block(k, x_s, z_s, vectors, piece_slot, release, S):
         """One block (``k`` of the segment): S's copy stored; C·Bᵀ while E is staged; the state update and C Sᵀ, and
         W x as soon as W is formed in registers; y, S's copy for the next block, and the stores (module docstring).
-        ``vectors`` are the refs of dt, cs, cs_last (rows) and dt, cs (columns); ``z`` None, or (z's tile once it
-        is in, a call once it is read); ``piece_slot(i)`` gives piece i's B and C tiles once they are in,
-        ``release(i)`` says its products are done. Returns the state's pieces."""
+        ``vectors`` are the refs of dt, cs, cs_last (rows) and dt, cs (columns); ``piece_slot(i)`` gives piece i's
+        B and C tiles once they are in, ``release(i)`` says its products are done. Returns the state's pieces."""
         k = first + k
         t = pl.ds(k * TILE, TILE)
         dt_s, cs_s, last_s, dt_cols_s, cs_cols_s = vectors
@@ -176,11 +165,9 @@ def ssd_fwd_walk_mosaic(
             y = y + on_cols(Dv) * plgpu.load(x_s, layout=wg).astype(f32)
         if Y_s is not None:
             Y_s[...] = y.astype(dtype)
-        if z is not None:
-            z_tile, z_read = z
-            gate = plgpu.load(z_tile(), layout=wg).astype(f32)
-            z_read()
-            y = y * gate / (1.0 + jnp.exp(-gate))
+        if z_s is not None:
+            z = plgpu.load(z_s, layout=wg).astype(f32)
+            y = y * z / (1.0 + jnp.exp(-z))
         plgpu.wait_smem_to_gmem(0, wait_read_only=True)  # the copy of S_s issued at the start has read it
         E_s[...] = y.astype(dtype)  # the update has read E_s: out leaves from it, while the next block starts
         for piece, cols in zip(new, columns, strict=True):
@@ -191,16 +178,15 @@ def ssd_fwd_walk_mosaic(
         plgpu.copy_smem_to_gmem(E_s, out_ref.at[b, t, h, p])
         return new
 
-    if pieces > 1 or heads > 1:
+    if pieces > 1:
         inputs = dict(x=x_ref, B=B_ref, C=C_ref, dt=dt_ref, cs=cs_ref, last=last_ref, z=z_ref)
-        walk_by_pieces(inputs, rest, prog, pieces, heads, block, S, named.get("end"))
+        walk_by_pieces(inputs, rest, prog, pieces, block, S, named.get("end"))
         return
 
     def step(indices, x_s, B_s, C_s, dt_s, dt_cols_s, cs_s, cs_cols_s, last_s, *rest):
         *z_s, S = rest
         vectors = (dt_s, cs_s, last_s, dt_cols_s, cs_cols_s)
-        z = (lambda: z_s[0], lambda: None) if z_s else None
-        return block(indices[0], x_s, z, vectors, lambda i: (B_s, C_s), lambda i: None, [S])[0]
+        return block(indices[0], x_s, z_s[0] if z_s else None, vectors, lambda i: (B_s, C_s), lambda i: None, [S])[0]
 
     def head_tile(ref):
         return ref.at[b, :, h], plgpu.BlockSpec((TILE, TILE), lambda j: (first + j, prog.part), transforms=TRANSFORMS)
@@ -235,7 +221,6 @@ def mosaic_walk(
     end: bool,
     stages: int = STEPS_IN_FLIGHT,
     pieces: int = 1,
-    heads: int = 1,
 ):
     """The fused walk by the Mosaic GPU kernel over segments of ``segment_blocks`` blocks (all of them: one walk per
     sequence), each from ``starts`` (batch, segments, H, P, N) float32, or from zeros where None. Returns out
@@ -249,17 +234,15 @@ def mosaic_walk(
     parts, n, f32 = headdim // TILE, dims.dstate, jnp.float32
     segments = -(-dims.nblocks // segment_blocks)
     tile16 = lambda shape: plgpu.SMEM(shape, x.dtype, transforms=TRANSFORMS)  # noqa: E731
-    per_head = lambda shape: (heads, *shape)[heads == 1 :]  # noqa: E731  a buffer for each head of a program
     scratch = [
-        tile16(per_head((TILE, n))),  # S in the dot dtype
-        tile16(per_head((TILE, TILE))),  # exp(cs_last - cs) ∘ X, then out
-        plgpu.SMEM((heads, TILE), f32),  # D's head dims
-        plgpu.Barrier(num_barriers=heads),  # D's copy
+        tile16((TILE, n)),  # S in the dot dtype
+        tile16((TILE, TILE)),  # exp(cs_last - cs) ∘ X, then out
+        plgpu.SMEM((1, TILE), f32),  # D's head dims
+        plgpu.Barrier(num_barriers=1),  # D's copy
     ]
     ypre = ypre and z is not None
-    scratch += [tile16(per_head((TILE, TILE)))] if ypre else []  # the pre-gate output
-    hand_made = pieces > 1 or heads > 1
-    scratch += piece_scratch(n, x.dtype, pieces, z is not None, heads) if hand_made else []
+    scratch += [tile16((TILE, TILE))] if ypre else []  # the pre-gate output
+    scratch += piece_scratch(n, x.dtype, pieces, z is not None) if pieces > 1 else []
     names = [name for name, wanted in (("ypre", ypre), ("states", states), ("end", end)) if wanted]
     shapes = {
         "ypre": jax.ShapeDtypeStruct(x.shape, x.dtype),
@@ -278,12 +261,11 @@ def mosaic_walk(
             outs=tuple(names),
             stages=stages,
             pieces=pieces,
-            heads=heads,
         ),
         inputs,
         out_type=[jax.ShapeDtypeStruct(x.shape, x.dtype)] + [shapes[name] for name in names],
         scratch=scratch,
-        **walk_grid(nheads * parts, segments, batch, heads),
+        **walk_grid(nheads * parts, segments, batch),
         name="ssd_fwd_fused" if segments == 1 else "ssd_fwd_fused_segments",
         dims=dims,
     )

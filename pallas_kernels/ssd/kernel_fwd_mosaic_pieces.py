@@ -32,73 +32,45 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 from pallas_kernels.ssd.mosaic import TILE, TRANSFORMS
 from pallas_kernels.ssd.mosaic_walk import WalkProgram
 
-ROW_SLOTS = 2  # blocks of x, z and decay vectors in shared memory at once (z: one, with several heads a program)
+ROW_SLOTS = 2  # blocks of x, z and decay vectors in shared memory at once
 VECTORS = ("dt", "cs", "last")  # the decay vectors of a row slot, in order
 
 
-def piece_scratch(dstate: int, dtype, pieces: int, has_z: bool, heads: int = 1) -> list:
-    """The shared memory the loop adds to the walk's: each head's x (ROW_SLOTS, 64, 64), z (as x; one (64, 64) slot
-    with ``heads`` > 1) and decay vectors (ROW_SLOTS, 64) float32; B's and C's pieces (64, N / pieces) each, shared
-    by the heads; the barriers of the row slots (each head's), of the pieces and, with ``heads`` > 1, of the pieces'
-    release by every head and of each head's z."""
+def piece_scratch(dstate: int, dtype, pieces: int, has_z: bool) -> list:
+    """The shared memory the loop adds to the walk's: x and (with it) z (ROW_SLOTS, 64, 64), each decay vector
+    (ROW_SLOTS, 64) float32, B's and C's pieces (64, N / pieces) each, and the barriers of both kinds of slot."""
     tile16 = lambda shape: plgpu.SMEM(shape, dtype, transforms=TRANSFORMS)  # noqa: E731
-    per_head = lambda shape: (heads, *shape)[heads == 1 :]  # noqa: E731
-    width, z_slots = dstate // pieces, ROW_SLOTS if heads == 1 else 1
-    z_with_rows = has_z and heads == 1
+    width = dstate // pieces
     return [
-        tile16(per_head((ROW_SLOTS, TILE, TILE))),  # x
-        *([tile16(per_head((z_slots, TILE, TILE)))] if has_z else []),
-        *(plgpu.SMEM(per_head((ROW_SLOTS, TILE)), jnp.float32) for _ in VECTORS),
+        *(tile16((ROW_SLOTS, TILE, TILE)) for _ in range(1 + has_z)),  # x, z
+        *(plgpu.SMEM((ROW_SLOTS, TILE), jnp.float32) for _ in VECTORS),
         *(tile16((TILE, width)) for _ in range(2 * pieces)),  # B's pieces, then C's
-        plgpu.Barrier(num_arrivals=1 + z_with_rows + len(VECTORS), num_barriers=heads * ROW_SLOTS),
+        plgpu.Barrier(num_arrivals=1 + has_z + len(VECTORS), num_barriers=ROW_SLOTS),
         plgpu.Barrier(num_arrivals=2, num_barriers=pieces),
-        *([plgpu.Barrier(num_arrivals=heads, num_barriers=pieces)] if heads > 1 else []),
-        *([plgpu.Barrier(num_barriers=heads)] if has_z and heads > 1 else []),
     ]
 
 
-def walk_by_pieces(
-    inputs: dict, scratch: list, prog: WalkProgram, pieces: int, heads: int, block, state: list, end_ref
-) -> None:
-    """``block`` over the segment's blocks, the loop of the module docstring, in each of the program's ``heads``
-    warpgroups (``prog.w``'s head ``prog.h``). ``inputs``: the global x, B, C, dt, cs, last and z (or None) of
-    ``kernel_fwd_mosaic``; ``scratch``: ``piece_scratch``'s. ``block(k, x_s, z, vectors, piece_slot, release,
-    state)`` is the k-th block of the segment; it takes z's tile from ``z[0]()`` and calls ``z[1]()`` once it has
-    read it (z None without z), takes piece i's B and C tiles from ``piece_slot(i)``, calls ``release(i)`` once
-    their products are done and returns the state's pieces, (64, N / pieces) float32 each. The end state goes to
-    ``end_ref`` (batch, segments, H, P, N) float32 if given.
-
-    With several heads, the first warpgroup issues the pieces' copies: piece i's slot takes the next block's piece
-    once every head has released it (an arrival each on the release barrier). z has one slot a head, refilled once
-    the block has read it (shared memory: two heads' two slots of everything but B and C do not fit at N 256)."""
-    z_ref, w = inputs["z"], prog.w
-    mine = (lambda ref: ref.at[w]) if heads > 1 else (lambda ref: ref)  # this warpgroup's head's
+def walk_by_pieces(inputs: dict, scratch: list, prog: WalkProgram, pieces: int, block, state: list, end_ref) -> None:
+    """``block`` over the segment's blocks, the loop of the module docstring. ``inputs``: the global x, B, C, dt, cs,
+    last and z (or None) of ``kernel_fwd_mosaic``; ``scratch``: ``piece_scratch``'s. ``block(k, x_s, z_s, vectors,
+    piece_slot, release, state)`` is the k-th block of the segment; it takes piece i's B and C tiles from
+    ``piece_slot(i)``, calls ``release(i)`` once their products are done and returns the state's pieces, (64,
+    N / pieces) float32 each. The end state goes to ``end_ref`` (batch, segments, H, P, N) float32 if given."""
+    z_ref = inputs["z"]
     x_s, *rest = scratch
-    z_s = mine(rest.pop(0)) if z_ref is not None else None
-    v_s, rest = [mine(ref) for ref in rest[: len(VECTORS)]], rest[len(VECTORS) :]
-    B_s, C_s, (row_bar, piece_bar, *more) = rest[:pieces], rest[pieces : 2 * pieces], rest[2 * pieces :]
-    freed_bar = more.pop(0) if heads > 1 else None
-    z_bar = more.pop(0) if z_ref is not None and heads > 1 else None
-    x_s = mine(x_s)
+    z_s = rest.pop(0) if z_ref is not None else None
+    v_s, rest = rest[: len(VECTORS)], rest[len(VECTORS) :]
+    B_s, C_s, (row_bar, piece_bar) = rest[:pieces], rest[pieces : 2 * pieces], rest[2 * pieces :]
     b, h, p, first, steps = prog.b, prog.h, prog.p, prog.first, prog.steps
     width = B_s[0].shape[-1]
 
-    def by_first(fn):  # the copies every head shares: issued once
-        if heads == 1:
-            fn()
-        else:
-            pl.when(w == 0)(fn)
-
     def fetch_rows(k, slot):
-        t, bar = pl.ds((first + k) * TILE, TILE), row_bar.at[w * ROW_SLOTS + slot]
+        t, bar = pl.ds((first + k) * TILE, TILE), row_bar.at[slot]
         plgpu.copy_gmem_to_smem(inputs["x"].at[b, t, h, p], x_s.at[slot], bar)
-        if z_bar is None and z_ref is not None:
+        if z_ref is not None:
             plgpu.copy_gmem_to_smem(z_ref.at[b, t, h, p], z_s.at[slot], bar)
         for name, vector_s in zip(VECTORS, v_s, strict=True):
             plgpu.copy_gmem_to_smem(inputs[name].at[b, h, t], vector_s.at[slot], bar)
-
-    def fetch_z(k):  # z's one slot (several heads)
-        plgpu.copy_gmem_to_smem(z_ref.at[b, pl.ds((first + k) * TILE, TILE), h, p], z_s.at[0], z_bar.at[w])
 
     def fetch_piece(k, i):
         t, cols, bar = pl.ds((first + k) * TILE, TILE), pl.ds(i * width, width), piece_bar.at[i]
@@ -106,16 +78,14 @@ def walk_by_pieces(
         plgpu.copy_gmem_to_smem(inputs["C"].at[b, t, prog.g, cols], C_s[i], bar)
 
     fetch_rows(0, 0)
-    if z_bar is not None:
-        fetch_z(0)
     for i in range(pieces):
-        by_first(lambda i=i: fetch_piece(0, i))
+        fetch_piece(0, i)
     for k in range(1, ROW_SLOTS):
         pl.when(k < steps)(lambda k=k: fetch_rows(k, k))
 
     def body(k, state):
         slot = lax.rem(k, ROW_SLOTS)
-        plgpu.barrier_wait(row_bar.at[w * ROW_SLOTS + slot])
+        plgpu.barrier_wait(row_bar.at[slot])
         arrived = {}
 
         def piece_slot(i):
@@ -125,32 +95,11 @@ def walk_by_pieces(
             return arrived[i]
 
         def release(i):
-            if heads == 1:
-                pl.when(k + 1 < steps)(lambda: fetch_piece(k + 1, i))
-                return
-
-            @pl.when(k + 1 < steps)
-            def _():
-                plgpu.barrier_arrive(freed_bar.at[i])
-
-                @pl.when(w == 0)
-                def _():
-                    plgpu.barrier_wait(freed_bar.at[i])
-                    fetch_piece(k + 1, i)
-
-        def z_tile():
-            if z_bar is None:
-                return z_s.at[slot]
-            plgpu.barrier_wait(z_bar.at[w])
-            return z_s.at[0]
-
-        def z_read():
-            if z_bar is not None:
-                pl.when(k + 1 < steps)(lambda: fetch_z(k + 1))
+            pl.when(k + 1 < steps)(lambda: fetch_piece(k + 1, i))
 
         dt, cs, last = (vector_s.at[slot] for vector_s in v_s)
         vectors = (dt, cs, last, dt, cs)  # rows, then columns
-        z = (z_tile, z_read) if z_ref is not None else None
+        z = z_s.at[slot] if z_ref is not None else None
         state = block(k, x_s.at[slot], z, vectors, piece_slot, release, state)
         pl.when(k + ROW_SLOTS < steps)(lambda: fetch_rows(k + ROW_SLOTS, slot))  # its reads end in the block's fence
         return state

@@ -82,7 +82,7 @@ MOSAIC_SEGMENTS = dataclasses.replace(
 )
 MOSAIC_SEGMENTS_KEPT = dataclasses.replace(MOSAIC_SEGMENTS, checkpoint_every=128, fwd_walk_stages=1)
 # ... the walk's B and C in two pieces of N's columns, by its hand-made loop (whole, per segment)
-MOSAIC_FORWARD_PIECES = dataclasses.replace(MOSAIC_FORWARD, fwd_walk_pieces=2, fwd_walk_heads=2)
+MOSAIC_FORWARD_PIECES = dataclasses.replace(MOSAIC_FORWARD, fwd_walk_pieces=2)
 MOSAIC_SEGMENTS_PIECES = dataclasses.replace(MOSAIC_SEGMENTS, fwd_walk_pieces=2)
 OWN_SCORES_STATE_CHUNKS = split(block_l=32, bwd_state_chunk=16, bwd_block_p=16, shared_scores=False)
 

@@ -35,12 +35,9 @@ MOSAIC_FORWARD = cpu.MOSAIC_FORWARD  # ... and the forward's walk, whole
 MOSAIC_FORWARD_ONE_STAGE = cpu.MOSAIC_FORWARD_ONE_STAGE  # ... on one pipeline stage
 MOSAIC_SEGMENTS = cpu.MOSAIC_SEGMENTS  # ... per segment of 2 blocks, every block's state stored
 MOSAIC_SEGMENTS_KEPT = cpu.MOSAIC_SEGMENTS_KEPT  # ... float32 states kept every 2 blocks, one stage
-MOSAIC_FORWARD_TWO_HEADS = cpu.MOSAIC_FORWARD_PIECES  # ... whole, two heads a program, B and C in two pieces
-MOSAIC_FORWARD_PIECES = dataclasses.replace(MOSAIC_FORWARD_TWO_HEADS, fwd_walk_heads=1)  # ... one head a program
+MOSAIC_FORWARD_PIECES = cpu.MOSAIC_FORWARD_PIECES  # ... whole, B and C in two pieces of N's columns
 MOSAIC_SEGMENTS_PIECES = cpu.MOSAIC_SEGMENTS_PIECES  # ... per segment of 2 blocks, in two pieces
 MOSAIC_SEGMENTS_FOUR_PIECES = dataclasses.replace(MOSAIC_SEGMENTS_PIECES, fwd_walk_pieces=4)
-MOSAIC_SEGMENTS_TWO_HEADS = dataclasses.replace(MOSAIC_SEGMENTS_PIECES, fwd_walk_heads=2)  # ... two heads a program
-MOSAIC_SEGMENTS_TWO_HEADS_WHOLE_BC = dataclasses.replace(MOSAIC_SEGMENTS_TWO_HEADS, fwd_walk_pieces=1)
 
 
 @pytest.mark.parametrize(
@@ -118,21 +115,13 @@ def test_mosaic_kernels_match_oracle_on_gpu(rng, batch, seqlen, nheads, headdim,
         pytest.param(2, 320, 6, 64, 128, 3, jnp.bfloat16, "HP", True, MOSAIC_SEGMENTS_PIECES, id="segments-pieces"),
         pytest.param(1, 320, 4, 64, 256, 2, jnp.bfloat16, "H", True, MOSAIC_SEGMENTS_PIECES, id="n256-segments-pieces"),
         pytest.param(1, 256, 4, 128, 256, 2, jnp.float16, "H", True, MOSAIC_SEGMENTS_FOUR_PIECES, id="four-pieces"),
-        pytest.param(1, 128, 4, 64, 256, 1, jnp.bfloat16, None, True, MOSAIC_FORWARD_TWO_HEADS, id="n256-two-heads"),
-        pytest.param(
-            1, 320, 4, 64, 256, 2, jnp.bfloat16, "H", True, MOSAIC_SEGMENTS_TWO_HEADS, id="segments-two-heads"
-        ),
-        pytest.param(
-            2, 320, 8, 128, 128, 2, jnp.float16, "HP", False, MOSAIC_SEGMENTS_TWO_HEADS_WHOLE_BC, id="p128-two-heads"
-        ),
     ],
 )
 def test_mosaic_forward_matches_oracle_on_gpu(rng, batch, seqlen, nheads, headdim, dstate, groups, dtype, D, z, config):
     """The forward's walk and the state passes on Mosaic GPU, compiled, with both Mosaic backward kernels: whole (one
     walk a sequence) and per segment of 2 blocks (5 blocks: the last walk one block), every block's state stored or
     float32 states kept; groups of 1-3 heads, P 64 and 128, N 64-256, with and without z and D, from an initial
-    state; B and C by ``emit_pipeline`` or in two or four pieces of N's columns; one head a program or two (sharing
-    B and C; whole or in pieces; z, D, P 128)."""
+    state; B and C by ``emit_pipeline`` or in two or four pieces of N's columns."""
     test_mosaic_kernels_match_oracle_on_gpu(rng, batch, seqlen, nheads, headdim, dstate, groups, dtype, D, z, config)
 
 
