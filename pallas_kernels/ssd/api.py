@@ -278,18 +278,6 @@ def _check_pallas_supported(headdim: int, dstate: int, config: SsdConfig | None)
     if config is None or not config.fwd_mosaic:
         return
     pieces = config.fwd_walk_pieces
-    if config.fwd_walk_warpgroups > 1:
-        if pieces > 1:
-            raise ValueError(
-                f"SsdConfig.fwd_walk_warpgroups={config.fwd_walk_warpgroups} loads B and C in halves itself: set "
-                f"fwd_walk_pieces=1, got {pieces}"
-            )
-        if not walk_pieces_fit(dstate, config.fwd_walk_warpgroups):
-            raise ValueError(
-                f"SsdConfig.fwd_walk_warpgroups={config.fwd_walk_warpgroups} splits N (B.shape[3]) into halves of a "
-                f"multiple of 64 columns, got N={dstate}: use 1"
-            )
-        return
     if pieces > 1 and not walk_pieces_fit(dstate, pieces):
         raise ValueError(
             f"SsdConfig.fwd_walk_pieces={pieces} splits N (B.shape[3]) into pieces of a multiple of 64 columns, got "

@@ -94,7 +94,6 @@ class SsdConfig:
     states_mosaic: bool = False  # the sequential state passes (both ways) on Mosaic GPU (``kernel_states_mosaic``)
     fwd_walk_stages: int = 2  # ... the forward's walk there: blocks whose inputs are in shared memory at once
     fwd_walk_pieces: int = 1  # ... > 1: its B and C in pieces of N's columns, a slot each, by a hand-made loop
-    fwd_walk_warpgroups: int = 1  # ... 2: its state in halves of N on two warpgroups, B and C two blocks ahead
 
     def validate(self) -> None:
         for name in ("block_l", "block_p", "state_block_p", "bwd_block_p", "rebuild_block_p"):
@@ -138,8 +137,6 @@ class SsdConfig:
                 raise ValueError(f"SsdConfig.{name} must be 0 or a power of two >= {MIN_DOT}, got {n!r}")
         if self.fwd_walk_pieces not in (1, 2, 4):
             raise ValueError(f"SsdConfig.fwd_walk_pieces must be 1, 2 or 4, got {self.fwd_walk_pieces!r}")
-        if self.fwd_walk_warpgroups not in (1, 2):
-            raise ValueError(f"SsdConfig.fwd_walk_warpgroups must be 1 or 2, got {self.fwd_walk_warpgroups!r}")
         if self.bwd_dbc_columns not in (64, 128):
             raise ValueError(f"SsdConfig.bwd_dbc_columns must be 64 or 128, got {self.bwd_dbc_columns!r}")
         for name in ("fused_forward_max_l", "persistent_programs", "bwd_persistent_programs"):
@@ -171,19 +168,13 @@ PAIRED_WALK_SLOWDOWN = 1.85  # a Mosaic walk program's time with a second one on
 WALK_PIECES = 2  # the Mosaic walk's B and C in this many pieces of N's columns past N = WIDE_TILE_MAX_DSTATE
 
 
-def walk_shared_bytes(dstate: int, stages: int, pieces: int = 1, warpgroups: int = 1) -> int:
+def walk_shared_bytes(dstate: int, stages: int, pieces: int = 1) -> int:
     """Shared memory of one Mosaic forward-walk program on 64 head dims (``kernel_fwd_mosaic``), with z and the
     pre-gate output kept: ``stages`` blocks' x, z, B, C and five decay vectors, then S, the staged update and the
     pre-gate output. With B and C in ``pieces`` > 1 (``kernel_fwd_mosaic_pieces``): two blocks' x, z and three decay
-    vectors, one block's B and C. With the state in halves on two ``warpgroups`` (``kernel_fwd_mosaic_halves``): two
-    blocks' x, B, C and decay vectors, one of z, each warpgroup's staged update, the handed part of y, D; every
-    buffer in whole KB (Mosaic GPU aligns each to 1024 bytes)."""
+    vectors, one block's B and C."""
     tile, two, four = 64, 2, 4  # positions and head dims; bytes of a 16-bit element, of a float32
     fixed = (tile * dstate + 2 * tile * tile) * two
-    if warpgroups > 1:
-        kb = 1024
-        vectors = 3 * -(-2 * tile * four // kb) * kb + kb  # three decay vectors, two blocks each; D
-        return 2 * 2 * tile * dstate * two + (2 + 1 + 2 + 1 + 1) * tile * tile * two + tile * dstate * two + vectors
     if pieces > 1:
         return 2 * (2 * tile * tile * two + 3 * tile * four) + 2 * tile * dstate * two + fixed
     per_stage = (2 * tile * tile + 2 * tile * dstate) * two + 5 * tile * four

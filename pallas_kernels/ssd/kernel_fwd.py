@@ -55,9 +55,8 @@ _FLAGS = ("has_D", "has_z", "has_bias", "has_init", "has_seq", "has_scores")
 
 
 def _walk_loop(config) -> dict:
-    """The Mosaic walk's loop from ``config``: its pipeline depth, the pieces of N it loads B and C by, or its
-    state's halves on two warpgroups."""
-    return dict(stages=config.fwd_walk_stages, pieces=config.fwd_walk_pieces, warpgroups=config.fwd_walk_warpgroups)
+    """The Mosaic walk's loop from ``config``: its pipeline depth, or the pieces of N it loads B and C by."""
+    return dict(stages=config.fwd_walk_stages, pieces=config.fwd_walk_pieces)
 
 
 def _flags(dims: SsdDims) -> tuple[bool, ...]:

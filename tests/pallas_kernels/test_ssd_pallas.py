@@ -84,9 +84,6 @@ MOSAIC_SEGMENTS_KEPT = dataclasses.replace(MOSAIC_SEGMENTS, checkpoint_every=128
 # ... the walk's B and C in two pieces of N's columns, by its hand-made loop (whole, per segment)
 MOSAIC_FORWARD_PIECES = dataclasses.replace(MOSAIC_FORWARD, fwd_walk_pieces=2)
 MOSAIC_SEGMENTS_PIECES = dataclasses.replace(MOSAIC_SEGMENTS, fwd_walk_pieces=2)
-# ... the walk's state in halves of N on two warpgroups, B and C two blocks ahead (whole, per segment)
-MOSAIC_FORWARD_HALVES = dataclasses.replace(MOSAIC_FORWARD, fwd_walk_warpgroups=2)
-MOSAIC_SEGMENTS_HALVES = dataclasses.replace(MOSAIC_SEGMENTS, fwd_walk_warpgroups=2)
 OWN_SCORES_STATE_CHUNKS = split(block_l=32, bwd_state_chunk=16, bwd_block_p=16, shared_scores=False)
 
 CASES = [  # batch, L, H, P, N, G, chunk, dtype, D, z, init, seq_idx, softplus, dt_limit, config
@@ -236,9 +233,7 @@ CASES = [  # batch, L, H, P, N, G, chunk, dtype, D, z, init, seq_idx, softplus, 
     # at N 256, no D, no softplus), per segment (5 blocks in segments of 2, 2 and 1: the last walk shorter, both ways;
     # two 64-dim parts per head, N 128, fp16, dt_limit, every block's state stored) and per segment with kept float32
     # states (the backward's rebuild; one stage). The N 256 case and the per-segment one load B and C in two pieces
-    # of N's columns by the walk's hand-made loop (``fwd_walk_pieces``), the others by ``emit_pipeline``. The
-    # halves cases hold the state in halves of N on two warpgroups (``fwd_walk_warpgroups``): whole over 4 blocks at
-    # N 256 (every slot refilled; D per head dim, z), per segment at N 128 (P 128, fp16, no z).
+    # of N's columns by the walk's hand-made loop (``fwd_walk_pieces``), the others by ``emit_pipeline``.
     pytest.param(
         *(2, 192, 4, 64, 64, 2, 64, jnp.bfloat16, "HP", True, True, False, True, (0.0, INF), MOSAIC_FORWARD),
         id="mosaic-forward",
@@ -251,14 +246,6 @@ CASES = [  # batch, L, H, P, N, G, chunk, dtype, D, z, init, seq_idx, softplus, 
     pytest.param(
         *(1, 320, 2, 128, 128, 1, 64, jnp.float16, "H", False, True, False, True, (0.0, 0.05), MOSAIC_SEGMENTS_PIECES),
         id="mosaic-segments",
-    ),
-    pytest.param(
-        *(1, 256, 2, 64, 256, 1, 64, jnp.bfloat16, "HP", True, True, False, True, (0.0, INF), MOSAIC_FORWARD_HALVES),
-        id="mosaic-forward-halves",
-    ),
-    pytest.param(
-        *(1, 320, 2, 128, 128, 1, 64, jnp.float16, "H", False, True, False, True, (0.0, 0.05), MOSAIC_SEGMENTS_HALVES),
-        id="mosaic-segments-halves",
     ),
     pytest.param(
         *(2, 320, 4, 64, 64, 2, 64, jnp.bfloat16, "HP", True, True, False, True, (0.0, INF), MOSAIC_SEGMENTS_KEPT),
@@ -601,7 +588,7 @@ def test_default_config_walks_the_forward_on_one_stage_where_two_programs_then_s
 def test_default_config_loads_the_walks_b_and_c_in_two_pieces_at_n_256():
     """Measured on an H200 (benchmarks/kernels/h200-2026-11-28d-ssd-walk-pieces-*): two pieces won the forward at three
     N 256 shapes, lost at N 128 (B4 L16384 H64 G8); N 192 has no pieces of 64-column multiples."""
-    from pallas_kernels.ssd.config import PROGRAM_RESERVED_BYTES, SM_SHARED_BYTES, default_config, walk_shared_bytes
+    from pallas_kernels.ssd.config import SM_SHARED_BYTES, default_config, walk_shared_bytes
 
     pieces = lambda *shape, groups=1: default_config(*shape, 2, ngroups=groups).fwd_walk_pieces  # noqa: E731
     assert pieces(2, 8192, 32, 64, 256, groups=4) == pieces(8, 2048, 24, 64, 256) == pieces(1, 16384, 24, 64, 256) == 2
@@ -609,8 +596,6 @@ def test_default_config_loads_the_walks_b_and_c_in_two_pieces_at_n_256():
     assert default_config(8, 2048, 24, 64, 256, 2, wgmma=False).fwd_walk_pieces == 1  # no Mosaic walk
     # two blocks of x and z beside one of B and C: less than two stages of all four, more than one
     assert walk_shared_bytes(256, 1) < walk_shared_bytes(256, 1, 2) < walk_shared_bytes(256, 2) < SM_SHARED_BYTES
-    # the state in halves on two warpgroups: two blocks of B and C, and still one program an SM at N 256
-    assert walk_shared_bytes(256, 2) < walk_shared_bytes(256, 1, 1, 2) < SM_SHARED_BYTES - PROGRAM_RESERVED_BYTES
 
 
 def test_default_config_takes_a_groups_heads_in_one_dbc_program_where_blocks_and_groups_fill_the_gpu():
@@ -880,15 +865,6 @@ def test_bf16_inputs_keep_their_dtypes_mixed_with_float32_b(rng):
         (
             {"dstate": 64, "config": SsdConfig(fwd_mosaic=True, fwd_walk_pieces=2)},
             r"fwd_walk_pieces=2 splits N \(B.shape\[3\]\) into pieces of a multiple of 64 columns, got N=64",
-        ),
-        ({"config": SsdConfig(fwd_walk_warpgroups=3)}, "SsdConfig.fwd_walk_warpgroups must be 1 or 2, got 3"),
-        (
-            {"dstate": 64, "config": SsdConfig(fwd_mosaic=True, fwd_walk_warpgroups=2)},
-            r"fwd_walk_warpgroups=2 splits N \(B.shape\[3\]\) into halves of a multiple of 64 columns, got N=64",
-        ),
-        (
-            {"dstate": 256, "config": SsdConfig(fwd_mosaic=True, fwd_walk_warpgroups=2, fwd_walk_pieces=2)},
-            "fwd_walk_warpgroups=2 loads B and C in halves itself: set fwd_walk_pieces=1, got 2",
         ),
         ({"checkpoint_every": 100}, "checkpoint_every must be None, 0 or a multiple of 64 > 0, got 100"),
         ({"checkpoint_every": 128, "config": SsdConfig()}, "pass either config or checkpoint_every"),
