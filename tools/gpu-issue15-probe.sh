@@ -124,7 +124,8 @@
 #   its CPU interpret cases stop hanging on 2 cores; the runs are in that commit's copy of this file): the walk's
 #   state in halves of N on two warpgroups, each with its halves of B and C two blocks ahead
 #   (SsdConfig.fwd_walk_warpgroups=2, kernel_fwd_mosaic_halves):
-#   rfirst: halves beside the default at three N 256 shapes, no mamba-ssm
+#   rfirst: halves beside the default at three N 256 shapes, no mamba-ssm (cut at 150 s while timing the EXTRA_SHAPES
+#           it did not name, after its own three)
 #   rcheck: the compiled oracle tests of the walk in halves (pytest -m gpu -k "mosaic_forward and halves")
 #   rverify: halves beside the default and mamba-ssm at B2 L8192 H32 N256 G4 (cut at 93 s, the session's last device
 #            time, before its first timing)
