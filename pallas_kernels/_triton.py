@@ -1,7 +1,9 @@
-"""Helpers shared by the Pallas Triton kernels: interpret-mode choice, fast exp2, power-of-two sizes.
+"""Helpers shared by the Pallas Triton kernels: interpret-mode choice and its threads, fast exp2, power-of-two sizes.
 
 Kernels run compiled through the Triton backend on a GPU and in Pallas interpret mode elsewhere (the CPU tests).
 """
+
+import os
 
 import jax
 import jax.numpy as jnp
@@ -14,6 +16,19 @@ LN_2 = 0.6931471805599453
 def interpret_mode() -> bool:
     """Pallas kernels are compiled for the GPU when JAX's default backend is one, else interpreted."""
     return jax.default_backend() != "gpu"
+
+
+def interpreter_threads() -> int:
+    """Threads of XLA's CPU pool as XLA sizes it when JAX starts its CPU client: ``PJRT_NPROC`` or ``NPROC`` if set,
+    else the CPUs this process may run on (read now: the pool keeps the size it started with). Pallas's Mosaic GPU
+    interpreter runs a program of several warpgroups as one computation a warpgroup, each holding a thread of that
+    pool while it waits at a barrier, beside the program's computation that waits for them all: a program of W
+    warpgroups needs W + 1 threads, and with fewer its last warpgroup may never start (seen on 2 CPUs)."""
+    for name in ("PJRT_NPROC", "NPROC"):
+        value = os.environ.get(name, "")
+        if value.isdigit():
+            return int(value)
+    return len(os.sched_getaffinity(0))
 
 
 def gpu_sm_count(default: int = 132) -> int:

@@ -9,6 +9,11 @@ import tempfile
 import zlib
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # leave GPU memory for torch in the parity tests
+# Pallas's Mosaic GPU interpreter runs each warpgroup of a two-warpgroup program (SsdConfig.fwd_walk_warpgroups) as a
+# computation that holds a thread of XLA's CPU pool while it waits at a barrier, beside the program's own computation:
+# with the pool's default of a thread a CPU, a 2-CPU machine can hang there (``interpreter_threads`` in
+# pallas_kernels/_triton.py). One thread to spare; read when JAX starts its CPU client, by xdist's workers too.
+os.environ.setdefault("PJRT_NPROC", str(max(4, len(os.sched_getaffinity(0)))))
 # Programs that take over half a second to compile are cached for the session and its subprocesses: many small
 # trainings compile the same step again (each part of a resumed run, one tiny config in several tests). Each test
 # still traces and runs its own; the cache is keyed by the compiled program and starts empty every session.

@@ -120,15 +120,27 @@
 #           (cut at 300 s after them and B4 L16384 H64 G8)
 #   qncu: ncu's local-memory (spill) traffic and its L1 hit rate in one launch of the N 256 walk (B2 L8192 H32 G4,
 #         forward only), one head a program and two
-#   The r* runs (removed: they need the package of commit af6c881, whose option the next commit took out again until
-#   its CPU interpret cases stop hanging on 2 cores; the runs are in that commit's copy of this file): the walk's
-#   state in halves of N on two warpgroups, each with its halves of B and C two blocks ahead
+#   The r* runs: the walk's state in halves of N on two warpgroups, each with its halves of B and C two blocks ahead
 #   (SsdConfig.fwd_walk_warpgroups=2, kernel_fwd_mosaic_halves):
 #   rfirst: halves beside the default at three N 256 shapes, no mamba-ssm (cut at 150 s while timing the EXTRA_SHAPES
 #           it did not name, after its own three)
 #   rcheck: the compiled oracle tests of the walk in halves (pytest -m gpu -k "mosaic_forward and halves")
 #   rverify: halves beside the default and mamba-ssm at B2 L8192 H32 N256 G4 (cut at 93 s, the session's last device
 #            time, before its first timing)
+#   (then the r* runs' option came back, its interpret cases given the CPU threads they need, and became the default
+#   at N 256 in place of two pieces)
+#   The h* runs: the walk's state in halves on two warpgroups, the default at N 256:
+#   hcheck: the compiled oracle tests of the walk in halves (pytest -m gpu -k "mosaic_forward and halves")
+#   hverify: beside mamba-ssm, the default (halves) against two pieces (fwd_walk_warpgroups=1,fwd_walk_pieces=2) at
+#            three N 256 shapes
+#   hmore: the same at two more N 256 shapes (B4 L4096 H64 G8, B16 L1024 H16)
+#   hn128: halves beside the default at five N 128 shapes, no mamba-ssm
+#   hg8: B4 L4096 H64 N256 G8 beside mamba-ssm with the profiler's per-kernel times: the default (float32 states kept
+#        every 1024 positions, rebuilt in the backward) against every block's state kept (checkpoint_every=0)
+#   hkeep: there, beside mamba-ssm, the default against the forward's Mosaic walk per segment of the kept states'
+#          1024 positions (two-level, the backward one-level) where the whole walk keeps float32 states (which the
+#          Mosaic walk does not: the Triton walk ran); hkeep128: the same at two N 128 shapes that keep them (B8 L2048
+#          H80, B8 L4096 H48), no mamba-ssm
 set -u
 export PYTHONPATH=. PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 bash tools/gpu-parity.sh /tmp/p .sdist unpack > "$OUT/unpack.log" 2>&1 || { tail "$OUT/unpack.log"; exit 1; }
@@ -146,6 +158,10 @@ EXTRA_SHAPES=(
     --shape b1-L131072-h24=1,131072,24,64,128,1,256
     --shape b8-L2048-h24-n256=8,2048,24,64,256,1,256
     --shape b1-L16384-h24-n256=1,16384,24,64,256,1,256
+    --shape b4-L4096-h64-n256-g8=4,4096,64,64,256,8,256
+    --shape b16-L1024-h16-n256=16,1024,16,64,256,1,256
+    --shape b8-L2048-h80=8,2048,80,64,128,1,256
+    --shape b8-L4096-h48=8,4096,48,64,128,1,256
 )
 wanted=" $* "
 run() {
@@ -260,6 +276,19 @@ if [[ $wanted == *" pncu "* ]]; then
             "$OUT/pncu-$name.txt" | head -12
     done
 fi
+run rfirst 150 --shapes b2-L8192-h32-n256-g4 b8-L2048-h24-n256 b1-L16384-h24-n256 --no-torch \
+    --pallas-config fwd_walk_warpgroups=2,fwd_walk_pieces=1
+gpu_tests rcheck 170 "mosaic_forward and halves"
+run rverify 95 --shapes b2-L8192-h32-n256-g4 --torch --pallas-config fwd_walk_warpgroups=2,fwd_walk_pieces=1
+gpu_tests hcheck 180 "mosaic_forward and halves"
+PIECES=fwd_walk_warpgroups=1,fwd_walk_pieces=2
+run hverify 380 --shapes b2-L8192-h32-n256-g4 b8-L2048-h24-n256 b1-L16384-h24-n256 --torch --pallas-config $PIECES
+run hmore 250 --shapes b4-L4096-h64-n256-g8 b16-L1024-h16-n256 --torch --pallas-config $PIECES
+run hn128 250 --shapes 130m 2.7b long b4-L16384-h64-g8 b1-L16384-h24 --no-torch --pallas-config fwd_walk_warpgroups=2
+run hg8 300 --shapes b4-L4096-h64-n256-g8 --torch --profile --pallas-config checkpoint_every=0
+KEPT_SEGMENTS=fused_forward_max_l=0,two_level_states=1,fused_segments=1,state_segment=1024,two_level_backward=0
+run hkeep 150 --shapes b4-L4096-h64-n256-g8 --torch --pallas-config $KEPT_SEGMENTS
+run hkeep128 120 --shapes b8-L2048-h80 b8-L4096-h48 --no-torch --pallas-config $KEPT_SEGMENTS
 # one file back: this run's files (folders under $OUT are left as they are)
 files=$(cd "$OUT" && find . -maxdepth 1 -type f ! -name issue15-probe.tgz)
 (cd "$OUT" && tar czf /tmp/issue15-probe.tgz $files && rm -f $files && mv /tmp/issue15-probe.tgz .)

@@ -15,7 +15,13 @@ from pallas_kernels._checks import (
     check_seq_idx,
     check_shape,
 )
-from pallas_kernels._triton import gpu_compute_capability, gpu_has_wgmma, gpu_sm_count, interpret_mode
+from pallas_kernels._triton import (
+    gpu_compute_capability,
+    gpu_has_wgmma,
+    gpu_sm_count,
+    interpret_mode,
+    interpreter_threads,
+)
 from pallas_kernels.ssd import pallas, reference
 from pallas_kernels.ssd.block import ssd_dims
 from pallas_kernels.ssd.config import (
@@ -23,6 +29,7 @@ from pallas_kernels.ssd.config import (
     MAX_HEADDIM,
     PROGRAM_RESERVED_BYTES,
     SM_SHARED_BYTES,
+    WALK_WARPGROUPS,
     SsdConfig,
     default_config,
     keeping_states_every,
@@ -56,10 +63,15 @@ def pallas_config(
     batch: int, seqlen: int, nheads: int, headdim: int, dstate: int, dtype, ngroups: int = 1
 ) -> SsdConfig:
     """The tiling ``impl="pallas"`` uses when given no ``config``: ``default_config`` for these sizes, the inputs'
-    dtype, this GPU's SM count and whether it has Hopper's ``wgmma``."""
+    dtype, this GPU's SM count, whether it has Hopper's ``wgmma`` and, interpreted, the warpgroups a Mosaic walk
+    program can have with the interpreter's threads (``interpreter_threads``)."""
     itemsize = jnp.dtype(dtype).itemsize
+    warpgroups = min(WALK_WARPGROUPS, interpreter_threads() - 1) if interpret_mode() else WALK_WARPGROUPS
     return default_config(
-        batch, seqlen, nheads, headdim, dstate, itemsize, gpu_sm_count(), ngroups=ngroups, wgmma=gpu_has_wgmma()
+        *(batch, seqlen, nheads, headdim, dstate, itemsize, gpu_sm_count()),
+        ngroups=ngroups,
+        wgmma=gpu_has_wgmma(),
+        walk_warpgroups=warpgroups,
     )
 
 
@@ -278,6 +290,25 @@ def _check_pallas_supported(headdim: int, dstate: int, config: SsdConfig | None)
     if config is None or not config.fwd_mosaic:
         return
     pieces = config.fwd_walk_pieces
+    if config.fwd_walk_warpgroups > 1:
+        if pieces > 1:
+            raise ValueError(
+                f"SsdConfig.fwd_walk_warpgroups={config.fwd_walk_warpgroups} loads B and C in halves itself: set "
+                f"fwd_walk_pieces=1, got {pieces}"
+            )
+        if not walk_pieces_fit(dstate, config.fwd_walk_warpgroups):
+            raise ValueError(
+                f"SsdConfig.fwd_walk_warpgroups={config.fwd_walk_warpgroups} splits N (B.shape[3]) into halves of a "
+                f"multiple of 64 columns, got N={dstate}: use 1"
+            )
+        threads = interpreter_threads()
+        if interpret_mode() and threads <= config.fwd_walk_warpgroups:
+            raise ValueError(
+                f"SsdConfig.fwd_walk_warpgroups={config.fwd_walk_warpgroups} interpreted needs XLA's CPU pool of at "
+                f"least {config.fwd_walk_warpgroups + 1} threads (one a warpgroup and the program's), this process "
+                f"has {threads}: set PJRT_NPROC={config.fwd_walk_warpgroups + 1} or more before JAX starts, or use 1"
+            )
+        return
     if pieces > 1 and not walk_pieces_fit(dstate, pieces):
         raise ValueError(
             f"SsdConfig.fwd_walk_pieces={pieces} splits N (B.shape[3]) into pieces of a multiple of 64 columns, got "

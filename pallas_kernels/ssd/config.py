@@ -44,6 +44,8 @@ state passes, forward and backward, one- or two-level (``kernel_states_mosaic``;
 ``fwd_walk_pieces`` > 1 replaces that pipeline by a hand-made loop that keeps two blocks of x, z and the decay
 vectors in flight and one of B and C, in pieces of N's columns, each refilled once its products are done
 (``kernel_fwd_mosaic_pieces``): at N 256 two stages of all four take 211 KB and ran slower than one.
+``fwd_walk_warpgroups`` 2 holds the walk's state in halves of N on two warpgroups of a program, each loading its
+halves of B and C two blocks ahead (``kernel_fwd_mosaic_halves``): at N 256 one warpgroup's whole state spills.
 
 With ``shared_scores`` (the default) the forward's output and the backward's per-head kernel read each block's C·Bᵀ
 (T, T), float32, computed once per group by XLA (``block.block_scores``), instead of each program (head, head dims)
@@ -94,6 +96,7 @@ class SsdConfig:
     states_mosaic: bool = False  # the sequential state passes (both ways) on Mosaic GPU (``kernel_states_mosaic``)
     fwd_walk_stages: int = 2  # ... the forward's walk there: blocks whose inputs are in shared memory at once
     fwd_walk_pieces: int = 1  # ... > 1: its B and C in pieces of N's columns, a slot each, by a hand-made loop
+    fwd_walk_warpgroups: int = 1  # ... 2: its state in halves of N on two warpgroups, B and C two blocks ahead
 
     def validate(self) -> None:
         for name in ("block_l", "block_p", "state_block_p", "bwd_block_p", "rebuild_block_p"):
@@ -137,6 +140,8 @@ class SsdConfig:
                 raise ValueError(f"SsdConfig.{name} must be 0 or a power of two >= {MIN_DOT}, got {n!r}")
         if self.fwd_walk_pieces not in (1, 2, 4):
             raise ValueError(f"SsdConfig.fwd_walk_pieces must be 1, 2 or 4, got {self.fwd_walk_pieces!r}")
+        if self.fwd_walk_warpgroups not in (1, 2):
+            raise ValueError(f"SsdConfig.fwd_walk_warpgroups must be 1 or 2, got {self.fwd_walk_warpgroups!r}")
         if self.bwd_dbc_columns not in (64, 128):
             raise ValueError(f"SsdConfig.bwd_dbc_columns must be 64 or 128, got {self.bwd_dbc_columns!r}")
         for name in ("fused_forward_max_l", "persistent_programs", "bwd_persistent_programs"):
@@ -165,16 +170,23 @@ MOSAIC_DBC_MAX_HEADDIM = 64  # dB/dC on Mosaic GPU up to this P (one pipeline st
 SM_SHARED_BYTES = 228 * 1024  # Hopper: shared memory an SM shares among its programs, less 1 KB for each
 PROGRAM_RESERVED_BYTES = 1024  # ... the 1 KB each program's share loses
 PAIRED_WALK_SLOWDOWN = 1.85  # a Mosaic walk program's time with a second one on its SM (measured, next rules)
-WALK_PIECES = 2  # the Mosaic walk's B and C in this many pieces of N's columns past N = WIDE_TILE_MAX_DSTATE
+WALK_WARPGROUPS = 2  # the Mosaic walk's state in halves of N on this many warpgroups past N = WIDE_TILE_MAX_DSTATE
+WALK_PIECES = 2  # ... else (one warpgroup) its B and C in this many pieces of N's columns
 
 
-def walk_shared_bytes(dstate: int, stages: int, pieces: int = 1) -> int:
+def walk_shared_bytes(dstate: int, stages: int, pieces: int = 1, warpgroups: int = 1) -> int:
     """Shared memory of one Mosaic forward-walk program on 64 head dims (``kernel_fwd_mosaic``), with z and the
     pre-gate output kept: ``stages`` blocks' x, z, B, C and five decay vectors, then S, the staged update and the
     pre-gate output. With B and C in ``pieces`` > 1 (``kernel_fwd_mosaic_pieces``): two blocks' x, z and three decay
-    vectors, one block's B and C."""
+    vectors, one block's B and C. With the state in halves on two ``warpgroups`` (``kernel_fwd_mosaic_halves``): two
+    blocks' x, B, C and decay vectors, one of z, each warpgroup's staged update, the handed part of y, D; every
+    buffer in whole KB (Mosaic GPU aligns each to 1024 bytes)."""
     tile, two, four = 64, 2, 4  # positions and head dims; bytes of a 16-bit element, of a float32
     fixed = (tile * dstate + 2 * tile * tile) * two
+    if warpgroups > 1:
+        kb = 1024
+        vectors = 3 * -(-2 * tile * four // kb) * kb + kb  # three decay vectors, two blocks each; D
+        return 2 * 2 * tile * dstate * two + (2 + 1 + 2 + 1 + 1) * tile * tile * two + tile * dstate * two + vectors
     if pieces > 1:
         return 2 * (2 * tile * tile * two + 3 * tile * four) + 2 * tile * dstate * two + fixed
     per_stage = (2 * tile * tile + 2 * tile * dstate) * two + 5 * tile * four
@@ -224,8 +236,10 @@ def default_config(
     *,
     ngroups: int = 1,
     wgmma: bool = True,
+    walk_warpgroups: int = WALK_WARPGROUPS,
 ) -> SsdConfig:
-    """``SsdConfig()`` with nineteen rules for the shapes and the GPU:
+    """``SsdConfig()`` with nineteen rules for the shapes and the GPU (``walk_warpgroups``: the most warpgroups a
+    Mosaic walk program may have; Pallas's interpreter may lack the threads for two, ``api.pallas_config``):
 
     - the fused forward only where its programs (batch x heads x head-dim tiles) fill the GPU's ``sm_count``
       SMs: on an H100 (forward ms, fused / split, ``benchmarks/kernels/h100-2026-11-24-ssd-fused-vs-split*``) it
@@ -352,13 +366,17 @@ def default_config(
       segment) 3.047 against 2.775, 2.7b (320) 0.247 against 0.287; the slowdown is 130m's ratio (0.923 x 2 rounds),
       which puts the other two at 0.925 and 1.23. N 256 (one program an SM either way): B2 L8192 H32 G4 0.441
       against 0.421, B8 L2048 H24 0.360 against 0.321;
-    - past N = WIDE_TILE_MAX_DSTATE (N 256), the walk's B and C in WALK_PIECES pieces of N's columns by its
-      hand-made loop (``fwd_walk_pieces``, ``kernel_fwd_mosaic_pieces``). On an H200
-      (``benchmarks/kernels/h200-2026-11-28d-ssd-walk-pieces-verify``, ms forward / forward+backward, one stage
-      against two pieces): B2 L8192 H32 G4 0.421 / 1.574 against 0.401 / 1.704, B8 L2048 H24 0.316 / 1.191 against
-      0.286 / 1.151, B1 L16384 H24 0.326 / 1.519 against 0.314 / 1.502. The first shape's forward+backward lost 8%;
-      it stays over 2x mamba-ssm's (3.734 ms in that run), and the forwards gained 4-9%. Four pieces lost
-      everywhere (``...-pieces-first``); at N 128 two lost too (B4 L16384 H64 G8 1.540 against 1.778 forward)."""
+    - past N = WIDE_TILE_MAX_DSTATE (N 256), the walk's state in halves of N on WALK_WARPGROUPS warpgroups, each
+      with its halves of B and C two blocks ahead (``fwd_walk_warpgroups``, ``kernel_fwd_mosaic_halves``); where a
+      walk program may have one warpgroup (``walk_warpgroups``), its B and C in WALK_PIECES pieces of N's columns
+      by its hand-made loop instead (``fwd_walk_pieces``, ``kernel_fwd_mosaic_pieces``). On an H200
+      (``benchmarks/kernels/h200-2026-11-29b-ssd-walk-halves-verify`` and ``-more``, ms forward /
+      forward+backward, halves against two pieces, mamba-ssm in the same run): B2 L8192 H32 G4 0.316 / 1.464
+      against 0.415 / 1.722 (mamba-ssm 0.699 / 3.894), B8 L2048 H24 0.219 / 1.094 against 0.281 / 1.148, B1
+      L16384 H24 0.252 / 1.420 against 0.316 / 1.511, B4 L4096 H64 G8 0.418 / 3.554 against 0.534 / 3.554, B16
+      L1024 H16 0.123 / 0.695 against 0.165 / 0.762. At N 128 halves lost (``...-halves-n128``: 130m 0.196
+      against 0.147 forward, 2.7b 0.291 against 0.233, the long shape 3.462 against 2.684); two pieces had gained
+      4-9% over one stage at N 256 and lost at N 128 (``h200-2026-11-28d-ssd-walk-pieces-*``)."""
     wide_tiles = dstate <= WIDE_TILE_MAX_DSTATE
     # the forward's walk on Mosaic GPU where it covers these sizes (in 64s, 16-bit: its own check at the call)
     walk = wgmma and itemsize == 2 and all(size % 64 == 0 for size in (seqlen, headdim, dstate))
@@ -414,7 +432,9 @@ def default_config(
         segments = -(-seqlen // config.state_segment) if config.two_level_states and config.fused_segments else 1
         walk_programs = batch * nheads * (headdim // 64) * segments
         config = dataclasses.replace(config, fwd_walk_stages=walk_stages(walk_programs, dstate, sm_count))
-        if dstate > WIDE_TILE_MAX_DSTATE and walk_pieces_fit(dstate, WALK_PIECES):
+        if dstate > WIDE_TILE_MAX_DSTATE and walk_warpgroups >= WALK_WARPGROUPS and walk_pieces_fit(dstate, 2):
+            config = dataclasses.replace(config, fwd_walk_warpgroups=WALK_WARPGROUPS)
+        elif dstate > WIDE_TILE_MAX_DSTATE and walk_pieces_fit(dstate, WALK_PIECES):
             config = dataclasses.replace(config, fwd_walk_pieces=WALK_PIECES)
     saved = batch * blocks * nheads * headdim * dstate * itemsize
     return dataclasses.replace(config, checkpoint_every=every) if saved > KEEP_ALL_MAX_BYTES else config

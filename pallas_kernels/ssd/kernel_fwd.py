@@ -16,13 +16,15 @@ incoming state; ``SsdConfig.fused_segments`` then runs the fused walk once per s
 (``ssd_fwd_fused_segments``), instead of writing every block's state (``ssd_fwd_block_states``) for the output
 pass to read back.
 With ``SsdConfig.fwd_mosaic`` (the default on Hopper) both fused walks run on Mosaic GPU (``kernel_fwd_mosaic``)
-where it covers the shape, except a whole walk that keeps float32 states every few blocks for the backward.
+where it covers the shape; a whole walk that keeps float32 states every few blocks for the backward runs per segment
+of them there (the two-level state pass's segment states, then the Mosaic walk once per segment).
 Per block, on tensor cores: C·Bᵀ (T, T), masked decays, y = (C·Bᵀ ∘ decay ∘ dt) x plus the incoming state's term
 exp(cs) C·stateᵀ; the state update is a (block_p, T) x (T, Np) dot. Dot operands are in the input dtype (bf16 in
 training), accumulation float32; the stored states are in the dot dtype, as the dots read them. With z and saving
 for the backward, the output before the gate is stored too.
 """
 
+import dataclasses
 import functools
 
 import jax
@@ -55,8 +57,9 @@ _FLAGS = ("has_D", "has_z", "has_bias", "has_init", "has_seq", "has_scores")
 
 
 def _walk_loop(config) -> dict:
-    """The Mosaic walk's loop from ``config``: its pipeline depth, or the pieces of N it loads B and C by."""
-    return dict(stages=config.fwd_walk_stages, pieces=config.fwd_walk_pieces)
+    """The Mosaic walk's loop from ``config``: its pipeline depth, the pieces of N it loads B and C by, or its
+    state's halves on two warpgroups."""
+    return dict(stages=config.fwd_walk_stages, pieces=config.fwd_walk_pieces, warpgroups=config.fwd_walk_warpgroups)
 
 
 def _flags(dims: SsdDims) -> tuple[bool, ...]:
@@ -286,7 +289,14 @@ def ssd_forward(
     keep = save and dims.keep_blocks > 1
     mosaic = config.fwd_mosaic and mosaic_walk_supported(dims, x.dtype)
     whole_walk = dims.seqlen <= config.fused_forward_max_l
-    if whole_walk and mosaic and not keep:  # the Mosaic walk stores every block's state or none
+    if whole_walk and mosaic and keep:
+        # The Mosaic walk stores every block's state or none: to keep float32 states every few blocks it runs once per
+        # segment of them instead, from the two-level state pass's. On an H200 the Triton walk that keeps them took
+        # 1.11 of 3.53 ms forward+backward at B4 L4096 H64 N256 G8; asked for by config, this way took 2.13 against
+        # 2.50 ms at B8 L2048 H80 N128 (benchmarks/kernels/h200-2026-11-29b-ssd-kept-walk-*)
+        config = dataclasses.replace(config, two_level_states=True, fused_segments=True)
+        whole_walk = False
+    if whole_walk and mosaic:
         starts = None if initial_states is None else initial_states[:, None]
         walk = dict(segment_blocks=dims.nblocks, states=save, ypre=save, end=True, **_walk_loop(config))
         out, ypre, states, end = mosaic_walk(x, dt, A, B, C, D, z, dt_bias, starts, dims, **walk)

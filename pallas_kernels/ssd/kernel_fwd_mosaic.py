@@ -53,6 +53,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from pallas_kernels.ssd.block import SsdDims
+from pallas_kernels.ssd.kernel_fwd_mosaic_halves import halves_scratch, walk_in_halves
 from pallas_kernels.ssd.kernel_fwd_mosaic_pieces import piece_scratch, walk_by_pieces
 from pallas_kernels.ssd.mosaic import TILE, TRANSFORMS, block_cumsums, call_kernel, covers_tiles, products
 from pallas_kernels.ssd.mosaic_walk import STEPS_IN_FLIGHT, start_state, walk_blocks, walk_grid, walk_program
@@ -64,11 +65,20 @@ def mosaic_walk_supported(dims: SsdDims, dtype) -> bool:
 
 
 def ssd_fwd_walk_mosaic(
-    *refs, dims: SsdDims, parts: int, segment_blocks: int, has_start: bool, outs: tuple, stages: int, pieces: int
+    *refs,
+    dims: SsdDims,
+    parts: int,
+    segment_blocks: int,
+    has_start: bool,
+    outs: tuple,
+    stages: int,
+    pieces: int,
+    warpgroups: int,
 ):
     """One (batch row, segment, head, 64 head dims): the walk over the segment's blocks (module docstring), by
-    ``emit_pipeline`` (pieces 1) or with B and C in ``pieces`` of N's columns (``kernel_fwd_mosaic_pieces``).
-    ``outs`` names the outputs after ``out``, in order: "ypre", "states", "end"."""
+    ``emit_pipeline`` (pieces 1), with B and C in ``pieces`` of N's columns (``kernel_fwd_mosaic_pieces``), or with
+    the state in halves of N on two ``warpgroups`` (``kernel_fwd_mosaic_halves``). ``outs`` names the outputs after
+    ``out``, in order: "ypre", "states", "end"."""
     n_in = 6 + dims.has_D + dims.has_z + has_start
     ins, out_refs, scratch = refs[:n_in], refs[n_in : n_in + 1 + len(outs)], refs[n_in + 1 + len(outs) :]
     x_ref, B_ref, C_ref, dt_ref, cs_ref, last_ref, *opt = ins
@@ -79,20 +89,27 @@ def ssd_fwd_walk_mosaic(
     S_s, E_s, D_s, barrier, *rest = scratch
     Y_s = rest.pop(0) if "ypre" in named else None  # the pre-gate output's own tile (with z, when saved)
 
-    prog = walk_program(dims, parts, segment_blocks)
+    prog = walk_program(dims, parts, segment_blocks, warpgroups)
     b, h, p, n = prog.b, prog.h, prog.p, dims.dstate
-    width = n // pieces  # the state's columns in one piece
+    halves = warpgroups > 1
+    own = n // warpgroups  # the state's columns this warpgroup holds (in halves: those of its half, N / 2)
+    width = own // pieces  # ... in one piece
+    if halves:
+        S_s, E_s = S_s.at[prog.w], E_s.at[prog.w]  # its half's copy, its staged update
     f32, dtype = jnp.float32, x_ref.dtype
     wg = plgpu.Layout.WGMMA
     rows_v, cols_v = wg.reduce(1), wg.reduce(0)  # vectors over a tile's rows / columns
     on_rows = lambda v, width=TILE: lax.broadcast_in_dim(v, (TILE, width), [0])  # noqa: E731
     on_cols = lambda v: lax.broadcast_in_dim(v, (TILE, TILE), [1])  # noqa: E731
     first = prog.first
-    columns = [pl.ds(i * width, width) for i in range(pieces)]
+    columns = [pl.ds(i * width, width) for i in range(pieces)]  # of S_s (its half's, in halves)
 
     if D_ref is not None:
-        plgpu.copy_gmem_to_smem(D_ref.at[h, p], D_s.at[0], barrier.at[0])
-    S = [start_state(start_ref, prog, n, cols) for cols in columns]
+        if halves:  # copied once, read by both warpgroups
+            pl.when(prog.w == 0)(lambda: plgpu.copy_gmem_to_smem(D_ref.at[h, p], D_s.at[0], barrier.at[0]))
+        else:
+            plgpu.copy_gmem_to_smem(D_ref.at[h, p], D_s.at[0], barrier.at[0])
+    S = [start_state(start_ref, prog, n, pl.ds(prog.w * own + cols.start, width)) for cols in columns]
     for piece, cols in zip(S, columns, strict=True):
         S_s.at[:, cols][...] = piece.astype(dtype)
     plgpu.commit_smem()
@@ -101,16 +118,19 @@ def ssd_fwd_walk_mosaic(
         plgpu.barrier_wait(barrier.at[0])
         Dv = plgpu.load(D_s.at[0], layout=cols_v)
 
-    def block(k, x_s, z_s, vectors, piece_slot, release, S):
+    def block(k, x_s, z, vectors, piece_slot, release, S, combine=None):
         """One block (``k`` of the segment): S's copy stored; C·Bᵀ while E is staged; the state update and C Sᵀ, and
         W x as soon as W is formed in registers; y, S's copy for the next block, and the stores (module docstring).
-        ``vectors`` are the refs of dt, cs, cs_last (rows) and dt, cs (columns); ``piece_slot(i)`` gives piece i's
-        B and C tiles once they are in, ``release(i)`` says its products are done. Returns the state's pieces."""
+        ``vectors`` are the refs of dt, cs, cs_last (rows) and dt, cs (columns); ``z`` None, or (z's tile once it
+        is in, a call once it is read); ``piece_slot(i)`` gives piece i's B and C tiles once they are in,
+        ``release(i)`` says its products are done; ``combine(y, outputs)`` (in halves) sums the warpgroups' parts
+        of y and calls ``outputs`` on the whole. Returns the state's pieces."""
         k = first + k
         t = pl.ds(k * TILE, TILE)
         dt_s, cs_s, last_s, dt_cols_s, cs_cols_s = vectors
         if "states" in named:
-            plgpu.copy_smem_to_gmem(S_s, named["states"].at[b, k, h, p])
+            states = named["states"].at[b, k, h, p]
+            plgpu.copy_smem_to_gmem(S_s, states.at[:, pl.ds(prog.w * own, own)] if halves else states)
         dt_r, cs_r = plgpu.load(dt_s, layout=rows_v), plgpu.load(cs_s, layout=rows_v)
         last_r = plgpu.load(last_s, layout=rows_v)
 
@@ -161,32 +181,53 @@ def ssd_fwd_walk_mosaic(
         release(last)
         new.append(S_done)
         y = y + on_rows(jnp.exp(cs_r)) * CS
-        if D_ref is not None:
-            y = y + on_cols(Dv) * plgpu.load(x_s, layout=wg).astype(f32)
-        if Y_s is not None:
-            Y_s[...] = y.astype(dtype)
-        if z_s is not None:
-            z = plgpu.load(z_s, layout=wg).astype(f32)
-            y = y * z / (1.0 + jnp.exp(-z))
+
+        def copy_state():  # S's copy for the next block's C Sᵀ (and its stored state)
+            for piece, cols in zip(new, columns, strict=True):
+                S_s.at[:, cols][...] = piece.astype(dtype)
+
+        def outputs(y, with_state: bool):  # D x, the pre-gate output, the gate, out (and S's copy) stored
+            if D_ref is not None:
+                y = y + on_cols(Dv) * plgpu.load(x_s, layout=wg).astype(f32)
+            if Y_s is not None:
+                Y_s[...] = y.astype(dtype)
+            if z is not None:
+                z_tile, z_read = z
+                gate = plgpu.load(z_tile(), layout=wg).astype(f32)
+                z_read()
+                y = y * gate / (1.0 + jnp.exp(-gate))
+            if with_state:
+                plgpu.wait_smem_to_gmem(0, wait_read_only=True)  # the copy of S_s issued at the start has read it
+            E_s[...] = y.astype(dtype)  # the update has read E_s: out leaves from it, while the next block starts
+            if with_state:
+                copy_state()
+            plgpu.commit_smem()
+            if Y_s is not None:
+                plgpu.copy_smem_to_gmem(Y_s, named["ypre"].at[b, t, h, p])
+            plgpu.copy_smem_to_gmem(E_s, out_ref.at[b, t, h, p])
+
+        if combine is None:
+            outputs(y, with_state=True)
+            return new
         plgpu.wait_smem_to_gmem(0, wait_read_only=True)  # the copy of S_s issued at the start has read it
-        E_s[...] = y.astype(dtype)  # the update has read E_s: out leaves from it, while the next block starts
-        for piece, cols in zip(new, columns, strict=True):
-            S_s.at[:, cols][...] = piece.astype(dtype)
+        copy_state()
         plgpu.commit_smem()
-        if Y_s is not None:
-            plgpu.copy_smem_to_gmem(Y_s, named["ypre"].at[b, t, h, p])
-        plgpu.copy_smem_to_gmem(E_s, out_ref.at[b, t, h, p])
+        combine(y, lambda whole: outputs(whole, with_state=False))
         return new
 
+    inputs = dict(x=x_ref, B=B_ref, C=C_ref, dt=dt_ref, cs=cs_ref, last=last_ref, z=z_ref)
+    if halves:
+        walk_in_halves(inputs, rest, prog, block, S, named.get("end"))
+        return
     if pieces > 1:
-        inputs = dict(x=x_ref, B=B_ref, C=C_ref, dt=dt_ref, cs=cs_ref, last=last_ref, z=z_ref)
         walk_by_pieces(inputs, rest, prog, pieces, block, S, named.get("end"))
         return
 
     def step(indices, x_s, B_s, C_s, dt_s, dt_cols_s, cs_s, cs_cols_s, last_s, *rest):
         *z_s, S = rest
         vectors = (dt_s, cs_s, last_s, dt_cols_s, cs_cols_s)
-        return block(indices[0], x_s, z_s[0] if z_s else None, vectors, lambda i: (B_s, C_s), lambda i: None, [S])[0]
+        z = (lambda: z_s[0], lambda: None) if z_s else None
+        return block(indices[0], x_s, z, vectors, lambda i: (B_s, C_s), lambda i: None, [S])[0]
 
     def head_tile(ref):
         return ref.at[b, :, h], plgpu.BlockSpec((TILE, TILE), lambda j: (first + j, prog.part), transforms=TRANSFORMS)
@@ -221,6 +262,7 @@ def mosaic_walk(
     end: bool,
     stages: int = STEPS_IN_FLIGHT,
     pieces: int = 1,
+    warpgroups: int = 1,
 ):
     """The fused walk by the Mosaic GPU kernel over segments of ``segment_blocks`` blocks (all of them: one walk per
     sequence), each from ``starts`` (batch, segments, H, P, N) float32, or from zeros where None. Returns out
@@ -234,15 +276,19 @@ def mosaic_walk(
     parts, n, f32 = headdim // TILE, dims.dstate, jnp.float32
     segments = -(-dims.nblocks // segment_blocks)
     tile16 = lambda shape: plgpu.SMEM(shape, x.dtype, transforms=TRANSFORMS)  # noqa: E731
+    each = lambda shape: (warpgroups, *shape)[warpgroups == 1 :]  # noqa: E731  in halves, one a warpgroup
     scratch = [
-        tile16((TILE, n)),  # S in the dot dtype
-        tile16((TILE, TILE)),  # exp(cs_last - cs) ∘ X, then out
+        tile16(each((TILE, n // warpgroups))),  # S in the dot dtype (in halves, each warpgroup's half)
+        tile16(each((TILE, TILE))),  # exp(cs_last - cs) ∘ X, then out
         plgpu.SMEM((1, TILE), f32),  # D's head dims
         plgpu.Barrier(num_barriers=1),  # D's copy
     ]
     ypre = ypre and z is not None
     scratch += [tile16((TILE, TILE))] if ypre else []  # the pre-gate output
-    scratch += piece_scratch(n, x.dtype, pieces, z is not None) if pieces > 1 else []
+    if warpgroups > 1:
+        scratch += halves_scratch(n, x.dtype, z is not None)
+    elif pieces > 1:
+        scratch += piece_scratch(n, x.dtype, pieces, z is not None)
     names = [name for name, wanted in (("ypre", ypre), ("states", states), ("end", end)) if wanted]
     shapes = {
         "ypre": jax.ShapeDtypeStruct(x.shape, x.dtype),
@@ -261,11 +307,12 @@ def mosaic_walk(
             outs=tuple(names),
             stages=stages,
             pieces=pieces,
+            warpgroups=warpgroups,
         ),
         inputs,
         out_type=[jax.ShapeDtypeStruct(x.shape, x.dtype)] + [shapes[name] for name in names],
         scratch=scratch,
-        **walk_grid(nheads * parts, segments, batch),
+        **walk_grid(nheads * parts, segments, batch, warpgroups),
         name="ssd_fwd_fused" if segments == 1 else "ssd_fwd_fused_segments",
         dims=dims,
     )

@@ -52,10 +52,11 @@ def piece_scratch(dstate: int, dtype, pieces: int, has_z: bool) -> list:
 
 def walk_by_pieces(inputs: dict, scratch: list, prog: WalkProgram, pieces: int, block, state: list, end_ref) -> None:
     """``block`` over the segment's blocks, the loop of the module docstring. ``inputs``: the global x, B, C, dt, cs,
-    last and z (or None) of ``kernel_fwd_mosaic``; ``scratch``: ``piece_scratch``'s. ``block(k, x_s, z_s, vectors,
-    piece_slot, release, state)`` is the k-th block of the segment; it takes piece i's B and C tiles from
-    ``piece_slot(i)``, calls ``release(i)`` once their products are done and returns the state's pieces, (64,
-    N / pieces) float32 each. The end state goes to ``end_ref`` (batch, segments, H, P, N) float32 if given."""
+    last and z (or None) of ``kernel_fwd_mosaic``; ``scratch``: ``piece_scratch``'s. ``block(k, x_s, z, vectors,
+    piece_slot, release, state)`` is the k-th block of the segment; it takes z's tile from ``z[0]()`` (z None
+    without z), piece i's B and C tiles from ``piece_slot(i)``, calls ``release(i)`` once their products are done
+    and returns the state's pieces, (64, N / pieces) float32 each. The end state goes to ``end_ref`` (batch,
+    segments, H, P, N) float32 if given."""
     z_ref = inputs["z"]
     x_s, *rest = scratch
     z_s = rest.pop(0) if z_ref is not None else None
@@ -99,7 +100,7 @@ def walk_by_pieces(inputs: dict, scratch: list, prog: WalkProgram, pieces: int, 
 
         dt, cs, last = (vector_s.at[slot] for vector_s in v_s)
         vectors = (dt, cs, last, dt, cs)  # rows, then columns
-        z = z_s.at[slot] if z_ref is not None else None
+        z = (lambda: z_s.at[slot], lambda: None) if z_ref is not None else None
         state = block(k, x_s.at[slot], z, vectors, piece_slot, release, state)
         pl.when(k + ROW_SLOTS < steps)(lambda: fetch_rows(k + ROW_SLOTS, slot))  # its reads end in the block's fence
         return state

@@ -34,9 +34,21 @@ def covers_tiles(dims: SsdDims, dtype) -> bool:
     )
 
 
-def call_kernel(body, inputs: list, *, out_type, scratch: list, grid: tuple, grid_names: tuple, name: str, dims):
+def call_kernel(
+    body,
+    inputs: list,
+    *,
+    out_type,
+    scratch: list,
+    grid: tuple,
+    grid_names: tuple,
+    name: str,
+    dims,
+    threads: tuple[int, str] | None = None,
+):
     """``body`` as a Mosaic GPU kernel with fast approximate math, named ``name`` (the profiler shows it with
-    "_mosaic_gpu_kernel" appended), on ``inputs``; in Pallas's GPU interpreter where ``dims.interpret``."""
+    "_mosaic_gpu_kernel" appended), on ``inputs``; in Pallas's GPU interpreter where ``dims.interpret``.
+    ``threads`` (count, axis name): that many warpgroups a program, else one."""
     kernel = plgpu.kernel(
         body,
         out_type=out_type,
@@ -45,6 +57,7 @@ def call_kernel(body, inputs: list, *, out_type, scratch: list, grid: tuple, gri
         grid_names=grid_names,
         kernel_name=name,
         compiler_params=plgpu.CompilerParams(approx_math=True),
+        **({} if threads is None else {"num_threads": threads[0], "thread_name": threads[1]}),
     )
     with plgpu.force_gpu_interpret_mode(plgpu.InterpretGPUParams() if dims.interpret else None):
         return kernel(*inputs)

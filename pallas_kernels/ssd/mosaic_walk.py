@@ -17,8 +17,9 @@ STEPS_IN_FLIGHT = 2  # pipeline stages: the next block's copies in flight while 
 
 
 class WalkProgram(NamedTuple):
-    """One walk program: batch row b, segment s, head h of group g, its part-th 64 head dims p (a slice), and its
-    segment's first block and number of blocks (traced where the last segment is shorter)."""
+    """One walk program: batch row b, segment s, head h of group g, its part-th 64 head dims p (a slice), its
+    segment's first block and number of blocks (traced where the last segment is shorter), and, in a program of
+    several warpgroups, this one's index w."""
 
     b: jax.Array
     s: jax.Array
@@ -28,22 +29,28 @@ class WalkProgram(NamedTuple):
     p: pl.Slice
     first: jax.Array
     steps: jax.Array | int
+    w: jax.Array | int = 0
 
 
-def walk_grid(head_parts: int, segments: int, batch: int) -> dict:
+WARPGROUP_AXIS = "wg"  # the thread axis of a walk on several warpgroups
+
+
+def walk_grid(head_parts: int, segments: int, batch: int, warpgroups: int = 1) -> dict:
     """The walks' grid (heads x 64-dim parts, segments, batch) and its axis names, which ``walk_program`` reads:
-    ``call_kernel``'s ``grid`` and ``grid_names``."""
-    return {"grid": (head_parts, segments, batch), "grid_names": ("hp", "segment", "batch")}
+    ``call_kernel``'s ``grid``, ``grid_names`` and, for ``warpgroups`` > 1, ``threads``."""
+    grid = {"grid": (head_parts, segments, batch), "grid_names": ("hp", "segment", "batch")}
+    return grid | ({"threads": (warpgroups, WARPGROUP_AXIS)} if warpgroups > 1 else {})
 
 
-def walk_program(dims: SsdDims, parts: int, segment_blocks: int) -> WalkProgram:
-    """This program's place on ``walk_grid``'s grid."""
+def walk_program(dims: SsdDims, parts: int, segment_blocks: int, warpgroups: int = 1) -> WalkProgram:
+    """This program's place on ``walk_grid``'s grid (and this warpgroup's, for ``warpgroups`` > 1)."""
     hp, s, b = lax.axis_index("hp"), lax.axis_index("segment"), lax.axis_index("batch")
+    w = lax.axis_index(WARPGROUP_AXIS) if warpgroups > 1 else 0
     h, part = hp // parts, hp % parts
     first = s * segment_blocks
     # the last segment may be shorter: a dynamic step count, read by emit_pipeline as such
     steps = segment_blocks if dims.nblocks % segment_blocks == 0 else jnp.minimum(segment_blocks, dims.nblocks - first)
-    return WalkProgram(b, s, h, h // dims.heads_per_group, part, pl.ds(part * TILE, TILE), first, steps)
+    return WalkProgram(b, s, h, h // dims.heads_per_group, part, pl.ds(part * TILE, TILE), first, steps, w)
 
 
 def start_state(start_ref, prog: WalkProgram, dstate: int, cols: pl.Slice | None = None) -> jax.Array:

@@ -81,9 +81,14 @@ MOSAIC_SEGMENTS = dataclasses.replace(
     MOSAIC_FORWARD, fused_forward_max_l=0, two_level_states=True, state_segment=128, fused_segments=True
 )
 MOSAIC_SEGMENTS_KEPT = dataclasses.replace(MOSAIC_SEGMENTS, checkpoint_every=128, fwd_walk_stages=1)
+# ... a whole walk keeping float32 states every 2 blocks: per segment of them, as MOSAIC_SEGMENTS_KEPT's forward
+MOSAIC_FORWARD_KEPT = dataclasses.replace(MOSAIC_FORWARD, checkpoint_every=128)
 # ... the walk's B and C in two pieces of N's columns, by its hand-made loop (whole, per segment)
 MOSAIC_FORWARD_PIECES = dataclasses.replace(MOSAIC_FORWARD, fwd_walk_pieces=2)
 MOSAIC_SEGMENTS_PIECES = dataclasses.replace(MOSAIC_SEGMENTS, fwd_walk_pieces=2)
+# ... the walk's state in halves of N on two warpgroups, B and C two blocks ahead (whole, per segment)
+MOSAIC_FORWARD_HALVES = dataclasses.replace(MOSAIC_FORWARD, fwd_walk_warpgroups=2)
+MOSAIC_SEGMENTS_HALVES = dataclasses.replace(MOSAIC_SEGMENTS, fwd_walk_warpgroups=2)
 OWN_SCORES_STATE_CHUNKS = split(block_l=32, bwd_state_chunk=16, bwd_block_p=16, shared_scores=False)
 
 CASES = [  # batch, L, H, P, N, G, chunk, dtype, D, z, init, seq_idx, softplus, dt_limit, config
@@ -233,7 +238,10 @@ CASES = [  # batch, L, H, P, N, G, chunk, dtype, D, z, init, seq_idx, softplus, 
     # at N 256, no D, no softplus), per segment (5 blocks in segments of 2, 2 and 1: the last walk shorter, both ways;
     # two 64-dim parts per head, N 128, fp16, dt_limit, every block's state stored) and per segment with kept float32
     # states (the backward's rebuild; one stage). The N 256 case and the per-segment one load B and C in two pieces
-    # of N's columns by the walk's hand-made loop (``fwd_walk_pieces``), the others by ``emit_pipeline``.
+    # of N's columns by the walk's hand-made loop (``fwd_walk_pieces``), the others by ``emit_pipeline``. The
+    # halves cases hold the state in halves of N on two warpgroups (``fwd_walk_warpgroups``): whole over 4 blocks at
+    # N 256 (every slot refilled; D per head dim, z), per segment at N 128 (P 128, fp16, no z). A whole walk keeping
+    # float32 states every 2 of its 3 blocks runs per segment of them, from an initial state.
     pytest.param(
         *(2, 192, 4, 64, 64, 2, 64, jnp.bfloat16, "HP", True, True, False, True, (0.0, INF), MOSAIC_FORWARD),
         id="mosaic-forward",
@@ -248,8 +256,20 @@ CASES = [  # batch, L, H, P, N, G, chunk, dtype, D, z, init, seq_idx, softplus, 
         id="mosaic-segments",
     ),
     pytest.param(
+        *(1, 256, 2, 64, 256, 1, 64, jnp.bfloat16, "HP", True, True, False, True, (0.0, INF), MOSAIC_FORWARD_HALVES),
+        id="mosaic-forward-halves",
+    ),
+    pytest.param(
+        *(1, 320, 2, 128, 128, 1, 64, jnp.float16, "H", False, True, False, True, (0.0, 0.05), MOSAIC_SEGMENTS_HALVES),
+        id="mosaic-segments-halves",
+    ),
+    pytest.param(
         *(2, 320, 4, 64, 64, 2, 64, jnp.bfloat16, "HP", True, True, False, True, (0.0, INF), MOSAIC_SEGMENTS_KEPT),
         id="mosaic-segments-kept",
+    ),
+    pytest.param(
+        *(1, 192, 2, 64, 64, 1, 64, jnp.bfloat16, "H", True, True, False, True, (0.0, INF), MOSAIC_FORWARD_KEPT),
+        id="mosaic-forward-kept",
     ),
     pytest.param(
         1, 100, 2, 64, 64, 1, 64, jnp.bfloat16, "H", True, True, False, True, (0.0, INF), MOSAIC, id="mosaic-l100"
@@ -585,17 +605,24 @@ def test_default_config_walks_the_forward_on_one_stage_where_two_programs_then_s
     assert walk_shared_bytes(256, 2) < SM_SHARED_BYTES  # one program fits at every N the walk covers
 
 
-def test_default_config_loads_the_walks_b_and_c_in_two_pieces_at_n_256():
-    """Measured on an H200 (benchmarks/kernels/h200-2026-11-28d-ssd-walk-pieces-*): two pieces won the forward at three
-    N 256 shapes, lost at N 128 (B4 L16384 H64 G8); N 192 has no pieces of 64-column multiples."""
-    from pallas_kernels.ssd.config import SM_SHARED_BYTES, default_config, walk_shared_bytes
+def test_default_config_holds_the_walks_state_in_halves_on_two_warpgroups_at_n_256():
+    """Measured on an H200 (benchmarks/kernels/h200-2026-11-29b-ssd-walk-halves-*): the state in halves on two
+    warpgroups won the forward at three N 256 shapes against B and C in two pieces, which stay where a walk program
+    may have one warpgroup (the interpreter short of threads); N 192 has no halves of 64-column multiples."""
+    from pallas_kernels.ssd.config import PROGRAM_RESERVED_BYTES, SM_SHARED_BYTES, default_config, walk_shared_bytes
 
-    pieces = lambda *shape, groups=1: default_config(*shape, 2, ngroups=groups).fwd_walk_pieces  # noqa: E731
-    assert pieces(2, 8192, 32, 64, 256, groups=4) == pieces(8, 2048, 24, 64, 256) == pieces(1, 16384, 24, 64, 256) == 2
-    assert pieces(8, 2048, 24, 64, 128) == pieces(4, 16384, 64, 64, 128, groups=8) == pieces(8, 2048, 24, 64, 192) == 1
-    assert default_config(8, 2048, 24, 64, 256, 2, wgmma=False).fwd_walk_pieces == 1  # no Mosaic walk
+    def walk(*shape, groups=1, warpgroups=2):
+        config = default_config(*shape, 2, ngroups=groups, walk_warpgroups=warpgroups)
+        return config.fwd_walk_warpgroups, config.fwd_walk_pieces
+
+    assert walk(2, 8192, 32, 64, 256, groups=4) == walk(8, 2048, 24, 64, 256) == walk(1, 16384, 24, 64, 256) == (2, 1)
+    assert walk(2, 8192, 32, 64, 256, groups=4, warpgroups=1) == walk(8, 2048, 24, 64, 256, warpgroups=1) == (1, 2)
+    assert walk(8, 2048, 24, 64, 128) == walk(4, 16384, 64, 64, 128, groups=8) == walk(8, 2048, 24, 64, 192) == (1, 1)
+    assert default_config(8, 2048, 24, 64, 256, 2, wgmma=False).fwd_walk_warpgroups == 1  # no Mosaic walk
     # two blocks of x and z beside one of B and C: less than two stages of all four, more than one
     assert walk_shared_bytes(256, 1) < walk_shared_bytes(256, 1, 2) < walk_shared_bytes(256, 2) < SM_SHARED_BYTES
+    # the state in halves on two warpgroups: two blocks of B and C, and still one program an SM at N 256
+    assert walk_shared_bytes(256, 2) < walk_shared_bytes(256, 1, 1, 2) < SM_SHARED_BYTES - PROGRAM_RESERVED_BYTES
 
 
 def test_default_config_takes_a_groups_heads_in_one_dbc_program_where_blocks_and_groups_fill_the_gpu():
@@ -666,9 +693,9 @@ def test_the_backward_runs_the_mosaic_gpu_kernels_only_where_they_cover_the_shap
 
 def test_the_forward_walks_on_mosaic_gpu_only_where_it_covers_the_shape(rng, monkeypatch):
     """``fwd_mosaic`` sends the fused walks (whole, per segment) of a covered shape to ``mosaic_walk``, and the rest
-    to the Triton kernels: seq_idx, a partial last block, and a whole walk that keeps float32 states every few blocks
-    (the Mosaic walk stores every block's or none). Outputs and final states agree with the oracle either way (the
-    cases ``mosaic-forward*`` and ``mosaic-segments*`` above: here, that they are finite)."""
+    to the Triton kernels: seq_idx, a partial last block. A whole walk that keeps float32 states every few blocks
+    runs per segment of them (the Mosaic walk stores every block's or none). Outputs and final states agree with the
+    oracle either way (the cases ``mosaic-forward*`` and ``mosaic-segments*`` above: here, that they are finite)."""
     from pallas_kernels.ssd import kernel_fwd
 
     jax.clear_caches()  # traced afresh: a call cached by an earlier test (pallas.py's jit) would record nothing
@@ -681,7 +708,7 @@ def test_the_forward_walks_on_mosaic_gpu_only_where_it_covers_the_shape(rng, mon
         (False, 320, MOSAIC_SEGMENTS_KEPT, [2]),
         (True, 192, MOSAIC_FORWARD, []),
         (False, 100, MOSAIC_FORWARD, []),
-        (False, 192, dataclasses.replace(MOSAIC_FORWARD, checkpoint_every=128), []),
+        (False, 192, MOSAIC_FORWARD_KEPT, [2]),
         (False, 192, MOSAIC, []),
     ]
     for seq, seqlen, config, expected in runs:
@@ -840,6 +867,22 @@ def test_bf16_inputs_keep_their_dtypes_mixed_with_float32_b(rng):
     assert_close("dB", grads["B"], ref_grads["B"], jnp.bfloat16)
 
 
+def test_pallas_refuses_two_walk_warpgroups_interpreted_without_a_thread_each(monkeypatch):
+    """The interpreter needs a CPU thread for each of a program's warpgroups beside the program's own
+    (``interpreter_threads``): with fewer it would hang, so it is refused up front, and the default config keeps one."""
+    from pallas_kernels.ssd.api import pallas_config
+
+    monkeypatch.setenv("PJRT_NPROC", "2")
+    x, B = jnp.zeros((1, 64, 2, 64)), jnp.zeros((1, 64, 1, 256))
+    config = SsdConfig(fwd_mosaic=True, fwd_walk_warpgroups=2)
+    message = r"fwd_walk_warpgroups=2 interpreted needs XLA's CPU pool of at least 3 threads .* this process has 2"
+    with pytest.raises(ValueError, match=message):
+        mamba_chunk_scan_combined(x, jnp.zeros((1, 64, 2)), -jnp.ones(2), B, B, 64, impl="pallas", config=config)
+    assert pallas_config(2, 8192, 32, 64, 256, jnp.bfloat16, ngroups=4).fwd_walk_warpgroups == 1
+    monkeypatch.setenv("PJRT_NPROC", "3")
+    assert pallas_config(2, 8192, 32, 64, 256, jnp.bfloat16, ngroups=4).fwd_walk_warpgroups == 2
+
+
 @pytest.mark.parametrize(
     "change,message",
     [
@@ -865,6 +908,15 @@ def test_bf16_inputs_keep_their_dtypes_mixed_with_float32_b(rng):
         (
             {"dstate": 64, "config": SsdConfig(fwd_mosaic=True, fwd_walk_pieces=2)},
             r"fwd_walk_pieces=2 splits N \(B.shape\[3\]\) into pieces of a multiple of 64 columns, got N=64",
+        ),
+        ({"config": SsdConfig(fwd_walk_warpgroups=3)}, "SsdConfig.fwd_walk_warpgroups must be 1 or 2, got 3"),
+        (
+            {"dstate": 64, "config": SsdConfig(fwd_mosaic=True, fwd_walk_warpgroups=2)},
+            r"fwd_walk_warpgroups=2 splits N \(B.shape\[3\]\) into halves of a multiple of 64 columns, got N=64",
+        ),
+        (
+            {"dstate": 256, "config": SsdConfig(fwd_mosaic=True, fwd_walk_warpgroups=2, fwd_walk_pieces=2)},
+            "fwd_walk_warpgroups=2 loads B and C in halves itself: set fwd_walk_pieces=1, got 2",
         ),
         ({"checkpoint_every": 100}, "checkpoint_every must be None, 0 or a multiple of 64 > 0, got 100"),
         ({"checkpoint_every": 128, "config": SsdConfig()}, "pass either config or checkpoint_every"),
