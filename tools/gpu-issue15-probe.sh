@@ -140,7 +140,11 @@
 #   hkeep: there, beside mamba-ssm, the default against the forward's Mosaic walk per segment of the kept states'
 #          1024 positions (two-level, the backward one-level) where the whole walk keeps float32 states (which the
 #          Mosaic walk does not: the Triton walk ran); hkeep128: the same at two N 128 shapes that keep them (B8 L2048
-#          H80, B8 L4096 H48), no mamba-ssm
+#          H80, B8 L4096 H48), no mamba-ssm (hkeep printed nothing: on a fresh machine mamba-ssm's first call took all
+#          of its 150 s; hkeep128 was cut at 120 s during B8 L4096 H48's second variant)
+#   (then a whole Mosaic walk that keeps float32 states ran per segment of them in the package, not by config)
+#   hkept: beside mamba-ssm, the default (that walk per segment) against every block's state kept (checkpoint_every=0)
+#          at B4 L4096 H64 N256 G8 and B8 L2048 H80
 set -u
 export PYTHONPATH=. PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 bash tools/gpu-parity.sh /tmp/p .sdist unpack > "$OUT/unpack.log" 2>&1 || { tail "$OUT/unpack.log"; exit 1; }
@@ -289,6 +293,7 @@ run hg8 300 --shapes b4-L4096-h64-n256-g8 --torch --profile --pallas-config chec
 KEPT_SEGMENTS=fused_forward_max_l=0,two_level_states=1,fused_segments=1,state_segment=1024,two_level_backward=0
 run hkeep 150 --shapes b4-L4096-h64-n256-g8 --torch --pallas-config $KEPT_SEGMENTS
 run hkeep128 120 --shapes b8-L2048-h80 b8-L4096-h48 --no-torch --pallas-config $KEPT_SEGMENTS
+run hkept 400 --shapes b4-L4096-h64-n256-g8 b8-L2048-h80 --torch --profile --pallas-config checkpoint_every=0
 # one file back: this run's files (folders under $OUT are left as they are)
 files=$(cd "$OUT" && find . -maxdepth 1 -type f ! -name issue15-probe.tgz)
 (cd "$OUT" && tar czf /tmp/issue15-probe.tgz $files && rm -f $files && mv /tmp/issue15-probe.tgz .)

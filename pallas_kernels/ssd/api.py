@@ -301,8 +301,8 @@ def _check_pallas_supported(headdim: int, dstate: int, config: SsdConfig | None)
                 f"SsdConfig.fwd_walk_warpgroups={config.fwd_walk_warpgroups} splits N (B.shape[3]) into halves of a "
                 f"multiple of 64 columns, got N={dstate}: use 1"
             )
-        threads = interpreter_threads()
-        if interpret_mode() and threads <= config.fwd_walk_warpgroups:
+        threads = interpreter_threads() if interpret_mode() else None
+        if threads is not None and threads <= config.fwd_walk_warpgroups:
             raise ValueError(
                 f"SsdConfig.fwd_walk_warpgroups={config.fwd_walk_warpgroups} interpreted needs XLA's CPU pool of at "
                 f"least {config.fwd_walk_warpgroups + 1} threads (one a warpgroup and the program's), this process "
