@@ -35,12 +35,14 @@ MOSAIC_FORWARD = cpu.MOSAIC_FORWARD  # ... and the forward's walk, whole
 MOSAIC_FORWARD_ONE_STAGE = cpu.MOSAIC_FORWARD_ONE_STAGE  # ... on one pipeline stage
 MOSAIC_SEGMENTS = cpu.MOSAIC_SEGMENTS  # ... per segment of 2 blocks, every block's state stored
 MOSAIC_SEGMENTS_KEPT = cpu.MOSAIC_SEGMENTS_KEPT  # ... float32 states kept every 2 blocks, one stage
+MOSAIC_FORWARD_KEPT = cpu.MOSAIC_FORWARD_KEPT  # ... a whole walk keeping them: run per segment of 2 blocks
 MOSAIC_FORWARD_PIECES = cpu.MOSAIC_FORWARD_PIECES  # ... whole, B and C in two pieces of N's columns
 MOSAIC_SEGMENTS_PIECES = cpu.MOSAIC_SEGMENTS_PIECES  # ... per segment of 2 blocks, in two pieces
 MOSAIC_SEGMENTS_FOUR_PIECES = dataclasses.replace(MOSAIC_SEGMENTS_PIECES, fwd_walk_pieces=4)
 MOSAIC_FORWARD_HALVES = cpu.MOSAIC_FORWARD_HALVES  # ... whole, the state in halves of N on two warpgroups
 MOSAIC_SEGMENTS_HALVES = cpu.MOSAIC_SEGMENTS_HALVES  # ... per segment of 2 blocks, in halves
 MOSAIC_LONG_SEGMENTS_HALVES = dataclasses.replace(MOSAIC_SEGMENTS_HALVES, state_segment=256)  # ... of 4 blocks
+MOSAIC_FORWARD_HALVES_KEPT = dataclasses.replace(MOSAIC_FORWARD_HALVES, checkpoint_every=128)  # ... keeping states
 
 
 @pytest.mark.parametrize(
@@ -114,6 +116,7 @@ def test_mosaic_kernels_match_oracle_on_gpu(rng, batch, seqlen, nheads, headdim,
         (2, 320, 6, 64, 64, 3, jnp.bfloat16, "HP", True, MOSAIC_SEGMENTS),
         (1, 256, 4, 128, 128, 2, jnp.float16, "H", True, MOSAIC_SEGMENTS),
         (1, 320, 4, 64, 256, 2, jnp.bfloat16, "H", True, MOSAIC_SEGMENTS_KEPT),
+        pytest.param(2, 320, 6, 64, 64, 3, jnp.bfloat16, "HP", True, MOSAIC_FORWARD_KEPT, id="forward-kept"),
         pytest.param(1, 128, 4, 64, 256, 1, jnp.bfloat16, None, True, MOSAIC_FORWARD_PIECES, id="n256-pieces"),
         pytest.param(2, 320, 6, 64, 128, 3, jnp.bfloat16, "HP", True, MOSAIC_SEGMENTS_PIECES, id="segments-pieces"),
         pytest.param(1, 320, 4, 64, 256, 2, jnp.bfloat16, "H", True, MOSAIC_SEGMENTS_PIECES, id="n256-segments-pieces"),
@@ -123,14 +126,16 @@ def test_mosaic_kernels_match_oracle_on_gpu(rng, batch, seqlen, nheads, headdim,
         pytest.param(
             1, 640, 4, 128, 128, 2, jnp.float16, "H", False, MOSAIC_LONG_SEGMENTS_HALVES, id="p128-halves-segments"
         ),
+        pytest.param(1, 448, 4, 64, 256, 2, jnp.bfloat16, "H", True, MOSAIC_FORWARD_HALVES_KEPT, id="n256-halves-kept"),
     ],
 )
 def test_mosaic_forward_matches_oracle_on_gpu(rng, batch, seqlen, nheads, headdim, dstate, groups, dtype, D, z, config):
     """The forward's walk and the state passes on Mosaic GPU, compiled, with both Mosaic backward kernels: whole (one
     walk a sequence) and per segment of 2 blocks (5 blocks: the last walk one block), every block's state stored or
-    float32 states kept; groups of 1-3 heads, P 64 and 128, N 64-256, with and without z and D, from an initial
-    state; B and C by ``emit_pipeline`` or in two or four pieces of N's columns; the state in halves of N on two
-    warpgroups (whole, per segment of 2 and 4 blocks)."""
+    float32 states kept (a whole walk that keeps them runs per segment of them); groups of 1-3 heads, P 64 and 128,
+    N 64-256, with and without z and D, from an initial state; B and C by ``emit_pipeline`` or in two or four pieces
+    of N's columns; the state in halves of N on two warpgroups (whole, per segment of 2 and 4 blocks, keeping
+    states)."""
     test_mosaic_kernels_match_oracle_on_gpu(rng, batch, seqlen, nheads, headdim, dstate, groups, dtype, D, z, config)
 
 
