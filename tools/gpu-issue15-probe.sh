@@ -145,6 +145,15 @@
 #   (then a whole Mosaic walk that keeps float32 states ran per segment of them in the package, not by config)
 #   hkept: beside mamba-ssm, the default (that walk per segment) against every block's state kept (checkpoint_every=0)
 #          at B4 L4096 H64 N256 G8 and B8 L2048 H80
+#   kcheck: the compiled oracle tests of a whole walk keeping float32 states (pytest -m gpu -k "mosaic_forward and kept")
+# Thirty-second round (the long shape's state passes now on Mosaic GPU; the N 256 forward's segments):
+#   lone: the long shape, no mamba-ssm, with the profiler: the default against the backward's state-gradient pass
+#         one-level, every block's state kept, both, and segments of 1024
+#   nseg: B2 L8192 H32 N256 G4, no mamba-ssm: the default (segments of 1024) against segments of 512 and 2048
+#   (then the default's backward one-level where the Mosaic passes have 0.9 x the SMs' worth of 64-dim heads)
+#   lverify: beside mamba-ssm, the long shape: the default against every block's state kept
+#   lother: no mamba-ssm, the default against the two-level backward at B8 L16384 H24 and B2 L16384 H64 (192 and 128
+#           64-dim heads); at N 256, segments of 2048 at B2 L8192 H32 G4 and B1 L16384 H24
 set -u
 export PYTHONPATH=. PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 bash tools/gpu-parity.sh /tmp/p .sdist unpack > "$OUT/unpack.log" 2>&1 || { tail "$OUT/unpack.log"; exit 1; }
@@ -166,6 +175,8 @@ EXTRA_SHAPES=(
     --shape b16-L1024-h16-n256=16,1024,16,64,256,1,256
     --shape b8-L2048-h80=8,2048,80,64,128,1,256
     --shape b8-L4096-h48=8,4096,48,64,128,1,256
+    --shape b8-L16384-h24=8,16384,24,64,128,1,256
+    --shape b2-L16384-h64=2,16384,64,64,128,1,256
 )
 wanted=" $* "
 run() {
@@ -285,6 +296,7 @@ run rfirst 150 --shapes b2-L8192-h32-n256-g4 b8-L2048-h24-n256 b1-L16384-h24-n25
 gpu_tests rcheck 170 "mosaic_forward and halves"
 run rverify 95 --shapes b2-L8192-h32-n256-g4 --torch --pallas-config fwd_walk_warpgroups=2,fwd_walk_pieces=1
 gpu_tests hcheck 180 "mosaic_forward and halves"
+gpu_tests kcheck 150 "mosaic_forward and kept"
 PIECES=fwd_walk_warpgroups=1,fwd_walk_pieces=2
 run hverify 380 --shapes b2-L8192-h32-n256-g4 b8-L2048-h24-n256 b1-L16384-h24-n256 --torch --pallas-config $PIECES
 run hmore 250 --shapes b4-L4096-h64-n256-g8 b16-L1024-h16-n256 --torch --pallas-config $PIECES
@@ -294,6 +306,13 @@ KEPT_SEGMENTS=fused_forward_max_l=0,two_level_states=1,fused_segments=1,state_se
 run hkeep 150 --shapes b4-L4096-h64-n256-g8 --torch --pallas-config $KEPT_SEGMENTS
 run hkeep128 120 --shapes b8-L2048-h80 b8-L4096-h48 --no-torch --pallas-config $KEPT_SEGMENTS
 run hkept 400 --shapes b4-L4096-h64-n256-g8 b8-L2048-h80 --torch --profile --pallas-config checkpoint_every=0
+run lone 330 --shapes long --no-torch --profile --pallas-config two_level_backward=0 --pallas-config checkpoint_every=0 \
+    --pallas-config two_level_backward=0,checkpoint_every=0 --pallas-config state_segment=1024,checkpoint_every=1024
+run nseg 150 --shapes b2-L8192-h32-n256-g4 --no-torch --pallas-config state_segment=512 \
+    --pallas-config state_segment=2048
+run lverify 360 --shapes long --torch --pallas-config checkpoint_every=0
+run lother 90 --shapes b8-L16384-h24 b2-L16384-h64 --no-torch --pallas-config two_level_backward=1
+run lseg 80 --shapes b2-L8192-h32-n256-g4 b1-L16384-h24-n256 --no-torch --pallas-config state_segment=2048
 # one file back: this run's files (folders under $OUT are left as they are)
 files=$(cd "$OUT" && find . -maxdepth 1 -type f ! -name issue15-probe.tgz)
 (cd "$OUT" && tar czf /tmp/issue15-probe.tgz $files && rm -f $files && mv /tmp/issue15-probe.tgz .)

@@ -164,6 +164,7 @@ SHORT_SEGMENTS_MIN_L = 2048  # ... from this L (eight segments of SHORT_SEGMENT)
 SHORT_SEGMENT = 256  # ... over segments of 1/SEGMENTS_PER_WALK of L (rounded up to a power of two), at least this
 SEGMENTS_PER_WALK = 16
 PARTIAL_WAVE_SEGMENT = 512  # with more (but fewer than the SMs) below L 8192: segments of 512, the backward one-level
+MOSAIC_ONE_LEVEL_PROGRAMS_PER_SM = 0.9  # Mosaic state passes: the backward's one-level from this many 64-dim heads
 WIDE_TILE_MAX_DSTATE = 128  # the fused forward, 32- or 64-dim sequential tiles and dB/dC head splits only up to this N
 ONE_DBC_PROGRAM_PER_SM = 0.9  # dB/dC: one program per block and group where these many per SM remain without splits
 MOSAIC_DBC_MAX_HEADDIM = 64  # dB/dC on Mosaic GPU up to this P (one pipeline step a head; N up to WIDE_TILE_MAX_DSTATE)
@@ -238,7 +239,7 @@ def default_config(
     wgmma: bool = True,
     walk_warpgroups: int = WALK_WARPGROUPS,
 ) -> SsdConfig:
-    """``SsdConfig()`` with nineteen rules for the shapes and the GPU (``walk_warpgroups``: the most warpgroups a
+    """``SsdConfig()`` with twenty rules for the shapes and the GPU (``walk_warpgroups``: the most warpgroups a
     Mosaic walk program may have; Pallas's interpreter may lack the threads for two, ``api.pallas_config``):
 
     - the fused forward only where its programs (batch x heads x head-dim tiles) fill the GPU's ``sm_count``
@@ -359,6 +360,12 @@ def default_config(
       H24 0.724 against 0.689 (``...-first``); B2 L8192 H32 G4 N256 1.727 against 1.618, B4 L16384 H64 G8 7.531
       against 7.205, B1 L131072 H24 5.654 against 5.419, B4 L4096 H32 N64 G2 0.784 against 0.685, B2 L2048 H32
       P128 0.598 against 0.488, B8 L2048 H24 N256 1.294 against 1.174 (``...-other``): faster at every shape run;
+    - with them, the backward's state gradients one-level (``two_level_backward`` off) where batch x heads x 64-dim
+      head parts give MOSAIC_ONE_LEVEL_PROGRAMS_PER_SM x ``sm_count`` programs: one Mosaic program a head then walks
+      the whole sequence near the copy bandwidth, and the two-level pass's extra read of dout, z and C is the loss.
+      On an H200 (``benchmarks/kernels/h200-2026-11-29c-ssd-one-level-*``, ms forward+backward, two-level against
+      one-level): B1 L65536 H128 (128 programs) 13.574 against 12.949 (``...-long-profile``; 12.739 in a later
+      call, mamba-ssm 22.133 there), B8 L16384 H24 (192) 5.685 against 5.055 (``...-other``);
     - the forward's Mosaic walk on one pipeline stage (``walk_stages``) where that lets two of its programs share an
       SM and the rounds of programs are then fewer, counting each paired program PAIRED_WALK_SLOWDOWN times as long
       as alone, and past N = WIDE_TILE_MAX_DSTATE. On an H200 (``benchmarks/kernels/h200-2026-11-28-ssd-walk-new``,
@@ -390,6 +397,7 @@ def default_config(
     )
     enough = STATE_PASS_PROGRAMS_PER_SM * sm_count
     whole_heads = batch * nheads * -(-headdim // 64) >= enough
+    mosaic_heads_fill = walk and batch * nheads * (headdim // 64) >= MOSAIC_ONE_LEVEL_PROGRAMS_PER_SM * sm_count
     fused_walks = wide_tiles or walk  # the Triton walks spill past WIDE_TILE_MAX_DSTATE, the Mosaic one does not
     if not wide_tiles:
         whole_walk = config.fused_forward_max_l if walk else 0
@@ -419,7 +427,7 @@ def default_config(
             two_level_states=True,
             state_segment=every,
             fused_segments=fused_walks,
-            two_level_backward=not (whole_heads or partial_wave or not wide_tiles),
+            two_level_backward=not (whole_heads or partial_wave or not wide_tiles or mosaic_heads_fill),
         )
     if dstate <= BWD_SPLIT_MAX_DSTATE:
         config = dataclasses.replace(config, bwd_block_p=32, bwd_num_warps=4)

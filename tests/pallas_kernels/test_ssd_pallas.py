@@ -474,6 +474,21 @@ def test_default_config_takes_two_level_state_passes_for_long_walks_short_of_pro
     assert config.checkpoint_every == config.state_segment == LONG_SEGMENT  # the kept states are the segments'
 
 
+def test_default_config_walks_the_backward_state_gradients_one_level_where_mosaic_heads_fill_the_gpu():
+    """Measured on an H200 (benchmarks/kernels/h200-2026-11-29c-ssd-one-level-*, ms forward+backward, two-level
+    against one-level): B1 L65536 H128 13.574 against 12.949, B8 L16384 H24 5.685 against 5.055. One Mosaic state-pass
+    program per 64-dim head then walks at the copy bandwidth; with fewer heads the two levels stay."""
+    from pallas_kernels.ssd.config import default_config
+
+    for shape in ((1, 65536, 128, 64, 128), (8, 16384, 24, 64, 128), (2, 16384, 64, 64, 128), (1, 32768, 60, 128, 64)):
+        config = default_config(*shape, 2)
+        assert config.states_mosaic and config.two_level_states and not config.two_level_backward, shape
+    for shape in ((1, 131072, 24, 64, 128), (2, 8192, 32, 64, 128), (1, 16384, 24, 64, 128), (1, 65536, 96, 64, 128)):
+        assert default_config(*shape, 2).two_level_backward, shape  # 24-96 heads: short of 0.9 x 132
+    assert default_config(1, 65536, 128, 64, 128, 2, sm_count=160).two_level_backward  # a larger GPU
+    assert default_config(1, 65536, 128, 64, 128, 2, wgmma=False).two_level_backward  # the Triton passes
+
+
 def test_default_config_fuses_the_two_level_forward_per_segment_up_to_n_128():
     """Measured on an H100 (benchmarks/kernels/h100-2026-11-27-ssd-fused-segments-*): where the state passes are
     two-level, one fused walk per segment replaced the block-state pass and the output pass (forward 4.87 -> 3.50 ms
