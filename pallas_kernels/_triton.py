@@ -31,6 +31,12 @@ def interpreter_threads() -> int:
     return len(os.sched_getaffinity(0))
 
 
+def interpreted_warpgroups() -> int | None:
+    """The most warpgroups a Mosaic GPU program may have here: one thread of ``interpreter_threads`` fewer when
+    interpreted (the program's own computation holds the last), None when compiled (no such limit)."""
+    return interpreter_threads() - 1 if interpret_mode() else None
+
+
 def gpu_sm_count(default: int = 132) -> int:
     """Streaming multiprocessors of the GPU that runs the kernels; ``default`` (an H100's 132) when interpreted or
     when the device does not say, so that a default tiling depends only on the shapes there."""

@@ -20,7 +20,7 @@ from pallas_kernels._triton import (
     gpu_has_wgmma,
     gpu_sm_count,
     interpret_mode,
-    interpreter_threads,
+    interpreted_warpgroups,
 )
 from pallas_kernels.ssd import pallas, reference
 from pallas_kernels.ssd.block import ssd_dims
@@ -64,9 +64,10 @@ def pallas_config(
 ) -> SsdConfig:
     """The tiling ``impl="pallas"`` uses when given no ``config``: ``default_config`` for these sizes, the inputs'
     dtype, this GPU's SM count, whether it has Hopper's ``wgmma`` and, interpreted, the warpgroups a Mosaic walk
-    program can have with the interpreter's threads (``interpreter_threads``)."""
+    program can have with the interpreter's threads (``interpreted_warpgroups``)."""
     itemsize = jnp.dtype(dtype).itemsize
-    warpgroups = min(WALK_WARPGROUPS, interpreter_threads() - 1) if interpret_mode() else WALK_WARPGROUPS
+    most = interpreted_warpgroups()
+    warpgroups = WALK_WARPGROUPS if most is None else min(WALK_WARPGROUPS, most)
     return default_config(
         *(batch, seqlen, nheads, headdim, dstate, itemsize, gpu_sm_count()),
         ngroups=ngroups,
@@ -301,12 +302,12 @@ def _check_pallas_supported(headdim: int, dstate: int, config: SsdConfig | None)
                 f"SsdConfig.fwd_walk_warpgroups={config.fwd_walk_warpgroups} splits N (B.shape[3]) into halves of a "
                 f"multiple of 64 columns, got N={dstate}: use 1"
             )
-        threads = interpreter_threads() if interpret_mode() else None
-        if threads is not None and threads <= config.fwd_walk_warpgroups:
+        most = interpreted_warpgroups()
+        if most is not None and config.fwd_walk_warpgroups > most:
             raise ValueError(
                 f"SsdConfig.fwd_walk_warpgroups={config.fwd_walk_warpgroups} interpreted needs XLA's CPU pool of at "
                 f"least {config.fwd_walk_warpgroups + 1} threads (one a warpgroup and the program's), this process "
-                f"has {threads}: set PJRT_NPROC={config.fwd_walk_warpgroups + 1} or more before JAX starts, or use 1"
+                f"has {most + 1}: set PJRT_NPROC={config.fwd_walk_warpgroups + 1} or more before JAX starts, or use 1"
             )
         return
     if pieces > 1 and not walk_pieces_fit(dstate, pieces):

@@ -440,7 +440,8 @@ def default_config(
         segments = -(-seqlen // config.state_segment) if config.two_level_states and config.fused_segments else 1
         walk_programs = batch * nheads * (headdim // 64) * segments
         config = dataclasses.replace(config, fwd_walk_stages=walk_stages(walk_programs, dstate, sm_count))
-        if dstate > WIDE_TILE_MAX_DSTATE and walk_warpgroups >= WALK_WARPGROUPS and walk_pieces_fit(dstate, 2):
+        halves = walk_warpgroups >= WALK_WARPGROUPS and walk_pieces_fit(dstate, WALK_WARPGROUPS)
+        if dstate > WIDE_TILE_MAX_DSTATE and halves:
             config = dataclasses.replace(config, fwd_walk_warpgroups=WALK_WARPGROUPS)
         elif dstate > WIDE_TILE_MAX_DSTATE and walk_pieces_fit(dstate, WALK_PIECES):
             config = dataclasses.replace(config, fwd_walk_pieces=WALK_PIECES)

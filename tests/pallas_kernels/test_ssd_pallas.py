@@ -884,7 +884,8 @@ def test_bf16_inputs_keep_their_dtypes_mixed_with_float32_b(rng):
 
 def test_pallas_refuses_two_walk_warpgroups_interpreted_without_a_thread_each(monkeypatch):
     """The interpreter needs a CPU thread for each of a program's warpgroups beside the program's own
-    (``interpreter_threads``): with fewer it would hang, so it is refused up front, and the default config keeps one."""
+    (``interpreted_warpgroups``): with fewer it would hang, so it is refused up front, and the default config keeps
+    one."""
     from pallas_kernels.ssd.api import pallas_config
 
     monkeypatch.setenv("PJRT_NPROC", "2")
