@@ -396,8 +396,9 @@ def default_config(
         states_mosaic=walk,
     )
     enough = STATE_PASS_PROGRAMS_PER_SM * sm_count
-    whole_heads = batch * nheads * -(-headdim // 64) >= enough
-    mosaic_heads_fill = walk and batch * nheads * (headdim // 64) >= MOSAIC_ONE_LEVEL_PROGRAMS_PER_SM * sm_count
+    head_tiles = batch * nheads * -(-headdim // 64)  # 64-dim head parts: the state passes' programs on whole heads
+    whole_heads = head_tiles >= enough
+    mosaic_heads_fill = walk and head_tiles >= MOSAIC_ONE_LEVEL_PROGRAMS_PER_SM * sm_count
     fused_walks = wide_tiles or walk  # the Triton walks spill past WIDE_TILE_MAX_DSTATE, the Mosaic one does not
     if not wide_tiles:
         whole_walk = config.fused_forward_max_l if walk else 0
@@ -438,7 +439,7 @@ def default_config(
         config = dataclasses.replace(config, fused_forward_max_l=0)
     if walk:
         segments = -(-seqlen // config.state_segment) if config.two_level_states and config.fused_segments else 1
-        walk_programs = batch * nheads * (headdim // 64) * segments
+        walk_programs = head_tiles * segments  # the walk's P is in 64s
         config = dataclasses.replace(config, fwd_walk_stages=walk_stages(walk_programs, dstate, sm_count))
         halves = walk_warpgroups >= WALK_WARPGROUPS and walk_pieces_fit(dstate, WALK_WARPGROUPS)
         if dstate > WIDE_TILE_MAX_DSTATE and halves:
