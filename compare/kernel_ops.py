@@ -66,8 +66,15 @@ def _jax_calls(fn: Callable, arrays: dict, dtypes: dict, cotangent: np.ndarray, 
     def call(*xs):
         return fn(**dict(zip(names, xs, strict=True)))
 
+    def output_and_grads(*xs):
+        # the output as well as the gradients: a forward+backward returning only the gradients would let XLA drop
+        # every forward kernel whose results the backward does not keep (the output itself), which a training step,
+        # whose loss reads the output, cannot
+        out, vjp = jax.vjp(call, *xs)
+        return out, vjp(dout)
+
     forward = jax.jit(call)
-    forward_backward = jax.jit(lambda *xs: jax.vjp(call, *xs)[1](dout))
+    forward_backward = jax.jit(output_and_grads)
     output = np.asarray(forward(*inputs).astype(jnp.float32))
     saved = saved_beyond_inputs(call, inputs)
     return JaxCalls(lambda: forward(*inputs), lambda: forward_backward(*inputs), output, saved)

@@ -154,6 +154,17 @@
 #   lverify: beside mamba-ssm, the long shape: the default against every block's state kept
 #   lother: no mamba-ssm, the default against the two-level backward at B8 L16384 H24 and B2 L16384 H64 (192 and 128
 #           64-dim heads); at N 256, segments of 2048 at B2 L8192 H32 G4 and B1 L16384 H24
+# Thirty-third round (the backward's Mosaic GPU per-head kernel recomputes the pre-gate output; the forward no longer
+# stores it):
+#   yfirst: no mamba-ssm, with the profiler: the long shape, 130m, 2.7b and B4 L16384 H64 G8; ybase: the same from
+#           BASE (a copy of the previous commit's pallas_kernels: BASE=DIR bash tools/gpu-issue15-probe.sh ... ybase)
+#   ycheck: the compiled oracle tests of the Mosaic GPU kernels (pytest -m gpu -k "mosaic_kernels or mosaic_forward")
+#   yverify: beside mamba-ssm, the long shape; yverify2: beside mamba-ssm, B4 L16384 H64 G8, B4 L4096 H64 N256 G8,
+#           2.7b, 130m, B8 L2048 H80 and B2 L8192 H32 N256 G4 (until its limit)
+#   (then the benchmark's forward+backward returned the output too: with the gradients alone XLA dropped the forward's
+#   walk, whose results the backward no longer kept, so yfirst's forward+backward figures lack it)
+#   yfixed: yfirst's first three shapes again; ycheck2: ycheck's tests past where its limit cut it
+#   yparity: 130m against the reference and mamba-ssm with the default (every Mosaic GPU kernel)
 set -u
 export PYTHONPATH=. PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 bash tools/gpu-parity.sh /tmp/p .sdist unpack > "$OUT/unpack.log" 2>&1 || { tail "$OUT/unpack.log"; exit 1; }
@@ -313,6 +324,15 @@ run nseg 150 --shapes b2-L8192-h32-n256-g4 --no-torch --pallas-config state_segm
 run lverify 360 --shapes long --torch --pallas-config checkpoint_every=0
 run lother 90 --shapes b8-L16384-h24 b2-L16384-h64 --no-torch --pallas-config two_level_backward=1
 run lseg 80 --shapes b2-L8192-h32-n256-g4 b1-L16384-h24-n256 --no-torch --pallas-config state_segment=2048
+YSHAPES="long 130m 2.7b b4-L16384-h64-g8"
+run yfirst 170 --shapes $YSHAPES --no-torch --profile
+[[ -n ${BASE:-} ]] && (cd "$BASE" && PYTHONPATH=$BASE:$OLDPWD run ybase 170 --shapes $YSHAPES --no-torch --profile)
+gpu_tests ycheck 240 "mosaic_kernels or mosaic_forward"
+run yverify 330 --shapes long --torch
+run yfixed 170 --shapes long 130m 2.7b --no-torch --profile
+run yverify2 300 --shapes b4-L16384-h64-g8 b4-L4096-h64-n256-g8 2.7b 130m b8-L2048-h80 b2-L8192-h32-n256-g4 --torch
+gpu_tests ycheck2 180 "mosaic_forward and (kept or pieces or halves)"
+gpu_tests yparity 400 "130m and mosaic and not dx"
 # one file back: this run's files (folders under $OUT are left as they are)
 files=$(cd "$OUT" && find . -maxdepth 1 -type f ! -name issue15-probe.tgz)
 (cd "$OUT" && tar czf /tmp/issue15-probe.tgz $files && rm -f $files && mv /tmp/issue15-probe.tgz .)

@@ -33,7 +33,8 @@ gradient block-parallel (programs launched head and head dims fastest: see ``blo
 
 With ``SsdConfig.bwd_dx_mosaic`` (``default_config`` sets it on Hopper GPUs) step 2 runs on Mosaic GPU instead
 where that kernel covers the shape (``kernel_bwd_mosaic``): the same math from shared memory and ``wgmma``, about
-twice as fast as the Triton kernel at 130m and at L 65536 on an H100. With ``SsdConfig.bwd_dbc_mosaic``
+twice as fast as the Triton kernel at 130m and at L 65536 on an H100, and recomputing the pre-gate output that the
+Triton kernel reads (``dx_on_mosaic``: the forward then leaves it out). With ``SsdConfig.bwd_dbc_mosaic``
 (``default_config`` sets it on Hopper GPUs up to N 128, P 64) step 3 does too (``kernel_bwd_dbc_mosaic``): the group's
 heads pipelined through shared memory, their state products accumulated by ``wgmma``, 26% less time than the Triton
 kernel at L 65536 on an H100. dB and dC then leave in B's dtype, with no partials.
@@ -70,7 +71,7 @@ from pallas_kernels.ssd.block import (
     tile_grid,
 )
 from pallas_kernels.ssd.kernel_bwd_dbc_mosaic import mosaic_dbc, mosaic_dbc_supported
-from pallas_kernels.ssd.kernel_bwd_mosaic import mosaic_dx, mosaic_dx_supported
+from pallas_kernels.ssd.kernel_bwd_mosaic import dx_on_mosaic, mosaic_dx
 from pallas_kernels.ssd.kernel_states_mosaic import mosaic_state_walk, segment_decays, walk_vectors
 from pallas_kernels.ssd.mosaic import block_decays, covers_tiles
 from pallas_kernels.ssd.segments import segment_outputs, segment_walk
@@ -379,11 +380,11 @@ def ssd_backward(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, states,
         )
 
     tensors = [x, dt, A, B, C, states, dstates, dout]
-    dx_mosaic = config.bwd_dx_mosaic and mosaic_dx_supported(dims, x.dtype)
+    dx_mosaic = dx_on_mosaic(dims, config, x.dtype)
     dbc_mosaic = config.bwd_dbc_mosaic and mosaic_dbc_supported(dims, x.dtype, config.bwd_dbc_columns)
     decays = block_decays(dt, A, dt_bias, dims) if dx_mosaic or dbc_mosaic else None  # once for both kernels
     if dx_mosaic:
-        dx, ddt, dA, dbias, dD, dz = mosaic_dx(x, dt, A, decays, B, C, D, z, dt_bias, states, dstates, dout, ypre, dims)
+        dx, ddt, dA, dbias, dD, dz = mosaic_dx(x, dt, A, decays, B, C, D, z, dt_bias, states, dstates, dout, dims)
     else:
         dx, ddt, dA, dD, dz, dbias = _triton_dx(tensors, D, z, dt_bias, seq_idx, ypre, dims, config)
     if dbc_mosaic:

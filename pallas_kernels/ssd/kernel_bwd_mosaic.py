@@ -10,7 +10,7 @@ registers a thread. Two things made it fast (H100, 130m, ncu, ``benchmarks/kerne
 - at most two (64, 64) accumulators live at a time (the products in three scopes). With all four (T, P) products in
   one scope it spilled (255 registers, 6.6 million local-memory requests) and took 414 us; now 224 registers, no
   spills, 227 us, DRAM at 76% of its peak;
-- five (64, 64) tiles of shared memory reused (x, then dx; dout, then dy; z, then dz; ypre, then M; X) beside B, C,
+- five (64, 64) tiles of shared memory reused (x, then dx; dout, then dy; z, then dz; M; X) beside B, C,
   S_in and dS: 112 KB at N 128, so two programs share an SM.
 
 A program looping over several heads of a group (C·Bᵀ once, the next head's loads during this head's math) was
@@ -20,13 +20,16 @@ the same run) and was dropped.
 Per program, with T = 64 positions i (rows of M) and j (columns), cs the block's cumulative dt·A (from XLA):
 
     M  = C Bᵀ ∘ exp(cs_i - cs_j) below the diagonal, in the dot dtype (Mᵀ dy reads its tile transposed)
-    dX = Mᵀ dy + diag(C Bᵀ) ∘ dy + to_end ∘ (B dSᵀ),   dx = dt dX + D dy,   dD = Σ_i dy x,   dz from the gate
+    dX = Mᵀ dy + diag(C Bᵀ) ∘ dy + to_end ∘ (B dSᵀ),   dx = dt dX + D dy,   dD = Σ_i dy x,
+    ypre = M X + diag(C Bᵀ) ∘ X + from_start ∘ C S_inᵀ + D x,   dz = dout ypre silu'(z)
     d cs (row sums, as ``kernel_bwd._dcs_rowwise``) = dy · (M X + from_start ∘ C S_inᵀ) - X · Mᵀ dy - q,
     q = to_end ∘ (X · B dSᵀ)
 
-with dy = dout silu(z), X = dt x. The kernel leaves d cs, q and x · dX per position and S_in · dS per head dim;
-``finish_dx`` (XLA) adds the state's carry and q's sum to each block's last d cs, takes the reverse cumulative sum
-and forms ddt, dA and d dt_bias from it, as the Triton kernel does in registers. Those are (batch, H, L) float32
+with dy = dout silu(z), X = dt x. The pre-gate output ypre is recomputed from the products d cs needs anyway, so the
+forward does not store it (1.07 GB written and read again at B1 L65536 H128 P64, ``dx_on_mosaic``). The kernel
+leaves d cs, q and x · dX per position and S_in · dS per head dim; ``finish_dx`` (XLA) adds the state's carry and
+q's sum to each block's last d cs, takes the reverse cumulative sum and forms ddt, dA and d dt_bias from it, as the
+Triton kernel does in registers. Those are (batch, H, L) float32
 arrays, a few bytes per position and head.
 
 Covered shapes (``mosaic_dx_supported``): block_l 64, head dims and N multiples of 64 (N <= 256), L a multiple of 64,
@@ -50,15 +53,21 @@ def mosaic_dx_supported(dims: SsdDims, dtype) -> bool:
     return covers_tiles(dims, dtype)
 
 
+def dx_on_mosaic(dims: SsdDims, config, dtype) -> bool:
+    """Whether the backward's per-head kernel runs on Mosaic GPU: then it recomputes the pre-gate output itself, so
+    the forward neither stores nor keeps it (the Triton kernel reads it)."""
+    return config.bwd_dx_mosaic and mosaic_dx_supported(dims, dtype)
+
+
 def ssd_bwd_dx_mosaic(*refs, dims: SsdDims, parts: int):
     """One (batch row, block, head, 64 head dims): loads, the six products, the stores (module docstring)."""
-    n_in, n_out = 9 + dims.has_D + 2 * dims.has_z, 6 + dims.has_z
+    n_in, n_out = 9 + dims.has_D + dims.has_z, 6 + dims.has_z
     ins, outs, scratch = refs[:n_in], refs[n_in : n_in + n_out], refs[n_in + n_out :]
     x_ref, B_ref, C_ref, states_ref, dstates_ref, dout_ref, dt_ref, cs_ref, end_ref, *opt = ins
     D_ref = opt.pop(0) if dims.has_D else None
-    z_ref, ypre_ref = (opt[0], opt[1]) if dims.has_z else (None, None)
+    z_ref = opt[0] if dims.has_z else None
     dx_ref, dD_ref, sds_ref, dcs_ref, q_ref, xdx_ref, *dz_out = outs
-    (x_s, dout_s, z_s, ypre_s, X_s, B_s, C_s, S_s, dS_s, rows_s, cols_s, barriers) = scratch
+    (x_s, dout_s, z_s, M_s, X_s, B_s, C_s, S_s, dS_s, rows_s, cols_s, barriers) = scratch
 
     hp, k, b = lax.axis_index("hp"), lax.axis_index("block"), lax.axis_index("batch")
     h, part = hp // parts, hp % parts
@@ -70,7 +79,7 @@ def ssd_bwd_dx_mosaic(*refs, dims: SsdDims, parts: int):
 
     copies = {"dout": (dout_ref.at[b, t, h, p], dout_s)}  # in the order the program waits for them
     if dims.has_z:
-        copies |= {"z": (z_ref.at[b, t, h, p], z_s), "ypre": (ypre_ref.at[b, t, h, p], ypre_s)}
+        copies["z"] = (z_ref.at[b, t, h, p], z_s)
     copies |= {
         "x": (x_ref.at[b, t, h, p], x_s),
         "dt": (dt_ref.at[b, h, t], rows_s.at[0]),
@@ -95,18 +104,14 @@ def ssd_bwd_dx_mosaic(*refs, dims: SsdDims, parts: int):
     wait("dout")
     dout = plgpu.load(dout_s, layout=wg).astype(f32)
     if dims.has_z:
-        wait("z", "ypre")
+        wait("z")
         z = plgpu.load(z_s, layout=wg).astype(f32)
-        ypre = plgpu.load(ypre_s, layout=wg).astype(f32)
         sz = 1.0 / (1.0 + jnp.exp(-z))
-        z_s[...] = (dout * ypre * sz * (1.0 + z * (1.0 - sz))).astype(dtype)  # dz, stored from z's buffer
-        plgpu.commit_smem()
-        plgpu.copy_smem_to_gmem(z_s, dz_out[0].at[b, t, h, p])
+        z_s[...] = (dout * sz * (1.0 + z * (1.0 - sz))).astype(dtype)  # dz / ypre, in z's buffer until ypre is known
         dy = dout * z * sz
     else:
         dy = dout
-    dy_mm = dy.astype(dtype)
-    dout_s[...] = dy_mm  # dy, the B operand of Mᵀ dy, in dout's buffer
+    dout_s[...] = dy.astype(dtype)  # dy, the B operand of Mᵀ dy, in dout's buffer
 
     wait("x", "dt", "cs", "cs_cols", "to_end")
     dt_r, cs_r = plgpu.load(rows_s.at[0], layout=rows_v), plgpu.load(rows_s.at[1], layout=rows_v)
@@ -131,13 +136,36 @@ def ssd_bwd_dx_mosaic(*refs, dims: SsdDims, parts: int):
     M_diag = jnp.sum(jnp.where(row == col, M, 0.0), axis=1).astype(dtype).astype(f32)
     # M below the diagonal, in the dot dtype: both M X and Mᵀ dy read these values, so that d cs's two sums of
     # W = dM ∘ M cancel over the block as W's own row and column sums would
-    ypre_s[...] = jnp.where(row > col, M * jnp.exp(jnp.minimum(log_decay, 0.0)), 0.0).astype(dtype)
+    M_s[...] = jnp.where(row > col, M * jnp.exp(jnp.minimum(log_decay, 0.0)), 0.0).astype(dtype)
     plgpu.commit_smem()
-    wait("S", "dS")
+    wait("S")
 
     # the products in three scopes, so that at most two (T, P) accumulators are live (the registers spilled at four)
+    def to_outputs(MX_acc, CS_acc):
+        plgpu.wgmma(MX_acc, M_s, X_s)  # M X below the diagonal (rows i)
+        plgpu.wgmma(CS_acc, C_s, S_s.transpose((1, 0)))  # C S_inᵀ
+        return MX_acc[...], CS_acc[...]
+
+    MX, CS = pl.run_scoped(to_outputs, acc, acc)
+    from_start = on_rows(jnp.exp(cs_r))
+    dy_mm = dy.astype(dtype).astype(f32)  # dy as the dots take it
+    output_terms = jnp.sum(dy_mm * MX + dy * (from_start * CS), axis=1)  # d cs's terms through the output
+    if D_ref is not None:
+        wait("D")
+    if dims.has_z:
+        # the pre-gate output as the forward formed it: M X below the diagonal, the state's share, then x times the
+        # diagonal's dt C·B and D
+        on_x = on_rows(M_diag * dt_r)
+        if D_ref is not None:
+            on_x = on_x + on_cols(plgpu.load(cols_s.at[1], layout=cols_v))
+        ypre = MX + from_start * CS + on_x * plgpu.load(x_s, layout=wg).astype(f32)
+        z_s[...] = (plgpu.load(z_s, layout=wg).astype(f32) * ypre).astype(dtype)  # dz, stored from z's buffer
+        plgpu.commit_smem()
+        plgpu.copy_smem_to_gmem(z_s, dz_out[0].at[b, t, h, p])
+    wait("dS")
+
     def to_inputs(MTdy_acc, BdS_acc):
-        plgpu.wgmma(MTdy_acc, ypre_s.transpose((1, 0)), dout_s)  # Mᵀ dy below the diagonal (rows j)
+        plgpu.wgmma(MTdy_acc, M_s.transpose((1, 0)), dout_s)  # Mᵀ dy below the diagonal (rows j)
         plgpu.wgmma(BdS_acc, B_s, dS_s.transpose((1, 0)))  # B dSᵀ
         return MTdy_acc[...], BdS_acc[...]
 
@@ -147,23 +175,13 @@ def ssd_bwd_dx_mosaic(*refs, dims: SsdDims, parts: int):
     x = plgpu.load(x_s, layout=wg).astype(f32)
     q = jnp.sum(on_rows(to_end) * (x * on_rows(dt_r)) * BdS, axis=1)
     # Mᵀ dy's diagonal term as the dot would form it: both factors rounded to the dot dtype, exact product
-    dX = MTdy + on_rows(M_diag) * dy.astype(dtype).astype(f32) + on_rows(to_end) * BdS
+    dX = MTdy + on_rows(M_diag) * dy_mm + on_rows(to_end) * BdS
     rows_s[5] = jnp.sum(x * dX, axis=1)
     dx = on_rows(dt_r) * dX
     if D_ref is not None:
-        wait("D")
         dx = dx + on_cols(plgpu.load(cols_s.at[1], layout=cols_v)) * dy
     x_s[...] = dx.astype(dtype)  # dx, stored from x's buffer
-
-    def to_outputs(MX_acc, CS_acc):
-        plgpu.wgmma(MX_acc, ypre_s, X_s)  # M X below the diagonal (rows i)
-        plgpu.wgmma(CS_acc, C_s, S_s.transpose((1, 0)))  # C S_inᵀ
-        return MX_acc[...], CS_acc[...]
-
-    MX, CS = pl.run_scoped(to_outputs, acc, acc)
-    from_start = jnp.exp(cs_r)
-    outputs = dy.astype(dtype).astype(f32) * MX + dy * (on_rows(from_start) * CS)
-    rows_s[3] = jnp.sum(outputs, axis=1) - X_terms - q
+    rows_s[3] = output_terms - X_terms - q
     rows_s[4] = q
 
     def state_products(SdS_acc):
@@ -182,11 +200,11 @@ def ssd_bwd_dx_mosaic(*refs, dims: SsdDims, parts: int):
     plgpu.wait_smem_to_gmem(0, wait_read_only=True)
 
 
-def mosaic_dx(x, dt, A, decays, B, C, D, z, dt_bias, states, dstates, dout, ypre, dims: SsdDims):
+def mosaic_dx(x, dt, A, decays, B, C, D, z, dt_bias, states, dstates, dout, dims: SsdDims):
     """The per-head gradients by the Mosaic GPU kernel: returns dx, ddt (dt's dtype), dA and d dt_bias (batch,
     nblocks, H) float32 (dt_bias: None without one), dD (batch, nblocks, H, P) float32 or None, dz or None.
 
-    x, dout, z, ypre (batch, L, H, P) and B, C (batch, L, G, N) in one 16-bit dtype; dt (batch, L, H); A (H,);
+    x, dout, z (batch, L, H, P) and B, C (batch, L, G, N) in one 16-bit dtype; dt (batch, L, H); A (H,);
     ``decays`` = ``block_decays(dt, A, dt_bias, dims)`` (shared with the dB/dC kernel); D (H, P) float32 or None;
     states, dstates (batch, nblocks, H, P, N), each block's incoming state and the gradient of its outgoing one, in
     x's dtype."""
@@ -198,8 +216,8 @@ def mosaic_dx(x, dt, A, decays, B, C, D, z, dt_bias, states, dstates, dout, ypre
     scratch = [
         tile16((TILE, TILE)),  # x, then dx
         tile16((TILE, TILE)),  # dout, then dy
-        tile16((TILE, TILE)),  # z, then dz
-        tile16((TILE, TILE)),  # ypre, then M below the diagonal
+        tile16((TILE, TILE)),  # z, then dz / ypre, then dz
+        tile16((TILE, TILE)),  # M below the diagonal
         tile16((TILE, TILE)),  # X = dt x
         tile16((TILE, n)),  # B
         tile16((TILE, n)),  # C
@@ -207,7 +225,7 @@ def mosaic_dx(x, dt, A, decays, B, C, D, z, dt_bias, states, dstates, dout, ypre
         tile16((TILE, n)),  # dS
         plgpu.SMEM((7, TILE), f32),  # vectors over rows: dt, cs, cs_last - cs in; d cs, q, x · dX, S_in · dS out
         plgpu.SMEM((3, TILE), f32),  # vectors over columns: cs, D in; dD out
-        plgpu.Barrier(num_barriers=10 + 2 * dims.has_z + dims.has_D),  # one per copy in
+        plgpu.Barrier(num_barriers=10 + dims.has_z + dims.has_D),  # one per copy in
     ]
     by_position = jax.ShapeDtypeStruct((batch, nheads, parts, seqlen), f32)
     by_dim = jax.ShapeDtypeStruct((batch, nblocks, nheads, headdim), f32)
@@ -215,7 +233,7 @@ def mosaic_dx(x, dt, A, decays, B, C, D, z, dt_bias, states, dstates, dout, ypre
     out_type += [jax.ShapeDtypeStruct(x.shape, x.dtype)] if dims.has_z else []
     inputs = [x, B, C, states.astype(x.dtype), dstates.astype(x.dtype), dout, dt_p, cs, to_end]
     inputs += [D.astype(f32)] if D is not None else []
-    inputs += [z, ypre] if dims.has_z else []
+    inputs += [z] if dims.has_z else []
     dx, dD, sds, dcs, q, xdx, *dz = call_kernel(
         functools.partial(ssd_bwd_dx_mosaic, dims=dims, parts=parts),
         inputs,

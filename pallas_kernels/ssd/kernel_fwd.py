@@ -48,6 +48,7 @@ from pallas_kernels.ssd.block import (
     sequential_program,
     tile_grid,
 )
+from pallas_kernels.ssd.kernel_bwd_mosaic import dx_on_mosaic
 from pallas_kernels.ssd.kernel_fwd_mosaic import mosaic_walk, mosaic_walk_supported
 from pallas_kernels.ssd.kernel_states_mosaic import mosaic_state_walk, segment_decays, walk_vectors
 from pallas_kernels.ssd.mosaic import covers_tiles
@@ -116,7 +117,7 @@ def _fused_kernel(x_ref, dt_ref, A_ref, B_ref, C_ref, *refs, dims: SsdDims, save
     A = A_ref[prog.h]
     bias = bias_ref[prog.h] if bias_ref is not None else None
     Dv = prog.load_head_dims(D_ref) if D_ref is not None else None
-    ypre_ref = saved[1] if save and z_ref is not None else None
+    ypre_ref = saved[-1] if len(saved) > int(save) else None  # the pre-gate output comes last, if saved
 
     ins, opt = (x_ref, dt_ref, B_ref, C_ref), (A, bias, Dv, z_ref, seq_ref, scores_ref)
 
@@ -245,7 +246,7 @@ def two_level_states(x, dt, A, B, dt_bias, initial_states, seq_idx, dims: SsdDim
     return segment_walk(local, decay, initial_states, dims, config, reverse=False, name="ssd_fwd_segment_walk")
 
 
-def _output_tile(prog: Program, k, x_ref, dt_ref, A_ref, B_ref, C_ref, states_ref, refs, save: bool) -> None:
+def _output_tile(prog: Program, k, x_ref, dt_ref, A_ref, B_ref, C_ref, states_ref, refs) -> None:
     """The output of block ``k`` for ``prog``'s batch row, head and head dims, from the block's stored state."""
     dims = prog.dims
     (D_ref, z_ref, bias_ref, seq_ref, scores_ref), (out_ref, *saved) = optional_refs(
@@ -258,15 +259,15 @@ def _output_tile(prog: Program, k, x_ref, dt_ref, A_ref, B_ref, C_ref, states_re
     blk = prog.block(t0, dt_ref, A, bias, seq_ref)
     x = prog.load_heads(x_ref, t0)
     state_mm = prog.load_state(states_ref, prog.b, k, prog.h)
-    ypre_ref = saved[0] if save and z_ref is not None else None
+    ypre_ref = saved[0] if saved else None  # the pre-gate output, if saved
     Cm = prog.load_group(C_ref, t0)
     CB = prog.load_scores(scores_ref, k) if scores_ref is not None else mm(Cm, prog.load_group(B_ref, t0), trans_b=True)
     _block_output(prog, blk, t0, x, CB, Cm, state_mm, Dv, z_ref, out_ref, ypre_ref)
 
 
-def _output_kernel(x_ref, dt_ref, A_ref, B_ref, C_ref, states_ref, *refs, dims: SsdDims, save: bool, programs: int):
+def _output_kernel(x_ref, dt_ref, A_ref, B_ref, C_ref, states_ref, *refs, dims: SsdDims, programs: int):
     def tile(prog, k):
-        _output_tile(prog, k, x_ref, dt_ref, A_ref, B_ref, C_ref, states_ref, refs, save)
+        _output_tile(prog, k, x_ref, dt_ref, A_ref, B_ref, C_ref, states_ref, refs)
 
     for_each_tile(dims, programs, tile)
 
@@ -276,7 +277,8 @@ def ssd_forward(
 ) -> tuple[jax.Array, jax.Array, jax.Array | None, jax.Array | None]:
     """Returns out (batch, L, H, P) x.dtype, final states (batch, H, P, N) float32, and when ``save`` the
     block-start states (batch, nblocks, H, P, N) in x.dtype, or with ``dims.keep_blocks`` > 1 those of every
-    keep_blocks-th block (batch, nkept, H, P, N) float32, and (with z) the pre-gate output (batch, L, H, P)."""
+    keep_blocks-th block (batch, nkept, H, P, N) float32, and (with z, when the backward reads it) the pre-gate output
+    (batch, L, H, P)."""
     batch, _, nheads, headdim = x.shape
     out_shape = jax.ShapeDtypeStruct(x.shape, x.dtype)
     final_shape = jax.ShapeDtypeStruct((batch, nheads, headdim, dims.dstate), jnp.float32)
@@ -284,7 +286,9 @@ def ssd_forward(
     kept_shape = states_shape
     if dims.keep_blocks > 1:
         kept_shape = jax.ShapeDtypeStruct((batch, dims.nkept, nheads, headdim, dims.dstate), jnp.float32)
-    extra = [out_shape] if save and z is not None else []
+    # the pre-gate output, for a backward that reads it (the Mosaic GPU one recomputes it)
+    save_ypre = save and z is not None and not dx_on_mosaic(dims, config, x.dtype)
+    extra = [out_shape] if save_ypre else []
     warps, stages = config.num_warps, config.num_stages
     keep = save and dims.keep_blocks > 1
     mosaic = config.fwd_mosaic and mosaic_walk_supported(dims, x.dtype)
@@ -298,7 +302,7 @@ def ssd_forward(
         whole_walk = False
     if whole_walk and mosaic:
         starts = None if initial_states is None else initial_states[:, None]
-        walk = dict(segment_blocks=dims.nblocks, states=save, ypre=save, end=True, **_walk_loop(config))
+        walk = dict(segment_blocks=dims.nblocks, states=save, ypre=save_ypre, end=True, **_walk_loop(config))
         out, ypre, states, end = mosaic_walk(x, dt, A, B, C, D, z, dt_bias, starts, dims, **walk)
         return out, end[:, 0], states, ypre
     scores = block_scores(B, C, dims.block_l) if dims.has_scores else None
@@ -318,7 +322,7 @@ def ssd_forward(
             walk = dict(
                 segment_blocks=segments.keep_blocks,
                 states=store_blocks,
-                ypre=save,
+                ypre=save_ypre,
                 end=False,
                 **_walk_loop(config),
             )
@@ -350,7 +354,7 @@ def ssd_forward(
         )
     inputs = [x, dt, A, B, C, states] + [t for t in (D, z, dt_bias, seq_idx, scores) if t is not None]
     programs = long_lived_programs(dims, config.persistent_programs)
-    kernel = functools.partial(_output_kernel, dims=dims, save=save, programs=programs)
+    kernel = functools.partial(_output_kernel, dims=dims, programs=programs)
     grid, name = tile_grid(dims, programs), ("ssd_fwd_out_persistent" if programs else "ssd_fwd_out")
     out, *saved = call_kernel(kernel, inputs, [out_shape, *extra], grid, dims, warps, stages, name)
     return out, final, ((kept[0] if keep else states) if save else None), (saved[0] if extra else None)

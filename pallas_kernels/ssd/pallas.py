@@ -5,7 +5,8 @@ float32; B, C (batch, L, G, N) in x's dtype; D (H, P) float32 or None; dt_bias (
 (batch, H, P, N) float32 or None; seq_idx int32 (batch, L) or None. Returns (out (batch, L, H, P) in x.dtype, final
 states (batch, H, P, N) float32). Residuals for the backward: the inputs, the block-start states (batch,
 L / block_l, H, P, N) in x.dtype (or, with ``config.checkpoint_every``, every that many positions' state in float32,
-from which the backward first rebuilds the block states) and, with z, the pre-gate output.
+from which the backward first rebuilds the block states) and, with z, the pre-gate output where the backward's per-head
+kernel reads it (on Triton; the Mosaic GPU one recomputes it: ``kernel_bwd_mosaic.dx_on_mosaic``).
 """
 
 import functools

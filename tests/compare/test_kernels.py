@@ -225,6 +225,20 @@ def test_conv_op_costs_inputs_and_jax_calls():
     assert pallas.saved_bytes == 0 and reference.saved_bytes > 0
 
 
+def test_jax_forward_backward_returns_the_output_with_the_gradients():
+    """The timed forward+backward returns the op's output beside the gradients, as a training step's loss reads it:
+    with the gradients alone XLA may drop forward kernels whose results the backward does not keep (the SSD's forward
+    walk, once its backward recomputed the pre-gate output)."""
+    import numpy as np
+
+    op = kernel_ops.OPS["causal_conv1d"]
+    arrays, dtypes, cotangent = op.inputs((2, 9, 4, 4), "float32", seed=1)
+    calls = op.jax_calls(kernel_ops.Variant("reference", "reference"), arrays, dtypes, cotangent, (2, 9, 4, 4))
+    out, grads = calls.forward_backward()
+    np.testing.assert_allclose(np.asarray(out, np.float32), calls.output, rtol=1e-5, atol=1e-6)  # another fusion
+    assert len(grads) == len(arrays) and all(np.isfinite(np.asarray(g)).all() for g in grads)
+
+
 def test_rmsnorm_gated_op_costs_inputs_and_both_sides(cpu_reference):
     """The gated norm op: bytes at the 780m shape; JAX's two impls and mamba-ssm's norm (its torch reference on the
     CPU) give the same output, and the Pallas one keeps only its inputs for the backward."""

@@ -706,6 +706,28 @@ def test_the_backward_runs_the_mosaic_gpu_kernels_only_where_they_cover_the_shap
         assert not any(dims.has_seq for _, dims in calls)
 
 
+def test_the_forward_keeps_the_pre_gate_output_only_for_a_backward_that_reads_it(rng, monkeypatch):
+    """The Mosaic GPU per-head kernel recomputes the pre-gate output (its dz is checked against the oracle in the
+    ``mosaic*`` cases above), so the forward leaves it out of the residuals there; the Triton kernel, which reads it,
+    gets it: seq_idx, the switch off, a partial last block."""
+    from pallas_kernels.ssd import pallas
+
+    jax.clear_caches()  # traced afresh: a call cached by an earlier test (pallas.py's jit) would record nothing
+    kept = []
+    real = pallas.ssd_backward
+    monkeypatch.setattr(pallas, "ssd_backward", lambda *a: kept.append(a[11] is not None) or real(*a))
+    runs = [(False, 128, MOSAIC, False), (False, 128, MOSAIC_DX, False), (False, 128, MOSAIC_FORWARD, False)]
+    runs += [(True, 128, MOSAIC, True), (False, 100, MOSAIC, True), (False, 128, SsdConfig(), True)]
+    for seq, seqlen, config, expected in runs:
+        kept.clear()
+        arrays, _, seq_idx = make_inputs(rng, 1, seqlen, 2, 64, 64, 1, jnp.bfloat16, seq=seq)
+        dout = jnp.asarray(rng.normal(size=(1, seqlen, 2, 64)), jnp.bfloat16)
+        dfinal = jnp.zeros((1, 2, 64, 64), jnp.float32)
+        _, _, grads = run_with_vjp(arrays, seq_idx, 64, True, (0.0, INF), dout, dfinal, impl="pallas", config=config)
+        assert bool(jnp.isfinite(grads["z"].astype(jnp.float32)).all())
+        assert kept == [expected], (seq, seqlen, config)
+
+
 def test_the_forward_walks_on_mosaic_gpu_only_where_it_covers_the_shape(rng, monkeypatch):
     """``fwd_mosaic`` sends the fused walks (whole, per segment) of a covered shape to ``mosaic_walk``, and the rest
     to the Triton kernels: seq_idx, a partial last block. A whole walk that keeps float32 states every few blocks
