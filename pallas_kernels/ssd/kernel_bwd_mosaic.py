@@ -10,8 +10,8 @@ registers a thread. Two things made it fast (H100, 130m, ncu, ``benchmarks/kerne
 - at most two (64, 64) accumulators live at a time (the products in three scopes). With all four (T, P) products in
   one scope it spilled (255 registers, 6.6 million local-memory requests) and took 414 us; now 224 registers, no
   spills, 227 us, DRAM at 76% of its peak;
-- five (64, 64) tiles of shared memory reused (x, then dx; dout, then dy; z, then dz; M; X) beside B, C,
-  S_in and dS: 112 KB at N 128, so two programs share an SM.
+- five (64, 64) tiles of shared memory reused (x, then dx; dout, then dy; z, then dz / ypre, then dz; M; X) beside
+  B, C, S_in and dS: 112 KB at N 128, so two programs share an SM.
 
 A program looping over several heads of a group (C·Bᵀ once, the next head's loads during this head's math) was
 slower in every case tried (B1 L65536 H128: 27.4-28.5 ms forward+backward against 22.8 with the Triton kernel in
@@ -29,8 +29,7 @@ with dy = dout silu(z), X = dt x. The pre-gate output ypre is recomputed from th
 forward does not store it (1.07 GB written and read again at B1 L65536 H128 P64, ``dx_on_mosaic``). The kernel
 leaves d cs, q and x · dX per position and S_in · dS per head dim; ``finish_dx`` (XLA) adds the state's carry and
 q's sum to each block's last d cs, takes the reverse cumulative sum and forms ddt, dA and d dt_bias from it, as the
-Triton kernel does in registers. Those are (batch, H, L) float32
-arrays, a few bytes per position and head.
+Triton kernel does in registers. Those are (batch, H, L) float32 arrays, a few bytes per position and head.
 
 Covered shapes (``mosaic_dx_supported``): block_l 64, head dims and N multiples of 64 (N <= 256), L a multiple of 64,
 16-bit inputs, no seq_idx. Elsewhere the Triton kernel runs.
