@@ -21,7 +21,8 @@ of them there (the two-level state pass's segment states, then the Mosaic walk o
 Per block, on tensor cores: C·Bᵀ (T, T), masked decays, y = (C·Bᵀ ∘ decay ∘ dt) x plus the incoming state's term
 exp(cs) C·stateᵀ; the state update is a (block_p, T) x (T, Np) dot. Dot operands are in the input dtype (bf16 in
 training), accumulation float32; the stored states are in the dot dtype, as the dots read them. With z and saving
-for the backward, the output before the gate is stored too.
+for the backward, the output before the gate is stored too where the backward's per-head kernel reads it (on Triton:
+the Mosaic GPU one recomputes it, ``kernel_bwd_mosaic.dx_on_mosaic``).
 """
 
 import dataclasses
