@@ -235,7 +235,8 @@ def test_jax_forward_backward_returns_the_output_with_the_gradients():
     arrays, dtypes, cotangent = op.inputs((2, 9, 4, 4), "float32", seed=1)
     calls = op.jax_calls(kernel_ops.Variant("reference", "reference"), arrays, dtypes, cotangent, (2, 9, 4, 4))
     out, grads = calls.forward_backward()
-    np.testing.assert_allclose(np.asarray(out, np.float32), calls.output, rtol=1e-5, atol=1e-6)  # another fusion
+    # compiled apart from the forward alone: its own rounding
+    np.testing.assert_allclose(np.asarray(out, np.float32), calls.output, rtol=1e-5, atol=1e-6)
     assert len(grads) == len(arrays) and all(np.isfinite(np.asarray(g)).all() for g in grads)
 
 
