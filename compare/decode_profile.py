@@ -17,21 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from compare.kernel_profile import name_every_launch, timed_device_events
+from compare.kernel_profile import busy_ns, name_every_launch, timed_device_events
 from compare.outputs import output_path
-
-
-def busy_ns(intervals: list[tuple[int, int]]) -> int:
-    """Length of the union of [start, end) intervals, in their unit."""
-    total, reach = 0, None
-    for start, end in sorted(intervals):
-        if reach is None or start > reach:
-            total += end - start
-            reach = end
-        elif end > reach:
-            total += end - reach
-            reach = end
-    return total
 
 
 def summarize(launches: list[tuple[str, str, int, int]], steps: int, wall_s: float) -> dict:

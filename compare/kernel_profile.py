@@ -2,7 +2,9 @@
 
 ``kernel_times(fn)`` runs ``fn`` a few times under ``jax.profiler.trace`` and sums each device kernel's duration
 per call from the trace (XPlane), e.g. {"ssd_bwd": 1034.2, "ssd_fwd_out": 142.0, ...} in microseconds. Pallas
-kernels carry their ``pallas_call`` name; XLA's own kernels their fusion names.
+kernels carry their ``pallas_call`` name; XLA's own kernels their fusion names. ``launch_gaps`` says from the same
+trace how long the GPU sat idle between the calls' kernels, and before which kernel: where a wall time exceeds the
+kernels' sum.
 """
 
 import collections
@@ -63,8 +65,13 @@ def per_call_us_by_op(profile, calls: int, plane_prefix: str = DEVICE_PLANE_PREF
     """Like :func:`per_call_us`, keyed by (kernel, launching HLO instruction with '.' as '_', "" where the event does
     not say): library kernels (cuBLAS's ``nvjet_*``) share one name across forward and backward GEMMs, and only
     the instruction tells them apart."""
+    return launches_us_by_op(timed_device_events(profile, plane_prefix), calls)
+
+
+def launches_us_by_op(launches, calls: int) -> dict[tuple[str, str], float]:
+    """{(kernel, instruction): us per call} of (kernel, instruction, start ns, duration ns) launches, largest first."""
     total: dict[tuple[str, str], float] = collections.defaultdict(float)
-    for name, op, duration_ns in device_events(profile, plane_prefix):
+    for name, op, _, duration_ns in launches:
         total[name, op] += duration_ns / 1e3 / calls
     return dict(sorted(total.items(), key=lambda kv: -kv[1]))
 
@@ -85,8 +92,45 @@ def kernel_totals(launches_us: dict[tuple[str, str], float]) -> dict[str, float]
     return dict(sorted(total.items(), key=lambda kv: -kv[1]))
 
 
-def kernel_times(fn: Callable[[], object], calls: int = 5) -> dict[str, float]:
-    """Per-call device time of each kernel ``fn`` launches (after one warm-up call), in us."""
+def busy_ns(intervals: list[tuple[int, int]]) -> int:
+    """Length of the union of [start, end) intervals, in their unit."""
+    total, reach = 0, None
+    for start, end in sorted(intervals):
+        if reach is None or start > reach:
+            total += end - start
+            reach = end
+        elif end > reach:
+            total += end - reach
+            reach = end
+    return total
+
+
+def launch_gaps(launches: list[tuple[str, str, int, int]], calls: int) -> dict:
+    """Where the GPU sat idle in a trace of ``calls`` back-to-back calls, per call, in us: ``span`` (first launch's
+    start to last launch's end), ``kernels`` (durations summed), ``busy`` (their union), and ``idle_before``
+    {kernel: idle time between the GPU's last busy moment and that kernel's start}, largest first.
+
+    ``launches``: (kernel, instruction, start ns, duration ns) as :func:`timed_device_events` yields them."""
+    if not launches:
+        return {"span": 0.0, "kernels": 0.0, "busy": 0.0, "idle_before": {}}
+    ordered = sorted(launches, key=lambda e: e[2])
+    idle: dict[str, float] = collections.defaultdict(float)
+    reach = ordered[0][2]
+    for name, _, start, duration in ordered:
+        if start > reach:
+            idle[name] += (start - reach) / 1e3 / calls
+        reach = max(reach, start + duration)
+    return {
+        "span": (reach - ordered[0][2]) / 1e3 / calls,
+        "kernels": sum(e[3] for e in ordered) / 1e3 / calls,
+        "busy": busy_ns([(s, s + d) for _, _, s, d in ordered]) / 1e3 / calls,
+        "idle_before": dict(sorted(idle.items(), key=lambda kv: -kv[1])),
+    }
+
+
+def traced_launches(fn: Callable[[], object], calls: int = 5) -> list[tuple[str, str, int, int]]:
+    """(kernel, instruction, start ns, duration ns) of every device launch of ``calls`` back-to-back calls of ``fn``
+    under the profiler, after one warm-up call."""
     jax.block_until_ready(fn())
     with tempfile.TemporaryDirectory() as trace_dir:
         with jax.profiler.trace(trace_dir):
@@ -94,5 +138,9 @@ def kernel_times(fn: Callable[[], object], calls: int = 5) -> dict[str, float]:
                 out = fn()
             jax.block_until_ready(out)
         (path,) = sorted(Path(trace_dir).rglob("*.xplane.pb"))[-1:]
-        profile = jax.profiler.ProfileData.from_file(str(path))
-        return per_call_us(profile, calls)
+        return list(timed_device_events(jax.profiler.ProfileData.from_file(str(path))))
+
+
+def kernel_times(fn: Callable[[], object], calls: int = 5) -> dict[str, float]:
+    """Per-call device time of each kernel ``fn`` launches (after one warm-up call), in us."""
+    return kernel_totals(launches_us_by_op(traced_launches(fn, calls), calls))

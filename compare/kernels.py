@@ -2,12 +2,13 @@
 
 For each shape it times the forward and the forward+backward of every JAX impl (``--impls``, plus any
 ``--pallas-config`` tiling variants) and of mamba-ssm's kernel (``--torch``) on the same input values, each in its
-native layout. A time is the median over ``--reps`` repetitions of ``back-to-back calls / count`` after warm-up
-(compilation and autotuning excluded). Also printed: speed-up over mamba-ssm, effective bandwidth (compulsory bytes
-/ time), achieved TFLOP/s and the floor: max(compulsory bytes / measured copy bandwidth, FLOPs / measured bf16
-matmul rate, exps / SFU rate) and, on forward+backward rows, the memory the forward keeps for the backward beyond
-its inputs (JAX: the vjp's residuals; mamba-ssm: the tensors autograd saves). ``compare.kernel_ops`` defines each
-op's shapes, inputs and cost model.
+native layout. A time is the median over ``--reps`` samples of ``back-to-back calls / count`` after warm-up
+(compilation and autotuning excluded), each sample as many calls as fill ``--sample-ms`` (``SAMPLE_MS``), then one
+sync. ``--profile`` adds each kernel's device time and the GPU's idle stretches from a trace. Also printed:
+speed-up over mamba-ssm, effective bandwidth (compulsory bytes / time), achieved TFLOP/s and the floor:
+max(compulsory bytes / measured copy bandwidth, FLOPs / measured bf16 matmul rate, exps / SFU rate) and, on
+forward+backward rows, the memory the forward keeps for the backward beyond its inputs (JAX: the vjp's residuals;
+mamba-ssm: the tensors autograd saves). ``compare.kernel_ops`` defines each op's shapes, inputs and cost model.
 ``--op ssd --impls pallas mamba_ssm_triton`` adds mamba-ssm's own Triton kernels launched from JAX (forward and
 backward): the mamba-ssm column's kernels with JAX around them. Writes ``<out>.json`` and ``<out>.md``.
 """
@@ -26,15 +27,25 @@ import jax
 import jax.numpy as jnp
 
 from compare.kernel_ops import OPS, KernelOp, Variant
-from compare.kernel_profile import kernel_times
+from compare.kernel_profile import kernel_totals, launch_gaps, launches_us_by_op, traced_launches
 from compare.outputs import output_path
 from compare.tolerances import rel_l2
 
 SFU_EXP2_PER_CLOCK_PER_SM = 16
 
 
-def median_ms(fn: Callable[[], object], sync: Callable[[object], None], reps: int, target_ms: float = 25.0) -> float:
-    """Median over ``reps`` of the mean time of back-to-back calls, after warm-up, in ms."""
+# Each timed sample runs back-to-back calls filling this many ms, then one sync. A sample also pays a fixed start and
+# stop (the first call's dispatch, the sync): about 0.7 ms with JAX at the long SSD shape on an H200 (12.23 ms a call
+# timed alone, 11.60 over eight; tools/ssd_wall_probe.py). Samples of 200 ms hold 9 or more calls of up to 22 ms,
+# near the steady rate a training loop sees, for either side.
+SAMPLE_MS = 200.0
+
+
+def median_ms(
+    fn: Callable[[], object], sync: Callable[[object], None], reps: int, target_ms: float = SAMPLE_MS
+) -> float:
+    """Median over ``reps`` of the mean time of back-to-back calls (as many as fill ``target_ms``, 1-200), after
+    warm-up, in ms."""
     sync(fn())
     began = time.perf_counter()
     sync(fn())
@@ -52,9 +63,12 @@ def median_ms(fn: Callable[[], object], sync: Callable[[object], None], reps: in
     return statistics.median(samples)
 
 
-def time_passes(forward, forward_backward, sync, reps: int) -> dict[str, float]:
-    """ms of the forward and of the forward+backward, each by ``median_ms``."""
-    return {"forward": median_ms(forward, sync, reps), "forward+backward": median_ms(forward_backward, sync, reps)}
+def time_passes(forward, forward_backward, sync, reps: int, sample_ms: float = SAMPLE_MS) -> dict[str, float]:
+    """ms of the forward and of the forward+backward, each by ``median_ms`` over samples of ``sample_ms`` or more."""
+    return {
+        "forward": median_ms(forward, sync, reps, sample_ms),
+        "forward+backward": median_ms(forward_backward, sync, reps, sample_ms),
+    }
 
 
 REGISTERED_IMPLS = {"mamba_ssm_triton": "ssd"}  # impl -> the op it serves: mamba-ssm's Triton kernels from JAX
@@ -163,6 +177,16 @@ def floor_ms(cost: dict, ceiling: dict) -> float:
     )
 
 
+def profiled_kernels(fn, calls: int = 5, idle_kernels: int = 6) -> tuple[dict, dict]:
+    """From one trace of ``calls`` calls of ``fn``: {kernel: us per call}, and where the GPU sat idle per call (us:
+    traced span, kernels' sum, busy time, and the ``idle_kernels`` kernels with the most idle time before them)."""
+    launches = traced_launches(fn, calls)
+    times = {k: round(v, 1) for k, v in kernel_totals(launches_us_by_op(launches, calls)).items()}
+    gaps = launch_gaps(launches, calls)
+    idle = {k: round(v, 1) for k, v in list(gaps["idle_before"].items())[:idle_kernels]}
+    return times, {k: round(gaps[k], 1) for k in ("span", "kernels", "busy")} | {"idle_before": idle}
+
+
 def run_op(op: KernelOp, args, variants: list[Variant], ceiling: dict) -> list[dict]:
     rows = []
     torch_ref = None
@@ -181,18 +205,21 @@ def run_op(op: KernelOp, args, variants: list[Variant], ceiling: dict) -> list[d
             calls = op.torch_calls(torch_ref, arrays, dtypes, cotangent, shape)
             outputs["mamba-ssm"] = calls.output
             saved["mamba-ssm"] = calls.saved_bytes
-            timed["mamba-ssm"] = time_passes(calls.forward, calls.forward_backward, calls.sync, args.reps)
+            timed["mamba-ssm"] = time_passes(
+                calls.forward, calls.forward_backward, calls.sync, args.reps, args.sample_ms
+            )
             print(f"{shape_name} mamba-ssm: {timed['mamba-ssm']}", flush=True)
-        kernels = {}
+        kernels, gaps = {}, {}
         for variant in variants:
             forward, forward_backward, outputs[variant.label], saved[variant.label] = op.jax_calls(
                 for_shape(variant, op, shape, args.dtype), arrays, dtypes, cotangent, shape
             )
-            timed[variant.label] = time_passes(forward, forward_backward, jax_sync, args.reps)
+            timed[variant.label] = time_passes(forward, forward_backward, jax_sync, args.reps, args.sample_ms)
             print(f"{shape_name} {variant.label}: {timed[variant.label]}", flush=True)
             if args.profile:
-                kernels[variant.label] = {k: round(v, 1) for k, v in kernel_times(forward_backward).items()}
+                kernels[variant.label], gaps[variant.label] = profiled_kernels(forward_backward)
                 print(f"{shape_name} {variant.label} kernels (us per forward+backward): {kernels[variant.label]}")
+                print(f"{shape_name} {variant.label} GPU idle (us per forward+backward): {gaps[variant.label]}")
         base = "mamba-ssm" if "mamba-ssm" in outputs else variants[0].label
         for label, passes in timed.items():
             error = None if label == base else float(rel_l2(outputs[label], outputs[base]))
@@ -220,6 +247,7 @@ def run_op(op: KernelOp, args, variants: list[Variant], ceiling: dict) -> list[d
                 )
                 if pass_name == "forward+backward" and label in kernels:
                     rows[-1]["kernel_us"] = kernels[label]
+                    rows[-1]["gpu_idle_us"] = gaps[label]
     return rows
 
 
@@ -251,6 +279,13 @@ def markdown(rows: list[dict], meta: dict) -> str:
         for r in profiled:
             top = ", ".join(f"{name} {us:.0f}" for name, us in list(r["kernel_us"].items())[:8])
             lines.append(f"- {r['shape']} {r['impl']}: {top}")
+            idle = r.get("gpu_idle_us")
+            if idle:
+                before = ", ".join(f"{name} {us:.0f}" for name, us in idle["idle_before"].items())
+                lines.append(
+                    f"  - traced span {idle['span']:.0f}, kernels {idle['kernels']:.0f}, GPU busy {idle['busy']:.0f}; "
+                    f"idle before: {before}"
+                )
     return "\n".join(lines) + "\n"
 
 
@@ -282,6 +317,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--torch", action=argparse.BooleanOptionalAction, default=True, help="time mamba-ssm too")
     parser.add_argument("--reps", type=int, default=30)
+    parser.add_argument(
+        "--sample-ms",
+        type=float,
+        default=SAMPLE_MS,
+        help="each of the --reps samples times back-to-back calls (at most 200) filling this many ms, then one sync",
+    )
     parser.add_argument(
         "--profile", action="store_true", help="also record each JAX variant's per-kernel times (forward+backward)"
     )

@@ -165,6 +165,20 @@
 #   walk, whose results the backward no longer kept, so yfirst's forward+backward figures lack it)
 #   yfixed: yfirst's first three shapes again; ycheck2: ycheck's tests past where its limit cut it
 #   yparity: 130m against the reference and mamba-ssm with the default (every Mosaic GPU kernel)
+# Thirty-fourth round (where the GPU sits idle inside a call; forwards the earlier benchmark dropped):
+#   igaps: no mamba-ssm, with the profiler's per-kernel times and idle stretches: the long shape, 130m and 2.7b
+#   icheck: the compiled walk tests ycheck and ycheck2 did not reach (the unnamed segments-kept case, four pieces,
+#           halves)
+#   iops: the gated RMSNorm beside mamba-ssm's Triton norm, and the causal conv1d (no mamba-ssm: its CUDA build), with
+#         the profiler; then the same from HARNESS (a copy of commit 52fb0f3's compare package, whose forward+backward
+#         returned the gradients alone: HARNESS=DIR bash tools/gpu-issue15-probe.sh ... iops)
+#   iwall: no mamba-ssm, the long shape timed over samples of 25 ms (two calls, then a sync) and of 300 ms (igaps found
+#          the GPU never idle in a trace of five back-to-back calls, whose kernels sum to less than the timed wall)
+#   icheck2: the walk test icheck did not reach (n256-halves-kept)
+#   (tools/ssd_wall_probe.py then found a fixed start cost of about 0.7 ms a sample at the long shape: 12.23 ms a call
+#   timed alone, 11.60 over eight back-to-back calls; the benchmark's default sample went from 25 to 200 ms)
+#   isample: beside mamba-ssm, the long shape, samples of 200 ms
+#   iparity: yparity again
 set -u
 export PYTHONPATH=. PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 bash tools/gpu-parity.sh /tmp/p .sdist unpack > "$OUT/unpack.log" 2>&1 || { tail "$OUT/unpack.log"; exit 1; }
@@ -333,6 +347,26 @@ run yfixed 170 --shapes long 130m 2.7b --no-torch --profile
 run yverify2 300 --shapes b4-L16384-h64-g8 b4-L4096-h64-n256-g8 2.7b 130m b8-L2048-h80 b2-L8192-h32-n256-g4 --torch
 gpu_tests ycheck2 180 "mosaic_forward and (kept or pieces or halves)"
 gpu_tests yparity 400 "130m and mosaic and not dx"
+run igaps 200 --shapes long 130m 2.7b --no-torch --profile
+op_runs() {  # DIR TAG: the RMSNorm and conv rows of iops with the compare package found first from DIR
+    (cd "$1" && PYTHONPATH=$1:$OLDPWD timeout 100 python3 -m compare.kernels --op rmsnorm_gated --reps 20 --torch \
+        --profile --out "$OUT/iops-norm-$2" > "$OUT/iops-norm-$2.txt" 2>&1
+    PYTHONPATH=$1:$OLDPWD timeout 80 python3 -m compare.kernels --op causal_conv1d --reps 20 --no-torch --profile \
+        --out "$OUT/iops-conv-$2" > "$OUT/iops-conv-$2.txt" 2>&1)
+    grep -hE "^\| \S+ \| (forward|forward\+backward) \|" "$OUT/iops-norm-$2.txt" "$OUT/iops-conv-$2.txt" | cut -c1-120
+}
+if [[ $wanted == *" iops "* ]]; then
+    echo "== iops $(date +%T)"
+    op_runs "$PWD" now
+    [[ -n ${HARNESS:-} ]] && op_runs "$HARNESS" base
+fi
+gpu_tests icheck 230 "mosaic_forward and (config5 or four or halves)"
+if [[ $wanted == *" iwall "* ]]; then wanted+=" iwall25 iwall300 "; fi
+run iwall25 75 --shapes long --no-torch --sample-ms 25
+run iwall300 75 --shapes long --no-torch --sample-ms 300
+gpu_tests icheck2 100 "mosaic_forward and halves-kept"
+run isample 420 --shapes long --torch --sample-ms 200
+gpu_tests iparity 400 "130m and mosaic and not dx"
 # one file back: this run's files (folders under $OUT are left as they are)
 files=$(cd "$OUT" && find . -maxdepth 1 -type f ! -name issue15-probe.tgz)
 (cd "$OUT" && tar czf /tmp/issue15-probe.tgz $files && rm -f $files && mv /tmp/issue15-probe.tgz .)

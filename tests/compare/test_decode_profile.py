@@ -2,7 +2,8 @@
 
 import pytest
 
-from compare.decode_profile import busy_ns, summarize
+from compare.decode_profile import summarize
+from compare.kernel_profile import busy_ns
 
 
 def test_busy_time_is_the_union_of_overlapping_and_disjoint_intervals():

@@ -176,6 +176,26 @@ def test_per_kernel_times_sum_device_events_per_call():
     assert list(times) == ["ssd_bwd", "ssd_fwd_out"]
 
 
+def test_launch_gaps_put_each_idle_stretch_before_the_kernel_that_ends_it():
+    """Idle time counts from the GPU's last busy moment (an overlapped kernel does not reset it), per call."""
+    from compare.kernel_profile import launch_gaps
+
+    launches = [  # (kernel, instruction, start ns, duration ns), out of order as a trace's lines give them
+        ("walk", "", 10_000, 6_000),
+        ("fusion", "", 0, 4_000),
+        ("overlapped", "", 11_000, 1_000),  # inside walk: no idle before it, and walk's end still counts
+        ("bwd", "", 20_000, 2_000),  # 4 us after walk's end
+        ("walk", "", 23_000, 1_000),  # 1 us after bwd
+    ]
+    gaps = launch_gaps(launches, calls=2)
+    assert gaps["span"] == pytest.approx(24.0 / 2)
+    assert gaps["kernels"] == pytest.approx(14.0 / 2)
+    assert gaps["busy"] == pytest.approx(13.0 / 2)
+    assert gaps["idle_before"] == pytest.approx({"walk": 7.0 / 2, "bwd": 4.0 / 2})
+    assert list(gaps["idle_before"]) == ["walk", "bwd"]
+    assert launch_gaps([], calls=3) == {"span": 0.0, "kernels": 0.0, "busy": 0.0, "idle_before": {}}
+
+
 def test_saved_bytes_count_residuals_but_not_forwarded_inputs():
     import jax.numpy as jnp
 
