@@ -184,7 +184,8 @@ export PYTHONPATH=. PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 bash tools/gpu-parity.sh /tmp/p .sdist unpack > "$OUT/unpack.log" 2>&1 || { tail "$OUT/unpack.log"; exit 1; }
 nvidia-smi --query-gpu=name --format=csv,noheader > "$OUT/device.txt"
 K="python3 -m compare.kernels --op ssd --reps 10"
-# the shapes beyond compare.kernels' named ones (NAME=batch,L,H,P,N,G,chunk); a run times those its --shapes names
+# the shapes beyond compare.kernels' named ones (NAME=batch,L,H,P,N,G,chunk); a run passes the definitions of those
+# its --shapes names (compare.kernels times every --shape it is given, named or not)
 EXTRA_SHAPES=(
     --shape b4-L16384-h64-g8=4,16384,64,64,128,8,256
     --shape b2-L8192-h32-n256-g4=2,8192,32,64,256,4,256
@@ -204,12 +205,24 @@ EXTRA_SHAPES=(
     --shape b2-L16384-h64=2,16384,64,64,128,1,256
 )
 wanted=" $* "
+named_extra_shapes() {  # ARGS...: the EXTRA_SHAPES definitions of the shapes that ARGS' --shapes names
+    local names=" " listing=0 arg definition
+    for arg in "$@"; do
+        if [[ $arg == --shapes ]]; then listing=1; elif [[ $arg == --* ]]; then listing=0
+        elif ((listing)); then names+="$arg "; fi
+    done
+    for definition in "${EXTRA_SHAPES[@]}"; do
+        [[ $definition != --shape && $names == *" ${definition%%=*} "* ]] && printf -- '--shape\n%s\n' "$definition"
+    done
+}
 run() {
     local name=$1 limit=$2
     shift 2
     [[ $wanted == *" $name "* ]] || return 0
     echo "== $name $(date +%T)"
-    timeout "$limit" $K "${EXTRA_SHAPES[@]}" --out "$OUT/$name" "$@" > "$OUT/$name.txt" 2>&1
+    local extra
+    mapfile -t extra < <(named_extra_shapes "$@")
+    timeout "$limit" $K "${extra[@]}" --out "$OUT/$name" "$@" > "$OUT/$name.txt" 2>&1
     echo "exit $?"
     grep -E "^\| \S+ \| (forward|forward\+backward) \|" "$OUT/$name.txt" | cut -c1-140
 }
