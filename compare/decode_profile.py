@@ -13,11 +13,10 @@ import collections
 import json
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from compare.kernel_profile import busy_ns, name_every_launch, timed_device_events
+from compare.kernel_profile import launch_gaps, name_every_launch, traced_launches
 from compare.outputs import output_path
 
 
@@ -31,15 +30,13 @@ def summarize(launches: list[tuple[str, str, int, int]], steps: int, wall_s: flo
         for table in (per_kernel[name], per_class[classify(name)]):
             table[0] += duration / 1e3 / steps
             table[1] += 1 / steps
-    span = max(s + d for _, _, s, d in launches) - min(s for _, _, s, _ in launches) if launches else 0
-    kernels_us = sum(d for *_, d in launches) / 1e3 / steps
-    busy_us = busy_ns([(s, s + d) for _, _, s, d in launches]) / 1e3 / steps
+    gaps = launch_gaps(launches, steps)
     top = sorted(per_kernel.items(), key=lambda kv: -kv[1][0])
     return {
         "step_wall_us": wall_s / steps * 1e6,
-        "traced_span_us": span / 1e3 / steps,
-        "kernels_us": kernels_us,
-        "busy_us": busy_us,
+        "traced_span_us": gaps["span"],
+        "kernels_us": gaps["kernels"],
+        "busy_us": gaps["busy"],
         "launches": len(launches) / steps,
         "classes": {k: {"us": v[0], "launches": v[1]} for k, v in sorted(per_class.items(), key=lambda kv: -kv[1][0])},
         "kernels": {k: {"us": v[0], "launches": v[1]} for k, v in top},
@@ -65,11 +62,7 @@ def profile_decode(config: str, batch: int, prompt_len: int, new_tokens: int, re
         began = time.perf_counter()
         run()
         times.append(time.perf_counter() - began)
-    with tempfile.TemporaryDirectory() as trace_dir:
-        with jax.profiler.trace(trace_dir):
-            run()
-        (path,) = sorted(Path(trace_dir).rglob("*.xplane.pb"))[-1:]
-        launches = list(timed_device_events(jax.profiler.ProfileData.from_file(str(path))))
+    launches = traced_launches(run, calls=1, warm_up=False)
     device = jax.devices()[0]
     result = summarize(launches, new_tokens, statistics.median(times))
     return {"config": config, "batch": batch, "device": getattr(device, "device_kind", str(device)), **result}

@@ -1,10 +1,10 @@
 """Per-kernel GPU time of a JAX call from the profiler: which kernel of a pass the time goes to.
 
-``kernel_times(fn)`` runs ``fn`` a few times under ``jax.profiler.trace`` and sums each device kernel's duration
-per call from the trace (XPlane), e.g. {"ssd_bwd": 1034.2, "ssd_fwd_out": 142.0, ...} in microseconds. Pallas
-kernels carry their ``pallas_call`` name; XLA's own kernels their fusion names. ``launch_gaps`` says from the same
-trace how long the GPU sat idle between the calls' kernels, and before which kernel: where a wall time exceeds the
-kernels' sum.
+``traced_launches(fn)`` runs ``fn`` a few times under ``jax.profiler.trace`` and lists each device launch from the
+trace (XPlane); ``kernel_totals(launches_us_by_op(launches, calls))`` sums each kernel's duration per call, e.g.
+{"ssd_bwd": 1034.2, "ssd_fwd_out": 142.0, ...} in microseconds. Pallas kernels carry their ``pallas_call`` name;
+XLA's own kernels their fusion names. ``launch_gaps`` says from the same launches how long the GPU sat idle between
+the calls' kernels, and before which kernel: where a wall time exceeds the kernels' sum.
 """
 
 import collections
@@ -128,10 +128,11 @@ def launch_gaps(launches: list[tuple[str, str, int, int]], calls: int) -> dict:
     }
 
 
-def traced_launches(fn: Callable[[], object], calls: int = 5) -> list[tuple[str, str, int, int]]:
+def traced_launches(fn: Callable[[], object], calls: int = 5, warm_up: bool = True) -> list[tuple[str, str, int, int]]:
     """(kernel, instruction, start ns, duration ns) of every device launch of ``calls`` back-to-back calls of ``fn``
-    under the profiler, after one warm-up call."""
-    jax.block_until_ready(fn())
+    under the profiler, after one warm-up call unless ``warm_up`` is False (the caller has run it already)."""
+    if warm_up:
+        jax.block_until_ready(fn())
     with tempfile.TemporaryDirectory() as trace_dir:
         with jax.profiler.trace(trace_dir):
             for _ in range(calls):
@@ -139,8 +140,3 @@ def traced_launches(fn: Callable[[], object], calls: int = 5) -> list[tuple[str,
             jax.block_until_ready(out)
         (path,) = sorted(Path(trace_dir).rglob("*.xplane.pb"))[-1:]
         return list(timed_device_events(jax.profiler.ProfileData.from_file(str(path))))
-
-
-def kernel_times(fn: Callable[[], object], calls: int = 5) -> dict[str, float]:
-    """Per-call device time of each kernel ``fn`` launches (after one warm-up call), in us."""
-    return kernel_totals(launches_us_by_op(traced_launches(fn, calls), calls))
