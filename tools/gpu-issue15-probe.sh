@@ -179,6 +179,18 @@
 #   timed alone, 11.60 over eight back-to-back calls; the benchmark's default sample went from 25 to 200 ms)
 #   isample: beside mamba-ssm, the long shape, samples of 200 ms
 #   iparity: yparity again
+# Thirty-fifth round (the last same-run figures for issue 15's closing note, samples of 200 ms):
+#   zlong: beside mamba-ssm, the long shape, with the profiler; zops: iops's norm and conv rows, samples of 200 ms
+#   zbench: beside mamba-ssm, 130m and 2.7b with the profiler, then B4 L16384 H64 G8, B2 L8192 H32 N256 G4 and
+#           B4 L4096 H64 N256 G8 (until its limit)
+# Thirty-sixth round (sigmoid as rsqrt squared in the four Mosaic GPU kernels that gate by z; ssd_bwd_dx's dD as the
+# diagonal of a product):
+#   anew: no mamba-ssm, with the profiler: 130m and 2.7b; abase: the same and the long shape from BASE (a copy of the
+#         previous commit's pallas_kernels: BASE=DIR bash tools/gpu-issue15-probe.sh ... abase)
+#   along: beside mamba-ssm, the long shape, with the profiler
+#   acheck: the compiled oracle tests of the Mosaic GPU backward kernels and of the walks with z
+#   zncu: ncu on one launch of the backward's per-head kernel (ssd_bwd_dx) at B1 L16384 H128 (the long shape's
+#         programs, a quarter of them): warp states, stall reasons, each SASS instruction's stall samples
 set -u
 export PYTHONPATH=. PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 bash tools/gpu-parity.sh /tmp/p .sdist unpack > "$OUT/unpack.log" 2>&1 || { tail "$OUT/unpack.log"; exit 1; }
@@ -361,17 +373,17 @@ run yverify2 300 --shapes b4-L16384-h64-g8 b4-L4096-h64-n256-g8 2.7b 130m b8-L20
 gpu_tests ycheck2 180 "mosaic_forward and (kept or pieces or halves)"
 gpu_tests yparity 400 "130m and mosaic and not dx"
 run igaps 200 --shapes long 130m 2.7b --no-torch --profile
-op_runs() {  # DIR TAG: the RMSNorm and conv rows of iops with the compare package found first from DIR
+op_runs() {  # DIR NAME: the RMSNorm and conv rows of iops with the compare package found first from DIR
     (cd "$1" && PYTHONPATH=$1:$OLDPWD timeout 100 python3 -m compare.kernels --op rmsnorm_gated --reps 20 --torch \
-        --profile --out "$OUT/iops-norm-$2" > "$OUT/iops-norm-$2.txt" 2>&1
+        --profile --out "$OUT/$2-norm" > "$OUT/$2-norm.txt" 2>&1
     PYTHONPATH=$1:$OLDPWD timeout 80 python3 -m compare.kernels --op causal_conv1d --reps 20 --no-torch --profile \
-        --out "$OUT/iops-conv-$2" > "$OUT/iops-conv-$2.txt" 2>&1)
-    grep -hE "^\| \S+ \| (forward|forward\+backward) \|" "$OUT/iops-norm-$2.txt" "$OUT/iops-conv-$2.txt" | cut -c1-120
+        --out "$OUT/$2-conv" > "$OUT/$2-conv.txt" 2>&1)
+    grep -hE "^\| \S+ \| (forward|forward\+backward) \|" "$OUT/$2-norm.txt" "$OUT/$2-conv.txt" | cut -c1-120
 }
 if [[ $wanted == *" iops "* ]]; then
     echo "== iops $(date +%T)"
-    op_runs "$PWD" now
-    [[ -n ${HARNESS:-} ]] && op_runs "$HARNESS" base
+    op_runs "$PWD" iops-now
+    [[ -n ${HARNESS:-} ]] && op_runs "$HARNESS" iops-base
 fi
 gpu_tests icheck 230 "mosaic_forward and (config5 or four or halves)"
 if [[ $wanted == *" iwall "* ]]; then wanted+=" iwall25 iwall300 "; fi
@@ -380,6 +392,27 @@ run iwall300 75 --shapes long --no-torch --sample-ms 300
 gpu_tests icheck2 100 "mosaic_forward and halves-kept"
 run isample 420 --shapes long --torch --sample-ms 200
 gpu_tests iparity 400 "130m and mosaic and not dx"
+run zlong 420 --shapes long --torch --profile
+[[ $wanted == *" zops "* ]] && echo "== zops $(date +%T)" && op_runs "$PWD" zops
+if [[ $wanted == *" zncu "* ]]; then
+    echo "== zncu $(date +%T)"
+    for case in ${ZNCU_CASES:-h128:1,16384,128,64,128,1:128 130m:8,2048,24,64,128,1:256}; do
+        IFS=: read -r name shape chunk <<< "$case"
+        rep="$OUT/ssd_bwd_dx-$name"
+        timeout 200 ncu --clock-control none -k regex:ssd_bwd_dx -c 1 -f -o "$rep" --section SpeedOfLight \
+            --section Occupancy --section WarpStateStats --section SchedulerStats --section SourceCounters \
+            python3 tools/ssd_step.py --shape "$shape" --chunk "$chunk" --steps 1 > "$rep.log" 2>&1
+        echo "$name exit $?"
+        ncu -i "$rep.ncu-rep" --page details --print-details all > "$rep.txt" 2>&1
+        ncu -i "$rep.ncu-rep" --page source --print-source sass --csv > "$rep.csv" 2>&1
+        grep -E "Duration|Registers Per|Warp Cycles Per Issued|No Eligible|DRAM Throughput|Stall" "$rep.txt" | head -30
+    done
+fi
+run anew 120 --shapes 130m 2.7b --no-torch --profile
+[[ -n ${BASE:-} ]] && (cd "$BASE" && PYTHONPATH=$BASE:$OLDPWD run abase 200 --shapes long 130m 2.7b --no-torch --profile)
+run along 330 --shapes long --torch --profile
+gpu_tests acheck 330 "mosaic_kernels or (mosaic_forward and (config0 or config3 or forward-kept or segments-halves))"
+run zbench 560 --shapes 130m 2.7b b4-L16384-h64-g8 b2-L8192-h32-n256-g4 b4-L4096-h64-n256-g8 --torch --profile
 # one file back: this run's files (folders under $OUT are left as they are)
 files=$(cd "$OUT" && find . -maxdepth 1 -type f ! -name issue15-probe.tgz)
 (cd "$OUT" && tar czf /tmp/issue15-probe.tgz $files && rm -f $files && mv /tmp/issue15-probe.tgz .)

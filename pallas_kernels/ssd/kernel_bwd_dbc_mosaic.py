@@ -35,7 +35,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from pallas_kernels.ssd.block import SsdDims
-from pallas_kernels.ssd.mosaic import TILE, TRANSFORMS, call_kernel, covers_tiles
+from pallas_kernels.ssd.mosaic import TILE, TRANSFORMS, call_kernel, covers_tiles, sigmoid
 
 STEPS_IN_FLIGHT = 2  # pipeline stages: one step's copies in flight while the previous one computes
 
@@ -77,7 +77,7 @@ def ssd_bwd_dbc_mosaic(*refs, dims: SsdDims, parts: int, columns: int):
             dout = plgpu.load(dout_s, layout=wg).astype(f32)
             if z_s:
                 z = plgpu.load(z_s[0], layout=wg).astype(f32)
-                dout = dout * z / (1.0 + jnp.exp(-z))
+                dout = dout * z * sigmoid(z)
             dy = dout.astype(dtype).astype(f32)
             cs = plgpu.load(cs_s, layout=rows_v)
             X = plgpu.load(x_s, layout=wg).astype(f32) * on_rows(plgpu.load(dt_s, layout=rows_v))

@@ -55,7 +55,7 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 from pallas_kernels.ssd.block import SsdDims
 from pallas_kernels.ssd.kernel_fwd_mosaic_halves import halves_scratch, walk_in_halves
 from pallas_kernels.ssd.kernel_fwd_mosaic_pieces import piece_scratch, walk_by_pieces
-from pallas_kernels.ssd.mosaic import TILE, TRANSFORMS, block_cumsums, call_kernel, covers_tiles, products
+from pallas_kernels.ssd.mosaic import TILE, TRANSFORMS, block_cumsums, call_kernel, covers_tiles, products, sigmoid
 from pallas_kernels.ssd.mosaic_walk import STEPS_IN_FLIGHT, start_state, walk_blocks, walk_grid, walk_program
 
 
@@ -195,7 +195,7 @@ def ssd_fwd_walk_mosaic(
                 z_tile, z_read = z
                 gate = plgpu.load(z_tile(), layout=wg).astype(f32)
                 z_read()
-                y = y * gate / (1.0 + jnp.exp(-gate))
+                y = y * gate * sigmoid(gate)
             if with_state:
                 plgpu.wait_smem_to_gmem(0, wait_read_only=True)  # the copy of S_s issued at the start has read it
             E_s[...] = y.astype(dtype)  # the update has read E_s: out leaves from it, while the next block starts

@@ -36,7 +36,7 @@ from jax import lax
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from pallas_kernels.ssd.block import SsdDims
-from pallas_kernels.ssd.mosaic import TILE, TRANSFORMS, block_cumsums, call_kernel, products
+from pallas_kernels.ssd.mosaic import TILE, TRANSFORMS, block_cumsums, call_kernel, products, sigmoid
 from pallas_kernels.ssd.mosaic_walk import start_state, walk_blocks, walk_grid, walk_program
 
 
@@ -91,7 +91,7 @@ def ssd_state_walk_mosaic(
         v = plgpu.load(v_s, layout=wg).astype(f32)
         if gate_s:
             z = plgpu.load(gate_s[0], layout=wg).astype(f32)
-            v = v * z / (1.0 + jnp.exp(-z))
+            v = v * z * sigmoid(z)
         E_s[...] = (v * on_rows(plgpu.load(weight_s, layout=rows_v))).astype(dtype)
         plgpu.commit_smem()
         # S's rows are head dims: every one scaled by the block's exp(cs_last), the same at each of its positions

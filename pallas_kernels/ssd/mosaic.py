@@ -9,6 +9,7 @@ vectors, so that a program reads them with the tensor-memory accelerator like an
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
@@ -61,6 +62,15 @@ def call_kernel(
     )
     with plgpu.force_gpu_interpret_mode(plgpu.InterpretGPUParams() if dims.interpret else None):
         return kernel(*inputs)
+
+
+def sigmoid(z: jax.Array) -> jax.Array:
+    """1 / (1 + exp(-z)), as the square of rsqrt(1 + exp(-z)). Mosaic GPU lowers ``/`` to a correctly rounded
+    division, about ten instructions with its special cases (ncu, ``ssd_bwd_dx``, round 35 of
+    ``benchmarks/kernels/ssd-notes.md``), and ``rsqrt`` under ``approx_math`` to one ``rsqrt.approx`` (relative
+    error about 2^-22). 1 + exp(-z) >= 1, so the root is real, and exp's overflow (z below about -88) gives 0."""
+    root = lax.rsqrt(1.0 + jnp.exp(-z))
+    return root * root
 
 
 def block_cumsums(dt: jax.Array, A: jax.Array, dt_bias, dims: SsdDims) -> tuple[jax.Array, jax.Array, jax.Array]:

@@ -658,6 +658,20 @@ def test_default_config_takes_a_groups_heads_in_one_dbc_program_where_blocks_and
     assert splits(2, 2049, 1) == 4  # 66 programs, a partial last block counted
 
 
+def test_mosaic_sigmoid_is_the_logistic_function_from_underflow_to_saturation():
+    """``mosaic.sigmoid`` (rsqrt(1 + exp(-z)) squared, the Mosaic GPU kernels' gate) against the float64 logistic
+    function over float32's range: exp's overflow below about -88 gives 0, large z gives 1, never a NaN."""
+    from pallas_kernels.ssd.mosaic import sigmoid
+
+    z = np.concatenate([np.linspace(-120.0, 120.0, 4801), [0.0, -88.5, 88.5, -1e30, 1e30]]).astype(np.float32)
+    got = np.asarray(jax.jit(sigmoid)(jnp.asarray(z)))
+    with np.errstate(over="ignore"):  # exp(1e30) is inf in float64 too: the logistic function's 0
+        want = 1.0 / (1.0 + np.exp(-z.astype(np.float64)))
+    assert got.dtype == np.float32 and np.isfinite(got).all()
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-37)
+    assert got[-2] == 0.0 and got[-1] == 1.0
+
+
 def test_mosaic_gpu_backward_kernels_cover_16_bit_shapes_in_blocks_and_tiles_of_64():
     """``mosaic_dx_supported`` and ``mosaic_dbc_supported``: the shapes the Mosaic GPU kernels take (the rest stay
     on the Triton kernels)."""
