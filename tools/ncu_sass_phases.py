@@ -1,7 +1,8 @@
 """Where a kernel's instructions and stall samples fall, from ncu's SASS page (``ncu -i REP --page source
 --print-source sass --csv > FILE.csv``): totals by stall reason and by opcode, and the straight-line stretches between
 groups of ``HGMMA`` (wgmma) instructions (HGMMAs fewer than ``GROUP_GAP`` instructions apart are one group), so that
-a Mosaic GPU kernel's phases (the work before each group of products) can be weighed against each other.
+a Mosaic GPU kernel's phases (the work before its first products, then each group of products and the work up to the
+next) can be weighed against each other.
 
     python tools/ncu_sass_phases.py ssd_bwd_dx-h128.csv --warps 131072
 
