@@ -191,6 +191,17 @@
 #   acheck: the compiled oracle tests of the Mosaic GPU backward kernels and of the walks with z
 #   zncu: ncu on one launch of the backward's per-head kernel (ssd_bwd_dx) at B1 L16384 H128 (the long shape's
 #         programs, a quarter of them): warp states, stall reasons, each SASS instruction's stall samples
+# Thirty-seventh round (a variant not kept, no faster at the long shape: ssd_bwd_dx with the decay vectors in one
+# copy and its outputs in three, C·Bᵀ while dy and X are staged, S_in dSᵀ beside the other products of dS; the dB/dC
+# kernel reading the same stacked decay vectors; rerun, the b* runs time the committed kernels against BASE):
+#   bnew: no mamba-ssm, with the profiler: the long shape, 130m and 2.7b; bbase: the same from BASE
+#   bcheck: the compiled oracle tests of the Mosaic GPU backward kernels (pytest-xdist where installed)
+#   bwalk: the compiled oracle tests of the walks (with both Mosaic GPU backward kernels)
+#   blong: beside mamba-ssm, the long shape, with the profiler
+#   bparity: 130m against the reference and mamba-ssm with both Mosaic GPU backward kernels
+#   bbase2, bnew2: bbase and bnew again at the long shape, BASE first; btests: bwalk and bparity in one pytest
+#   crest: the compiled walk cases acheck did not run and the 130m parity test, on the committed kernels
+#   cparity: the 130m parity test with both Mosaic GPU backward kernels again (inputs from TEST_SEED from here on)
 set -u
 export PYTHONPATH=. PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 bash tools/gpu-parity.sh /tmp/p .sdist unpack > "$OUT/unpack.log" 2>&1 || { tail "$OUT/unpack.log"; exit 1; }
@@ -235,14 +246,18 @@ run() {
     local extra
     mapfile -t extra < <(named_extra_shapes "$@")
     timeout "$limit" $K "${extra[@]}" --out "$OUT/$name" "$@" > "$OUT/$name.txt" 2>&1
-    echo "exit $?"
+    local code=$?
+    echo "exit $code"
+    ((code)) && grep -vE "^\s*$" "$OUT/$name.txt" | tail -4 | cut -c1-300
     grep -E "^\| \S+ \| (forward|forward\+backward) \|" "$OUT/$name.txt" | cut -c1-140
 }
 gpu_tests() {  # NAME LIMIT K-EXPRESSION: the SSD's GPU tests that match, each test's outcome printed (-rA)
     [[ $wanted == *" $1 "* ]] || return 0
     echo "== $1 $(date +%T)"
-    timeout "$2" python3 -m pytest -p no:cacheprovider -q -m gpu -rA -k "$3" tests/pallas_kernels/test_ssd_pallas_gpu.py \
-        > "$OUT/$1.txt" 2>&1
+    local workers=()
+    python3 -c "import xdist" 2> /dev/null && workers=(-n "${GPU_TEST_WORKERS:-1}")
+    timeout "$2" python3 -m pytest -p no:cacheprovider -q -m gpu -rA "${workers[@]}" -k "$3" \
+        tests/pallas_kernels/test_ssd_pallas_gpu.py > "$OUT/$1.txt" 2>&1
     echo "exit $?"
     grep -E "^(PASSED|FAILED|ERROR)|passed|failed" "$OUT/$1.txt" | tail -12
 }
@@ -413,6 +428,19 @@ run anew 120 --shapes 130m 2.7b --no-torch --profile
 run along 330 --shapes long --torch --profile
 gpu_tests acheck 330 "mosaic_kernels or (mosaic_forward and (config0 or config3 or forward-kept or segments-halves))"
 run zbench 560 --shapes 130m 2.7b b4-L16384-h64-g8 b2-L8192-h32-n256-g4 b4-L4096-h64-n256-g8 --torch --profile
+BSHAPES="long 130m 2.7b"
+run bnew 200 --shapes $BSHAPES --no-torch --profile
+[[ -n ${BASE:-} ]] && (cd "$BASE" && PYTHONPATH=$BASE:$OLDPWD run bbase 200 --shapes $BSHAPES --no-torch --profile)
+gpu_tests bcheck 250 mosaic_kernels
+gpu_tests bwalk 400 mosaic_forward
+run blong 330 --shapes long --torch --profile
+gpu_tests bparity 400 "130m and mosaic and not dx"
+[[ -n ${BASE:-} ]] && (cd "$BASE" && PYTHONPATH=$BASE:$OLDPWD run bbase2 120 --shapes long --no-torch --profile)
+run bnew2 120 --shapes long --no-torch --profile
+gpu_tests btests 420 "mosaic_forward or (130m and mosaic and not dx)"
+gpu_tests crest 560 \
+    "(mosaic_forward and not (config0 or config3 or forward-kept or segments-halves)) or (130m and mosaic and not dx)"
+gpu_tests cparity 280 "130m and mosaic and not dx"
 # one file back: this run's files (folders under $OUT are left as they are)
 files=$(cd "$OUT" && find . -maxdepth 1 -type f ! -name issue15-probe.tgz)
 (cd "$OUT" && tar czf /tmp/issue15-probe.tgz $files && rm -f $files && mv /tmp/issue15-probe.tgz .)

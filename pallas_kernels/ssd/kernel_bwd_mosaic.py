@@ -23,7 +23,7 @@ the same run) and was dropped.
 Per program, with T = 64 positions i (rows of M) and j (columns), cs the block's cumulative dt·A (from XLA):
 
     M  = C Bᵀ ∘ exp(cs_i - cs_j) below the diagonal, in the dot dtype (Mᵀ dy reads its tile transposed)
-    dX = Mᵀ dy + diag(C Bᵀ) ∘ dy + to_end ∘ (B dSᵀ),   dx = dt dX + D dy,   dD = diag(dyᵀ x),
+    dX = Mᵀ dy + diag(C Bᵀ) ∘ dy + to_end ∘ (B dSᵀ),   dx = dt dX + D dy,   dD = Σ_i dy x,
     ypre = M X + diag(C Bᵀ) ∘ X + from_start ∘ C S_inᵀ + D x,   dz = dout ypre silu'(z)
     d cs (row sums, as ``kernel_bwd._dcs_rowwise``) = dy · (M X + from_start ∘ C S_inᵀ) - X · Mᵀ dy - q,
     q = to_end ∘ (X · B dSᵀ)
@@ -120,23 +120,19 @@ def ssd_bwd_dx_mosaic(*refs, dims: SsdDims, parts: int):
     on_rows = lambda v: lax.broadcast_in_dim(v, (TILE, TILE), [0])  # noqa: E731
     on_cols = lambda v: lax.broadcast_in_dim(v, (TILE, TILE), [1])  # noqa: E731
     x = plgpu.load(x_s, layout=wg).astype(f32)
+    cols_s[2] = jnp.sum(dy * x, axis=0)  # dD's share of this block, from float32 dy as mamba-ssm's
     X_s[...] = (x * on_rows(dt_r)).astype(dtype)  # X = dt x, the B operand of M X
-    plgpu.commit_smem()  # dy in dout's buffer, for dD's product
 
     wait("B", "C")
     acc = plgpu.ACC((TILE, TILE), f32)  # zeroed at the start of its scope
 
-    def scores(M_acc, dyx_acc):
+    def scores(M_acc):
         plgpu.wgmma(M_acc, C_s, B_s.transpose((1, 0)))  # [i, j] = C_i · B_j
-        # [p, p'] = Σ_i dy_ip x_ip': dD's share of this block is its diagonal, a row sum (the sum over positions from
-        # registers is a column sum: shuffles, then shared memory across the four warps between barriers)
-        plgpu.wgmma(dyx_acc, dout_s.transpose((1, 0)), x_s)
-        return M_acc[...], dyx_acc[...]
+        return M_acc[...]
 
-    M, dyx = pl.run_scoped(scores, acc, acc)
+    M = pl.run_scoped(scores, acc)
     row = plgpu.broadcasted_iota(jnp.int32, (TILE, TILE), 0, layout=wg)
     col = plgpu.broadcasted_iota(jnp.int32, (TILE, TILE), 1, layout=wg)
-    rows_s[7] = jnp.sum(jnp.where(row == col, dyx, 0.0), axis=1)  # dD by head dim
     # a shared-memory buffer is read in one register layout: cs has a copy for the columns
     log_decay = on_rows(cs_r) - on_cols(plgpu.load(cols_s.at[0], layout=cols_v))  # [i, j] = cs_i - cs_j
     M_diag = jnp.sum(jnp.where(row == col, M, 0.0), axis=1).astype(dtype).astype(f32)
@@ -198,7 +194,7 @@ def ssd_bwd_dx_mosaic(*refs, dims: SsdDims, parts: int):
     rows_s[6] = jnp.sum(jnp.where(row == col, SdS, 0.0), axis=1)
     plgpu.commit_smem()
     plgpu.copy_smem_to_gmem(x_s, dx_ref.at[b, t, h, p], commit_group=False)
-    plgpu.copy_smem_to_gmem(rows_s.at[7], dD_ref.at[b, k, h, p], commit_group=False)
+    plgpu.copy_smem_to_gmem(cols_s.at[2], dD_ref.at[b, k, h, p], commit_group=False)
     plgpu.copy_smem_to_gmem(rows_s.at[6], sds_ref.at[b, k, h, p], commit_group=False)
     for i, ref in enumerate((dcs_ref, q_ref, xdx_ref)):
         plgpu.copy_smem_to_gmem(rows_s.at[3 + i], ref.at[b, h, part, t], commit_group=False)
@@ -229,8 +225,8 @@ def mosaic_dx(x, dt, A, decays, B, C, D, z, dt_bias, states, dstates, dout, dims
         tile16((TILE, n)),  # C
         tile16((TILE, n)),  # S_in
         tile16((TILE, n)),  # dS
-        plgpu.SMEM((8, TILE), f32),  # vectors over rows: dt, cs, cs_last - cs in; d cs, q, x · dX, S_in · dS, dD out
-        plgpu.SMEM((2, TILE), f32),  # vectors over columns: cs, D in
+        plgpu.SMEM((7, TILE), f32),  # vectors over rows: dt, cs, cs_last - cs in; d cs, q, x · dX, S_in · dS out
+        plgpu.SMEM((3, TILE), f32),  # vectors over columns: cs, D in; dD out
         plgpu.Barrier(num_barriers=10 + dims.has_z + dims.has_D),  # one per copy in
     ]
     by_position = jax.ShapeDtypeStruct((batch, nheads, parts, seqlen), f32)

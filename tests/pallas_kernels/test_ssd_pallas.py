@@ -658,6 +658,21 @@ def test_default_config_takes_a_groups_heads_in_one_dbc_program_where_blocks_and
     assert splits(2, 2049, 1) == 4  # 66 programs, a partial last block counted
 
 
+@pytest.mark.parametrize("D", ["H", "HP"])
+def test_mosaic_dD_from_bf16_inputs_keeps_float32_accuracy(rng, D):
+    """dD is a float32 sum over positions of dy x, with dy = dout silu(z) in float32, as mamba-ssm forms it: its bf16
+    and float32 runs give the same dD to 2e-7. Taken as the diagonal of a bf16 product (dy rounded to bf16, round 36
+    of ``benchmarks/kernels/ssd-notes.md``) it was 1.8e-3 from mamba-ssm at 130m on an H200 (round 37), and
+    4.5e-3 from the oracle here."""
+    arrays, exact, _ = make_inputs(rng, 2, 128, 2, 64, 64, 1, jnp.bfloat16, D=D, z=True, init=False)
+    dout = jnp.asarray(rng.normal(size=(2, 128, 2, 64)), jnp.bfloat16)
+    dfinal = jnp.zeros((2, 2, 64, 64), jnp.float32)
+    _, _, grads = run_with_vjp(arrays, None, 64, True, (0.0, INF), dout, dfinal, impl="pallas", config=MOSAIC_DX)
+    as64 = lambda t: np.asarray(jnp.asarray(t, jnp.float32), np.float64)  # noqa: E731
+    _, _, want = oracle(exact, None, True, (0.0, INF), as64(dout), as64(dfinal))
+    assert_close("dD", grads["D"], want["D"], jnp.float32)
+
+
 def test_mosaic_sigmoid_is_the_logistic_function_from_underflow_to_saturation():
     """``mosaic.sigmoid`` (rsqrt(1 + exp(-z)) squared, the Mosaic GPU kernels' gate) against the float64 logistic
     function over float32's range: exp's overflow below about -88 gives 0, large z gives 1, never a NaN."""
