@@ -202,6 +202,9 @@
 #   bbase2, bnew2: bbase and bnew again at the long shape, BASE first; btests: bwalk and bparity in one pytest
 #   crest: the compiled walk cases acheck did not run and the 130m parity test, on the committed kernels
 #   cparity: the 130m parity test with both Mosaic GPU backward kernels again (inputs from TEST_SEED from here on)
+#   dchecks: every compiled Mosaic GPU oracle and walk case and the three 130m parity tests (pytest-xdist: set
+#            GPU_TEST_WORKERS=4), then dlong: beside mamba-ssm, the long shape, with the profiler (the checks and the
+#            figure that round 37 left for the kernels as committed: round 36's sigmoid, round 35's dD)
 set -u
 export PYTHONPATH=. PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 bash tools/gpu-parity.sh /tmp/p .sdist unpack > "$OUT/unpack.log" 2>&1 || { tail "$OUT/unpack.log"; exit 1; }
@@ -441,6 +444,8 @@ gpu_tests btests 420 "mosaic_forward or (130m and mosaic and not dx)"
 gpu_tests crest 560 \
     "(mosaic_forward and not (config0 or config3 or forward-kept or segments-halves)) or (130m and mosaic and not dx)"
 gpu_tests cparity 280 "130m and mosaic and not dx"
+gpu_tests dchecks 420 "mosaic_kernels or mosaic_forward or 130m"
+run dlong 330 --shapes long --torch --profile
 # one file back: this run's files (folders under $OUT are left as they are)
 files=$(cd "$OUT" && find . -maxdepth 1 -type f ! -name issue15-probe.tgz)
 (cd "$OUT" && tar czf /tmp/issue15-probe.tgz $files && rm -f $files && mv /tmp/issue15-probe.tgz .)

@@ -13,8 +13,9 @@ registers a thread. Two things made it fast (H100, 130m, ncu, ``benchmarks/kerne
 - five (64, 64) tiles of shared memory reused (x, then dx; dout, then dy; z, then dz / ypre, then dz; M; X) beside
   B, C, S_in and dS: 112 KB at N 128, so two programs share an SM.
 
-On an H200 (ncu, round 36 of ``benchmarks/kernels/ssd-notes.md``) it is bound by its own instructions: about 3,200
-a warp a program, two warps a scheduler issuing 0.45 a cycle, the waits for its loads 9% of the stall samples.
+On an H200 (ncu, round 36 of ``benchmarks/kernels/ssd-notes.md``, dD then from a bf16 product, reverted in round 37
+for its accuracy) it is bound by its own instructions: about 3,200 a warp a program, two warps a scheduler issuing
+0.45 a cycle, the waits for its loads 9% of the stall samples.
 
 A program looping over several heads of a group (C·Bᵀ once, the next head's loads during this head's math) was
 slower in every case tried (B1 L65536 H128: 27.4-28.5 ms forward+backward against 22.8 with the Triton kernel in
