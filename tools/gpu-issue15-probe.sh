@@ -195,14 +195,12 @@
 # copy and its outputs in three, C·Bᵀ while dy and X are staged, S_in dSᵀ beside the other products of dS; the dB/dC
 # kernel reading the same stacked decay vectors; rerun, the b* runs time the committed kernels against BASE):
 #   bnew: no mamba-ssm, with the profiler: the long shape, 130m and 2.7b; bbase: the same from BASE
-#   bcheck: the compiled oracle tests of the Mosaic GPU backward kernels (pytest-xdist where installed)
-#   bwalk: the compiled oracle tests of the walks (with both Mosaic GPU backward kernels)
-#   blong: beside mamba-ssm, the long shape, with the profiler
-#   bparity: 130m against the reference and mamba-ssm with both Mosaic GPU backward kernels
-#   bbase2, bnew2: bbase and bnew again at the long shape, BASE first; btests: bwalk and bparity in one pytest
+#   bcheck: the compiled oracle tests of the Mosaic GPU backward kernels (GPU_TEST_WORKERS pytest-xdist processes)
+#   bbase2, bnew2: bbase and bnew again at the long shape, BASE first; btests: the compiled oracle tests of the walks
+#           and 130m against the reference and mamba-ssm with both Mosaic GPU backward kernels
 #   crest: the compiled walk cases acheck did not run and the 130m parity test, on the committed kernels
 #   cparity: the 130m parity test with both Mosaic GPU backward kernels again (inputs from TEST_SEED from here on)
-#   dchecks: every compiled Mosaic GPU oracle and walk case and the three 130m parity tests (pytest-xdist: set
+#   dchecks: every compiled Mosaic GPU oracle and walk case and the three 130m parity tests (with
 #            GPU_TEST_WORKERS=4), then dlong: beside mamba-ssm, the long shape, with the profiler (the checks and the
 #            figure that round 37 left for the kernels as committed: round 36's sigmoid, round 35's dD)
 set -u
@@ -258,7 +256,7 @@ gpu_tests() {  # NAME LIMIT K-EXPRESSION: the SSD's GPU tests that match, each t
     [[ $wanted == *" $1 "* ]] || return 0
     echo "== $1 $(date +%T)"
     local workers=()
-    python3 -c "import xdist" 2> /dev/null && workers=(-n "${GPU_TEST_WORKERS:-1}")
+    [[ -n ${GPU_TEST_WORKERS:-} ]] && python3 -c "import xdist" 2> /dev/null && workers=(-n "$GPU_TEST_WORKERS")
     timeout "$2" python3 -m pytest -p no:cacheprovider -q -m gpu -rA "${workers[@]}" -k "$3" \
         tests/pallas_kernels/test_ssd_pallas_gpu.py > "$OUT/$1.txt" 2>&1
     echo "exit $?"
@@ -435,9 +433,6 @@ BSHAPES="long 130m 2.7b"
 run bnew 200 --shapes $BSHAPES --no-torch --profile
 [[ -n ${BASE:-} ]] && (cd "$BASE" && PYTHONPATH=$BASE:$OLDPWD run bbase 200 --shapes $BSHAPES --no-torch --profile)
 gpu_tests bcheck 250 mosaic_kernels
-gpu_tests bwalk 400 mosaic_forward
-run blong 330 --shapes long --torch --profile
-gpu_tests bparity 400 "130m and mosaic and not dx"
 [[ -n ${BASE:-} ]] && (cd "$BASE" && PYTHONPATH=$BASE:$OLDPWD run bbase2 120 --shapes long --no-torch --profile)
 run bnew2 120 --shapes long --no-torch --profile
 gpu_tests btests 420 "mosaic_forward or (130m and mosaic and not dx)"
