@@ -203,6 +203,10 @@
 #   dchecks: every compiled Mosaic GPU oracle and walk case and the three 130m parity tests (with
 #            GPU_TEST_WORKERS=4), then dlong: beside mamba-ssm, the long shape, with the profiler (the checks and the
 #            figure that round 37 left for the kernels as committed: round 36's sigmoid, round 35's dD)
+#   ebench: beside mamba-ssm, 130m and 2.7b with the profiler (the benchmark shapes' figures for the kernels as
+#           committed, last taken in round 35)
+#   eparity: the two 130m parity tests besides cparity's (the Triton backward kernels, and the Mosaic GPU dx kernel
+#            alone), which dchecks may not have reached before its limit (with GPU_TEST_WORKERS=2)
 set -u
 export PYTHONPATH=. PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 bash tools/gpu-parity.sh /tmp/p .sdist unpack > "$OUT/unpack.log" 2>&1 || { tail "$OUT/unpack.log"; exit 1; }
@@ -252,15 +256,16 @@ run() {
     ((code)) && grep -vE "^\s*$" "$OUT/$name.txt" | tail -4 | cut -c1-300
     grep -E "^\| \S+ \| (forward|forward\+backward) \|" "$OUT/$name.txt" | cut -c1-140
 }
-gpu_tests() {  # NAME LIMIT K-EXPRESSION: the SSD's GPU tests that match, each test's outcome printed (-rA)
+gpu_tests() {  # NAME LIMIT K-EXPRESSION: the SSD's GPU tests that match, each test's outcome printed as it ends (-v:
+    # a run cut at its limit still names what passed) and again in the summary (-rA)
     [[ $wanted == *" $1 "* ]] || return 0
     echo "== $1 $(date +%T)"
     local workers=()
     [[ -n ${GPU_TEST_WORKERS:-} ]] && python3 -c "import xdist" 2> /dev/null && workers=(-n "$GPU_TEST_WORKERS")
-    timeout "$2" python3 -m pytest -p no:cacheprovider -q -m gpu -rA "${workers[@]}" -k "$3" \
+    timeout "$2" python3 -m pytest -p no:cacheprovider -v -m gpu -rA "${workers[@]}" -k "$3" \
         tests/pallas_kernels/test_ssd_pallas_gpu.py > "$OUT/$1.txt" 2>&1
     echo "exit $?"
-    grep -E "^(PASSED|FAILED|ERROR)|passed|failed" "$OUT/$1.txt" | tail -12
+    grep -E "^(PASSED|FAILED|ERROR) |passed|failed" "$OUT/$1.txt" | tail -12
 }
 SEG="fused_forward_max_l=0,two_level_states=1,fused_segments=1,state_segment"
 ONE=two_level_backward=0
@@ -441,6 +446,8 @@ gpu_tests crest 560 \
 gpu_tests cparity 280 "130m and mosaic and not dx"
 gpu_tests dchecks 420 "mosaic_kernels or mosaic_forward or 130m"
 run dlong 330 --shapes long --torch --profile
+run ebench 470 --shapes 130m 2.7b --torch --profile
+gpu_tests eparity 400 "130m and (triton or dx)"
 # one file back: this run's files (folders under $OUT are left as they are)
 files=$(cd "$OUT" && find . -maxdepth 1 -type f ! -name issue15-probe.tgz)
 (cd "$OUT" && tar czf /tmp/issue15-probe.tgz $files && rm -f $files && mv /tmp/issue15-probe.tgz .)
