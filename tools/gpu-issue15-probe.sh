@@ -207,6 +207,9 @@
 #           committed, last taken in round 35)
 #   eparity: the two 130m parity tests besides cparity's (the Triton backward kernels, and the Mosaic GPU dx kernel
 #            alone), which dchecks may not have reached before its limit (with GPU_TEST_WORKERS=2)
+#   fsweep, fsweep2: beside mamba-ssm, six realistic shapes no round had timed, toward the corners of issue 15's range
+#           (L 512 to 131072, 8 to 128 heads, N 64 to 256, groups 1 to 8, chunk 64 to 256); fsweep's two shapes took
+#           its whole 560 s
 set -u
 export PYTHONPATH=. PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 bash tools/gpu-parity.sh /tmp/p .sdist unpack > "$OUT/unpack.log" 2>&1 || { tail "$OUT/unpack.log"; exit 1; }
@@ -231,6 +234,12 @@ EXTRA_SHAPES=(
     --shape b8-L4096-h48=8,4096,48,64,128,1,256
     --shape b8-L16384-h24=8,16384,24,64,128,1,256
     --shape b2-L16384-h64=2,16384,64,64,128,1,256
+    --shape b1-L131072-h128-g8=1,131072,128,64,128,8,256
+    --shape b16-L8192-h8-n64-c64=16,8192,8,64,64,1,64
+    --shape b1-L32768-h8-n256-c128=1,32768,8,64,256,1,128
+    --shape b8-L4096-h128-n64-g8-c64=8,4096,128,64,64,8,64
+    --shape b1-L512-h8-n64-c64=1,512,8,64,64,1,64
+    --shape b4-L65536-h16-g2=4,65536,16,64,128,2,256
 )
 wanted=" $* "
 named_extra_shapes() {  # ARGS...: the EXTRA_SHAPES definitions of the shapes that ARGS' --shapes names
@@ -448,6 +457,8 @@ gpu_tests dchecks 420 "mosaic_kernels or mosaic_forward or 130m"
 run dlong 330 --shapes long --torch --profile
 run ebench 470 --shapes 130m 2.7b --torch --profile
 gpu_tests eparity 400 "130m and (triton or dx)"
+run fsweep 560 --torch --shapes b1-L131072-h128-g8 b16-L8192-h8-n64-c64
+run fsweep2 560 --torch --shapes b1-L32768-h8-n256-c128 b8-L4096-h128-n64-g8-c64 b1-L512-h8-n64-c64 b4-L65536-h16-g2
 # one file back: this run's files (folders under $OUT are left as they are)
 files=$(cd "$OUT" && find . -maxdepth 1 -type f ! -name issue15-probe.tgz)
 (cd "$OUT" && tar czf /tmp/issue15-probe.tgz $files && rm -f $files && mv /tmp/issue15-probe.tgz .)

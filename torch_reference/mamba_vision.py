@@ -77,3 +77,19 @@ class TorchMambaVision(TorchModel):
             for k, v in self.model.named_buffers():
                 v.copy_(before[k])
         return to_numpy(logits), loss.item(), grads, buffers
+
+    def stem_relu_inputs(self, images: np.ndarray) -> list[np.ndarray]:
+        """What the stem's two ReLUs (``patch_embed.conv_down.2`` and ``.5``) receive for images (batch, H, W, C)
+        float32, (batch, C, H', W') each: with batch statistics (training mode) first, then with the running ones.
+        The model and its buffers are left as they were."""
+        conv0, bn1, _, conv3, bn4, _ = self.model.patch_embed.conv_down
+        inputs = []
+        with torch.no_grad():
+            for train in (True, False):
+                h = to_channels_first(images, self.ref.device)
+                for conv, bn in ((conv0, bn1), (conv3, bn4)):
+                    stats = (None, None) if train else (bn.running_mean, bn.running_var)
+                    h = F.batch_norm(conv(h), *stats, bn.weight, bn.bias, training=train, eps=bn.eps)
+                    inputs.append(to_numpy(h))
+                    h = F.relu(h)
+        return inputs

@@ -6,7 +6,6 @@ states, and its refusals.
 Interpret mode fills every output buffer with NaN before the kernel runs, so an element a kernel fails to write
 fails the finiteness check in ``assert_close``."""
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -15,6 +14,7 @@ from compare.tolerances import assert_close
 from pallas_kernels import causal_conv1d_fn
 from pallas_kernels.causal_conv1d.config import ConvConfig
 from tests.pallas_kernels import naive
+from tests.pallas_kernels.one_program import forward_and_backward
 from tests.pallas_kernels.test_ssd_reference import random_seq_idx
 
 SMALL = ConvConfig(block_l=8, block_d=4, num_warps=1, bwd_block_l=4, bwd_block_d=8, bwd_num_warps=1)  # many blocks
@@ -51,9 +51,8 @@ def test_forward_and_gradients_match_oracle_and_reference(
         kw["initial_states"] = states
         return causal_conv1d_fn(x, weight, bias, **kw, config=config if impl == "pallas" else None)
 
-    out, vjp = jax.vjp(jax.jit(lambda *a: run("pallas", *a)), x, weight, bias, states)
-    dout = jnp.asarray(rng.normal(size=out.shape), dtype)
-    dx, dw, db, dstates = vjp(dout)
+    dout = jnp.asarray(rng.normal(size=x.shape), dtype)
+    out, (dx, dw, db, dstates) = forward_and_backward(lambda *a: run("pallas", *a), (x, weight, bias, states), dout)
     exact = [None if a is None else np.asarray(a.astype(jnp.float32), np.float64) for a in (x, weight, bias, states)]
     args = (*exact[:3], seq_idx, exact[3], silu)
     want, _ = naive.conv_forward(*args)

@@ -15,6 +15,7 @@ from compare.tolerances import assert_close
 from pallas_kernels import rmsnorm_fn
 from pallas_kernels.rmsnorm_gated.config import NormConfig
 from tests.pallas_kernels import naive
+from tests.pallas_kernels.one_program import forward_and_backward
 from tests.pallas_kernels.test_rmsnorm_gated_reference import norm_inputs
 
 # Narrow tiles, so that small shapes take several column chunks, row blocks and backward programs.
@@ -41,11 +42,11 @@ def test_forward_and_gradients_match_oracle_and_reference(
         return rmsnorm_fn(**dict(zip(names, xs, strict=True)), **kw, impl=impl, config=config)
 
     inputs = [arrays[k] for k in names]
-    out, vjp = jax.vjp(jax.jit(lambda *xs: run("pallas", *xs)), *inputs)
     dout = jnp.asarray(rng.normal(size=shape), dtype)
-    grads = dict(zip(names, vjp(dout), strict=True))
-    _, ref_vjp = jax.vjp(lambda *xs: run("reference", *xs), *inputs)
-    ref_grads = dict(zip(names, ref_vjp(dout), strict=True))
+    out, grads = forward_and_backward(lambda *xs: run("pallas", *xs), inputs, dout)
+    grads = dict(zip(names, grads, strict=True))
+    _, ref_grads = forward_and_backward(lambda *xs: run("reference", *xs), inputs, dout)
+    ref_grads = dict(zip(names, ref_grads, strict=True))
 
     exact = {k: np.asarray(arrays[k].astype(jnp.float32), np.float64) for k in names}
     dout64 = np.asarray(dout.astype(jnp.float32), np.float64)

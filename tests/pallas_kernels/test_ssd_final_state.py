@@ -2,13 +2,13 @@
 recurrence oracle, forward and every gradient, on shapes with one position, odd lengths and several groups; its float32
 gradients (dA, d dt_bias) from bf16 inputs at float32's tolerance; and its argument checks."""
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from compare.tolerances import assert_close
 from pallas_kernels.ssd.api import ssd_final_state
+from tests.pallas_kernels.one_program import forward_and_backward
 from tests.pallas_kernels.test_ssd_reference import make_inputs, oracle_with_spread
 
 INF = float("inf")
@@ -37,8 +37,8 @@ def run_against_oracle(rng, batch, seqlen, nheads, headdim, dstate, groups, dtyp
         inputs = dict(zip(names, values, strict=True))
         return ssd_final_state(**inputs, dt_softplus=softplus, dt_limit=dt_limit)
 
-    final, vjp = jax.vjp(jax.jit(run), *[arrays[k] for k in names])
-    grads = dict(zip(names, vjp(jnp.asarray(dfinal, jnp.float32)), strict=True))
+    final, grads = forward_and_backward(run, [arrays[k] for k in names], jnp.asarray(dfinal, jnp.float32))
+    grads = dict(zip(names, grads, strict=True))
     no_outputs = np.zeros((batch, seqlen, nheads, headdim))  # the state alone: the outputs' cotangent is zero
     _, want_final, want_grads, spread = oracle_with_spread(exact, None, softplus, dt_limit, no_outputs, dfinal)
     return arrays, final, grads, want_final, want_grads, spread

@@ -11,6 +11,7 @@ import pytest
 from compare.tolerances import assert_close
 from pallas_kernels import mamba_chunk_scan_combined, selective_scan_fn
 from tests.pallas_kernels import naive
+from tests.pallas_kernels.one_program import forward_and_backward
 
 INF = float("inf")
 
@@ -132,7 +133,7 @@ def oracle_with_spread(exact, seq_idx, softplus, dt_limit, dout, dfinal):
 
 def run_with_vjp(arrays, seq_idx, chunk, softplus, dt_limit, dout, dfinal, *, impl="reference", config=None):
     """(out, final_states, {input name: gradient}) of ``mamba_chunk_scan_combined`` over the non-None ``arrays``,
-    jit-compiled, backpropagating (dout, dfinal)."""
+    backpropagating (dout, dfinal), both compiled as one program."""
     names = [k for k, v in arrays.items() if v is not None]
 
     def run(*xs):
@@ -147,8 +148,8 @@ def run_with_vjp(arrays, seq_idx, chunk, softplus, dt_limit, dout, dfinal, *, im
             config=config,
         )
 
-    (out, final), vjp = jax.vjp(jax.jit(run), *[arrays[k] for k in names])
-    return out, final, dict(zip(names, vjp((dout, dfinal)), strict=True))
+    (out, final), grads = forward_and_backward(run, [arrays[k] for k in names], (dout, dfinal))
+    return out, final, dict(zip(names, grads, strict=True))
 
 
 CASES = [  # batch, L, H, P, N, G, chunk, dtype, D, z, init, seq_idx, softplus, dt_limit
