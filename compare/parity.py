@@ -29,7 +29,7 @@ import numpy as np
 from flax import nnx
 
 from compare.families import SIDES, without_randomness
-from compare.tolerances import GRAD_FLOOR, Comparison, compare, compare_to_reference_noise
+from compare.tolerances import Comparison, compare, compare_to_reference_noise, gradient_floor
 from jax_mamba.configs.loader import load_config, parse_args_with_overrides
 from jax_mamba.configs.schema import GraphMambaConfig, MambaVisionConfig, ModelConfig, OptimConfig, RunConfig
 from jax_mamba.models import ParamLayout
@@ -115,9 +115,7 @@ def model_parity(
         ours = side.to_torch(
             {k: np.asarray(v) for k, v in grads.items()}, {k: np.asarray(v) for k, v in new_state.items()}
         )
-        floor = GRAD_FLOOR * np.sqrt(
-            sum(float(np.sum(np.square(g, dtype=np.float64))) for g in (fp32[2] or t_grads).values())
-        )
+        floor = gradient_floor(fp32[2] or t_grads)
         rows += [check(label(mode, f"grad {n}"), ours[n], g, fp32[2].get(n), floor) for n, g in t_grads.items()]
         if mode == "train":
             rows += [check(label(mode, f"state {n}"), ours[n], v, fp32[3].get(n)) for n, v in t_state.items()]

@@ -32,6 +32,11 @@ REFERENCE_FACTOR = 2.0
 GRAD_FLOOR = 1e-3
 
 
+def gradient_floor(grads: dict) -> float:
+    """GRAD_FLOOR x the L2 norm of the whole gradient ({parameter name: array}, summed in float64)."""
+    return GRAD_FLOOR * float(np.sqrt(sum(np.sum(np.square(np.asarray(g, np.float64))) for g in grads.values())))
+
+
 def tolerance(dtype) -> float:
     return REL_L2[np.dtype(dtype).name]
 

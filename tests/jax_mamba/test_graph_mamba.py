@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from compare.tolerances import GRAD_FLOOR, assert_close, compare_to_reference_noise
+from compare.tolerances import assert_close, compare_to_reference_noise, gradient_floor
 from jax_mamba.configs import load_config
 from jax_mamba.configs.schema import GraphMambaConfig, validate_graph_mamba
 from jax_mamba.data.graphs.graph import Graph
@@ -62,10 +62,6 @@ def with_noise(batch: dict, noise: np.ndarray, real: int) -> dict:
     return {**batch, "order_noise": jnp.asarray(full), "eig_signs": jnp.asarray([1.0, -1.0, -1.0, 1.0])}
 
 
-def grad_norm(grads: dict) -> float:
-    return float(np.sqrt(sum(float(jnp.sum(jnp.square(g))) for g in grads.values())))
-
-
 @pytest.mark.parametrize("level", ["node", "graph"])
 def test_padding_changes_no_real_output(level, rng):
     cfg = small(task_level=level, task_type="multiclass" if level == "node" else "multilabel")
@@ -94,7 +90,7 @@ def test_padding_changes_no_real_output(level, rng):
         assert_close(f"{mode} outputs", out_b, out_a, jnp.float32)
         for name in state_a:
             assert_close(f"{mode} state {name}", state_b[name], state_a[name], jnp.float32)
-        floor = GRAD_FLOOR * grad_norm(grads_a)  # gradients zero up to rounding (biases before a BatchNorm)
+        floor = gradient_floor(grads_a)  # gradients zero up to rounding (biases before a BatchNorm)
         for name in grads_a:
             assert_close(f"{mode} grad {name}", grads_b[name], grads_a[name], jnp.float32, floor=floor)
 
@@ -130,7 +126,7 @@ def test_gps_layer_keeps_padding_rows_out_and_returns_them_as_zeros(rng, mode):
     assert_close("edge states", e_b, e_a, jnp.float32)
     for name in state_a:
         assert_close(f"batch statistics {name}", state_b[name], state_a[name], jnp.float32)
-    floor = GRAD_FLOOR * grad_norm(grads_a)
+    floor = gradient_floor(grads_a)
     for name in grads_a:
         assert np.isfinite(np.asarray(grads_b[name])).all(), name
         assert_close(f"grad {name}", grads_b[name], grads_a[name], jnp.float32, floor=floor)
@@ -210,7 +206,7 @@ def test_pallas_scan_inside_the_model_matches_reference(rng):
     batch = with_noise(packed(graphs, 3), rng.uniform(size=(1, 1, real)).astype(np.float32), real)
     outs = _impl_outputs_and_grads(cfg, batch, real)
     assert_close("outputs", outs["pallas"][0], outs["reference"][0], jnp.float32)
-    floor = GRAD_FLOOR * grad_norm(outs["reference"][1])
+    floor = gradient_floor(outs["reference"][1])
     for name, g in outs["reference"][1].items():
         assert_close(f"grad {name}", outs["pallas"][1][name], g, jnp.float32, floor=floor)
 
@@ -225,7 +221,7 @@ def test_gpu_pallas_model_matches_reference_in_bfloat16(rng):
     outs = _impl_outputs_and_grads(cfg, batch, real)
     exact = _impl_outputs_and_grads(dataclasses.replace(cfg, compute_dtype="float32"), batch, real)["reference"]
     # bound: the larger of bf16's tolerance and twice the reference's own bf16 error (against its float32 run)
-    floor = GRAD_FLOOR * grad_norm(exact[1])
+    floor = gradient_floor(exact[1])
     rows = [compare_to_reference_noise("outputs", outs["pallas"][0], outs["reference"][0], exact[0], jnp.bfloat16)]
     rows += [
         compare_to_reference_noise(f"grad {n}", outs["pallas"][1][n], g, exact[1][n], jnp.bfloat16, floor=floor)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from compare.tolerances import assert_close
+from compare.tolerances import assert_close, gradient_floor
 from jax_mamba.configs import load_config
 from jax_mamba.configs.schema import MambaVisionConfig
 from jax_mamba.models import MambaVision, ParamLayout
@@ -260,7 +260,7 @@ def test_mixer_pallas_scan_matches_reference(rng):
     def run(impl):
         mixer = MambaVisionMixer(24, d_state=8, d_conv=3, expand=1, impl=impl, rngs=nnx.Rngs(3))
         layout, params, _ = ParamLayout.split(mixer)
-        return jax.value_and_grad(lambda p: jnp.sum(layout.merge(p)(x) ** 2))(params)
+        return jax.jit(jax.value_and_grad(lambda p: jnp.sum(layout.merge(p)(x) ** 2)))(params)
 
     (l_ref, g_ref), (l_pallas, g_pallas) = run("reference"), run("pallas")
     assert_close("loss", l_pallas, l_ref, jnp.float32)
@@ -273,12 +273,12 @@ def test_remat_gives_the_same_loss_and_gradients(rng):
 
     def loss_and_grads(remat):
         layout, params, state = split(tiny(remat=remat, drop_path_rate=0.0), seed=4)
-        return jax.value_and_grad(lambda p: jnp.mean(layout.merge(p, state)(images) ** 2))(params)
+        return jax.jit(jax.value_and_grad(lambda p: jnp.mean(layout.merge(p, state)(images) ** 2)))(params)
 
-    (l0, g0), (l1, g1) = loss_and_grads(False), loss_and_grads(True)
-    np.testing.assert_allclose(float(l0), float(l1), rtol=1e-6)
-    for k in g0:
-        np.testing.assert_allclose(np.asarray(g0[k]), np.asarray(g1[k]), rtol=1e-5, atol=1e-7, err_msg=k)
+    (l0, g0), (l1, g1) = loss_and_grads(False), loss_and_grads(True)  # two programs: float32 rounding apart
+    assert_close("loss", l1, l0, jnp.float32)
+    for k in g0:  # head.bias: zero up to rounding (the batch-normalized features average to 0 over the batch)
+        assert_close(f"d{k}", g1[k], g0[k], jnp.float32, floor=gradient_floor(g0))
 
 
 def test_bf16_compute_keeps_parameters_and_statistics_float32(rng):
