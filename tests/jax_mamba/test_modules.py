@@ -303,10 +303,11 @@ def test_remat_gives_same_loss_and_gradients(rng):
         layout, params, _ = ParamLayout.split(
             MambaLMHeadModel(tiny_model_config("Mamba2", remat=remat, **HYBRID), rngs=nnx.Rngs(8))
         )
-        return jax.jit(jax.value_and_grad(lambda p: jnp.mean(layout.merge(p)(ids) ** 2)))(params)
+        # eager: both run the same float32 operations (see the MambaVision remat test)
+        return jax.value_and_grad(lambda p: jnp.mean(layout.merge(p)(ids) ** 2))(params)
 
-    (l0, g0), (l1, g1) = loss_and_grads(False), loss_and_grads(True)  # two programs: float32 rounding apart
-    assert_close("loss", l1, l0, jnp.float32)
+    (l0, g0), (l1, g1) = loss_and_grads(False), loss_and_grads(True)
+    np.testing.assert_allclose(float(l0), float(l1), rtol=1e-6)
     for k in g0:
         assert_close(f"d{k}", g1[k], g0[k], jnp.float32)
 
