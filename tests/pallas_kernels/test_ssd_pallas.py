@@ -727,11 +727,11 @@ def trace_pallas(arrays: dict, seq_idx, config: SsdConfig, *, backward: bool = T
             config=config,
         )
 
-    def forward_and_backward(*values):
+    def traced(*values):
         outputs, vjp = jax.vjp(forward, *values)
         return vjp(outputs) if backward else outputs
 
-    jax.eval_shape(forward_and_backward, *[arrays[k] for k in names])
+    jax.eval_shape(traced, *[arrays[k] for k in names])
 
 
 def test_the_backward_runs_the_mosaic_gpu_kernels_only_where_they_cover_the_shape(rng, monkeypatch):
@@ -831,18 +831,7 @@ def test_the_state_passes_walk_on_mosaic_gpu_only_where_it_covers_the_shape(rng,
     for seq, seqlen, config, expected in runs:
         calls.clear()
         arrays, _, seq_idx = make_inputs(rng, 1, seqlen, 2, 64, 64, 1, jnp.bfloat16, seq=seq)
-        names = ("x", "dt", "A", "B", "C", "D", "z", "initial_states")
-
-        def forward_backward(*args, config=config, seq_idx=seq_idx):
-            def forward(x, dt, A, B, C, D, z, init):
-                return mamba_chunk_scan_combined(
-                    x, dt, A, B, C, 64, D=D, z=z, initial_states=init, seq_idx=seq_idx, impl="pallas", config=config
-                )
-
-            out, vjp = jax.vjp(forward, *args)
-            return vjp(out)
-
-        jax.eval_shape(forward_backward, *(arrays[k] for k in names))  # traced only: the walks are chosen then
+        trace_pallas(arrays, seq_idx, config)
         assert calls == expected, (seq, seqlen, config)
 
 
