@@ -211,9 +211,23 @@ def mosaic_dx(x, dt, A, decays, B, C, D, z, dt_bias, states, dstates, dout, dims
     ``decays`` = ``block_decays(dt, A, dt_bias, dims)`` (shared with the dB/dC kernel); D (H, P) float32 or None;
     states, dstates (batch, nblocks, H, P, N), each block's incoming state and the gradient of its outgoing one, in
     x's dtype."""
+    dt_p, cs, to_end = decays
+    inputs = [x, B, C, states.astype(x.dtype), dstates.astype(x.dtype), dout, dt_p, cs, to_end]
+    inputs += [D.astype(jnp.float32)] if D is not None else []
+    inputs += [z] if dims.has_z else []
+    dx, dD, sds, dcs, q, xdx, *dz = dx_kernel_call(inputs, dims)
+    ddt, dA, dbias = finish_dx(dt, A, dt_bias, dt_p, cs, dcs, q, xdx, sds, dims)
+    return dx, ddt, dA, dbias, (dD if D is not None else None), (dz[0] if dz else None)
+
+
+def dx_kernel_call(inputs: list, dims: SsdDims, wrap=None, extra_scratch: tuple = ()) -> list:
+    """``ssd_bwd_dx_mosaic`` on ``inputs`` (x, B, C, states, dstates, dout, dt, cs, cs_last - cs, then D and z where
+    ``dims`` has them: ``mosaic_dx``'s, in x's dtype but the float32 vectors and D): dx, dD, S_in · dS, d cs, q,
+    x · dX, then dz with z. ``wrap(body)`` and ``extra_scratch`` (appended to the kernel's shared memory, the body's
+    last refs) let ``tools/dx_occupancy_probe.py`` time altered forms of the same kernel."""
+    x = inputs[0]
     batch, seqlen, nheads, headdim = x.shape
     parts, nblocks, f32 = headdim // TILE, seqlen // TILE, jnp.float32
-    dt_p, cs, to_end = decays
     tile16 = lambda shape: plgpu.SMEM(shape, x.dtype, transforms=TRANSFORMS)  # noqa: E731
     n = dims.dstate
     scratch = [
@@ -229,16 +243,15 @@ def mosaic_dx(x, dt, A, decays, B, C, D, z, dt_bias, states, dstates, dout, dims
         plgpu.SMEM((7, TILE), f32),  # vectors over rows: dt, cs, cs_last - cs in; d cs, q, x · dX, S_in · dS out
         plgpu.SMEM((3, TILE), f32),  # vectors over columns: cs, D in; dD out
         plgpu.Barrier(num_barriers=10 + dims.has_z + dims.has_D),  # one per copy in
+        *extra_scratch,
     ]
     by_position = jax.ShapeDtypeStruct((batch, nheads, parts, seqlen), f32)
     by_dim = jax.ShapeDtypeStruct((batch, nblocks, nheads, headdim), f32)
     out_type = [jax.ShapeDtypeStruct(x.shape, x.dtype), by_dim, by_dim, by_position, by_position, by_position]
     out_type += [jax.ShapeDtypeStruct(x.shape, x.dtype)] if dims.has_z else []
-    inputs = [x, B, C, states.astype(x.dtype), dstates.astype(x.dtype), dout, dt_p, cs, to_end]
-    inputs += [D.astype(f32)] if D is not None else []
-    inputs += [z] if dims.has_z else []
-    dx, dD, sds, dcs, q, xdx, *dz = call_kernel(
-        functools.partial(ssd_bwd_dx_mosaic, dims=dims, parts=parts),
+    body = functools.partial(ssd_bwd_dx_mosaic, dims=dims, parts=parts)
+    return call_kernel(
+        body if wrap is None else wrap(body),
         inputs,
         out_type=out_type,
         scratch=scratch,
@@ -247,8 +260,6 @@ def mosaic_dx(x, dt, A, decays, B, C, D, z, dt_bias, states, dstates, dout, dims
         name="ssd_bwd_dx",
         dims=dims,
     )
-    ddt, dA, dbias = finish_dx(dt, A, dt_bias, dt_p, cs, dcs, q, xdx, sds, dims)
-    return dx, ddt, dA, dbias, (dD if D is not None else None), (dz[0] if dz else None)
 
 
 def finish_dx(dt, A, dt_bias, dt_p, cs, dcs, q, xdx, sds, dims: SsdDims):
