@@ -1,6 +1,6 @@
 """How ``ssd_bwd_dx`` (the backward's per-head Mosaic GPU kernel) responds to fewer programs an SM and to less work a
-program: ``python tools/dx_occupancy_probe.py [SHAPE ...]`` on a Hopper GPU (shapes: ``compare.kernels``' SSD names,
-default ``long 130m``).
+program: ``python tools/dx_occupancy_probe.py [SHAPE ...] [--forms FORM ...]`` on a Hopper GPU (shapes:
+``compare.kernels``' SSD names, default ``long 130m``; forms below, default all).
 
 Times the kernel alone (no ``finish_dx``), median of 10 samples of 200 ms, on random inputs of the shape:
 - ``base``: as the backward calls it (z and D per head, as ``compare.kernels --op ssd`` gives them);
@@ -13,8 +13,8 @@ against ``base`` prices the gate's instructions and bytes, ``noBC`` and ``noS`` 
 us a call, GB moved (inputs once, outputs), GB/s.
 """
 
+import argparse
 import dataclasses
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -119,9 +119,12 @@ def variants(dims: SsdDims) -> dict[str, tuple[SsdDims, bool, tuple[str, ...]]]:
     }
 
 
-def probe(shape_name: str) -> None:
+def probe(shape_name: str, forms: list[str] | None = None) -> None:
+    """Times each of ``forms`` (all five where None) at one of ``compare.kernels``' SSD shapes; one line each."""
     dims, arrays = probe_inputs(kernel_ops.OPS["ssd"].shapes[shape_name])
     for name, (variant_dims, pad, skip) in variants(dims).items():
+        if forms is not None and name not in forms:
+            continue
         call, moved = dx_call(variant_dims, arrays, pad, skip)
         ms = kernels.median_ms(call, kernels.jax_sync, 10, 200)
         print(f"{shape_name:6s} {name:5s} {ms * 1e3:9.1f} us  {moved / 1e9:6.2f} GB  {moved / ms / 1e6:7.0f} GB/s",
@@ -129,6 +132,10 @@ def probe(shape_name: str) -> None:
 
 
 if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("shapes", nargs="*", default=["long", "130m"])
+    parser.add_argument("--forms", nargs="+", choices=["base", "pad", "noz", "noBC", "noS"], help="default: all")
+    args = parser.parse_args()
     print(jax.devices()[0].device_kind, flush=True)
-    for shape in sys.argv[1:] or ["long", "130m"]:
-        probe(shape)
+    for shape in args.shapes:
+        probe(shape, args.forms)

@@ -94,7 +94,8 @@ def ssd_bwd_dbc_mosaic(*refs, dims: SsdDims, parts: int, columns: int):
 
             dM = pl.run_scoped(scores, plgpu.ACC((TILE, TILE), f32))
             log_decay = on_rows(cs) - on_cols(plgpu.load(cs_cols_s, layout=cols_v))
-            dCB = dCB + jnp.where(row >= col, dM * jnp.exp(jnp.minimum(log_decay, 0.0)), 0.0)
+            # (an overflow above the diagonal, where cs_i > cs_j, is selected away)
+            dCB = dCB + jnp.where(row >= col, dM * jnp.exp(log_decay), 0.0)
             plgpu.wgmma(dC_acc, dyf_s, S_s)
             plgpu.wgmma(dB_acc, Xe_s, dS_s)
             plgpu.wgmma_wait(0)  # before the next step overwrites the staged operands and this step's buffers

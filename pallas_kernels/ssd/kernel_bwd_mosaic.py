@@ -110,8 +110,10 @@ def ssd_bwd_dx_mosaic(*refs, dims: SsdDims, parts: int):
         wait("z")
         z = plgpu.load(z_s, layout=wg).astype(f32)
         sz = sigmoid(z)
-        z_s[...] = (dout * sz * (1.0 + z * (1.0 - sz))).astype(dtype)  # dz / ypre, in z's buffer until ypre is known
-        dy = dout * z * sz
+        gate = dout * sz
+        dy = gate * z
+        # dz / ypre = dout sz (1 + z (1 - sz)), in z's buffer until ypre is known
+        z_s[...] = (gate + dy * (1.0 - sz)).astype(dtype)
     else:
         dy = dout
     dout_s[...] = dy.astype(dtype)  # dy, the B operand of Mᵀ dy, in dout's buffer
@@ -139,7 +141,8 @@ def ssd_bwd_dx_mosaic(*refs, dims: SsdDims, parts: int):
     M_diag = jnp.sum(jnp.where(row == col, M, 0.0), axis=1).astype(dtype).astype(f32)
     # M below the diagonal, in the dot dtype: both M X and Mᵀ dy read these values, so that d cs's two sums of
     # W = dM ∘ M cancel over the block as W's own row and column sums would
-    M_s[...] = jnp.where(row > col, M * jnp.exp(jnp.minimum(log_decay, 0.0)), 0.0).astype(dtype)
+    # (an overflow above the diagonal, where cs_i > cs_j, is selected away)
+    M_s[...] = jnp.where(row > col, M * jnp.exp(log_decay), 0.0).astype(dtype)
     plgpu.commit_smem()
     wait("S")
 
@@ -176,7 +179,7 @@ def ssd_bwd_dx_mosaic(*refs, dims: SsdDims, parts: int):
     to_end = jnp.exp(plgpu.load(rows_s.at[2], layout=rows_v))
     X_terms = jnp.sum(plgpu.load(X_s, layout=wg).astype(f32) * MTdy, axis=1)  # X · Mᵀ dy, X as the dot took it
     x = plgpu.load(x_s, layout=wg).astype(f32)
-    q = jnp.sum(on_rows(to_end) * (x * on_rows(dt_r)) * BdS, axis=1)
+    q = to_end * dt_r * jnp.sum(x * BdS, axis=1)  # to_end and dt are per row: scaled after the sum
     # Mᵀ dy's diagonal term as the dot would form it: both factors rounded to the dot dtype, exact product
     dX = MTdy + on_rows(M_diag) * dy_mm + on_rows(to_end) * BdS
     rows_s[5] = jnp.sum(x * dX, axis=1)

@@ -145,7 +145,8 @@ def ssd_fwd_walk_mosaic(
             row = plgpu.broadcasted_iota(jnp.int32, (TILE, TILE), 0, layout=wg)
             col = plgpu.broadcasted_iota(jnp.int32, (TILE, TILE), 1, layout=wg)
             log_decay = on_rows(cs_r) - on_cols(plgpu.load(cs_cols_s, layout=cols_v))
-            weights = CB * jnp.exp(jnp.minimum(log_decay, 0.0)) * on_cols(plgpu.load(dt_cols_s, layout=cols_v))
+            weights = CB * jnp.exp(log_decay) * on_cols(plgpu.load(dt_cols_s, layout=cols_v))
+            # (an overflow above the diagonal, where cs_i > cs_j, is selected away)
             return [(jnp.where(row >= col, weights, 0.0).astype(dtype), x_s)]
 
         def scores(i):  # C_i B_iᵀ: [i, j] = C_i · B_j over piece i's columns
