@@ -61,11 +61,13 @@ def dx_call(dims: SsdDims, arrays: dict, pad: bool, skip: tuple[str, ...] = ()):
 
     def wrap(body):
         def altered(*refs):
-            kernel_module.plgpu = SkippingCopies(skip)
+            seen = kernel_module.plgpu = SkippingCopies(skip)
             try:
-                return body(*refs[: len(refs) - len(extra)])
+                body(*refs[: len(refs) - len(extra)])
             finally:
                 kernel_module.plgpu = plgpu
+            # the names above hold only while the kernel issues these copies and waits (z and D present)
+            assert not skip or (seen.copies, seen.waits) == (len(COPIES), len(WAITS)), (seen.copies, seen.waits)
 
         return altered
 
