@@ -23,7 +23,7 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 from compare import kernel_ops, kernels
 from pallas_kernels.ssd import kernel_bwd_mosaic as kernel_module
 from pallas_kernels.ssd.block import SsdDims
-from pallas_kernels.ssd.kernel_bwd_mosaic import dx_kernel_call
+from pallas_kernels.ssd.kernel_bwd_mosaic import dx_kernel_call, dx_kernel_inputs
 from pallas_kernels.ssd.mosaic import TILE, block_decays
 
 PAD_BYTES = 64 * 1024
@@ -55,8 +55,9 @@ class SkippingCopies:
 def dx_call(dims: SsdDims, arrays: dict, pad: bool, skip: tuple[str, ...] = ()):
     """A call of the kernel (``dx_kernel_call``, jitted) on ``arrays``, with ``PAD_BYTES`` of unused shared memory
     added when asked and the copies named in ``skip`` left out, and the bytes its inputs and outputs take."""
-    names = ["x", "B", "C", "states", "dstates", "dout", "dt_p", "cs", "to_end", "D"] + (["z"] if dims.has_z else [])
-    inputs = [arrays[k] for k in names]
+    decays = (arrays["dt_p"], arrays["cs"], arrays["to_end"])
+    operands = [arrays[k] for k in ("B", "C", "D", "z", "states", "dstates", "dout")]
+    inputs = dx_kernel_inputs(arrays["x"], decays, *operands, dims)
     extra = (plgpu.SMEM((PAD_BYTES // 4,), jnp.float32),) if pad else ()
 
     def wrap(body):

@@ -214,13 +214,19 @@ def mosaic_dx(x, dt, A, decays, B, C, D, z, dt_bias, states, dstates, dout, dims
     ``decays`` = ``block_decays(dt, A, dt_bias, dims)`` (shared with the dB/dC kernel); D (H, P) float32 or None;
     states, dstates (batch, nblocks, H, P, N), each block's incoming state and the gradient of its outgoing one, in
     x's dtype."""
-    dt_p, cs, to_end = decays
-    inputs = [x, B, C, states.astype(x.dtype), dstates.astype(x.dtype), dout, dt_p, cs, to_end]
-    inputs += [D.astype(jnp.float32)] if D is not None else []
-    inputs += [z] if dims.has_z else []
+    inputs = dx_kernel_inputs(x, decays, B, C, D, z, states, dstates, dout, dims)
     dx, dD, sds, dcs, q, xdx, *dz = dx_kernel_call(inputs, dims)
+    dt_p, cs, _ = decays
     ddt, dA, dbias = finish_dx(dt, A, dt_bias, dt_p, cs, dcs, q, xdx, sds, dims)
     return dx, ddt, dA, dbias, (dD if D is not None else None), (dz[0] if dz else None)
+
+
+def dx_kernel_inputs(x, decays, B, C, D, z, states, dstates, dout, dims: SsdDims) -> list:
+    """``dx_kernel_call``'s inputs in its order, from ``mosaic_dx``'s arguments: the states in x's dtype, D in
+    float32 where given, z where ``dims`` has it."""
+    inputs = [x, B, C, states.astype(x.dtype), dstates.astype(x.dtype), dout, *decays]
+    inputs += [D.astype(jnp.float32)] if D is not None else []
+    return inputs + ([z] if dims.has_z else [])
 
 
 def dx_kernel_call(inputs: list, dims: SsdDims, wrap=None, extra_scratch: tuple = ()) -> list:
