@@ -1,31 +1,59 @@
 """Training-curve parity with mamba-ssm: ``python -m compare.convergence --config NAME --steps N``.
 
-JAX trains the config twice (``train.seed`` s and s + 1: the spread between two seeds of one framework is the
-yardstick), mamba-ssm once (``torch_reference.train_curve``) from the very weights our loop initializes with seed s,
-on the same batches, with the same learning-rate schedule, clipping and AdamW settings (fused AdamW and mamba-ssm's
-fused kernels on a GPU; no torch.compile). Each run is its own process. Writes ``<out>.json`` (every step's loss),
-``<out>.md`` and ``<out>.png`` (the curves overlaid, and the per-step differences).
+For each of ``--seeds`` seeds (s, s + 1, ...; at least 3), JAX trains the config (``python -m jax_mamba.train``,
+``train.seed`` = that seed) and the reference trains from the very weights our loop initializes with that seed
+(``torch_reference.train_curve``: mamba-ssm's ``MambaLMHeadModel`` or NVlabs' ``MambaVision``), on the same
+batches, with the same learning-rate schedule, clipping and AdamW settings (fused AdamW and mamba-ssm's fused kernels
+on a GPU; no torch.compile). Every run is its own process, ``--jobs`` of them at once (they share the GPU; JAX then
+allocates as it goes instead of taking most of the memory up front). Writes ``<out>.json`` (every step's loss and the
+verdict), ``<out>.md`` and ``<out>.png``.
 
-Agreement: over the second half of the run, the mean absolute difference between the smoothed curves (a moving
-average over ``--window`` steps) of JAX and mamba-ssm from the same seed is no larger than that between the two JAX
-seeds. Other ``--key=value`` arguments override the config on both sides (e.g. ``--warmup_steps=30``).
+The verdict (``compare.convergence_verdict``) compares each JAX seed with the reference run from the same start, step
+by step, against the spread of mamba-ssm's own seeds and of our other seeds; it flags spikes one side has and the
+other does not, and says "disagree" when a seed breaks away. ``--judge FILE`` judges the curves of a stored
+``<out>.json`` again (also the two-JAX-seeds files this driver wrote before) and writes the report and plot anew.
+Other ``--key=value`` arguments override the config on both sides (e.g. ``--warmup_steps=100``).
 """
 
 import argparse
 import json
+import os
+import re
 import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-import numpy as np
-
+from compare.convergence_plot import plot
+from compare.convergence_verdict import MIN_SEEDS, SPIKE_RATIO, verdict
 from compare.outputs import output_path
 from jax_mamba.configs.loader import load_config, parse_args_with_overrides
+from torch_reference.curve_config import check_curve_config
+
+FRAMEWORK_NAMES = {"jax": "JAX", "torch": "mamba-ssm"}
 
 
-def jax_curve(config: str, steps: int, seed: int, extra: list[str], workdir: Path) -> list[float]:
+def curve_name(framework: str, seed: int) -> str:
+    return f"{FRAMEWORK_NAMES[framework]} seed {seed}"
+
+
+def parse_curve_name(name: str) -> tuple[str, int]:
+    match = re.fullmatch(r"(JAX|mamba-ssm) seed (\d+)", name)
+    if not match:
+        raise ValueError(f"curve name {name!r}: expected 'JAX seed N' or 'mamba-ssm seed N'")
+    return {v: k for k, v in FRAMEWORK_NAMES.items()}[match[1]], int(match[2])
+
+
+def _run(command: list[str], what: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    proc = subprocess.run(command, capture_output=True, text=True, env=env)
+    if proc.returncode:
+        raise RuntimeError(f"{what} failed:\n{proc.stderr[-3000:]}")
+    return proc
+
+
+def jax_curve(config: str, steps: int, seed: int, extra: list[str], workdir: Path, shared_gpu: bool) -> list[float]:
     """Every step's training loss of ``python -m jax_mamba.train`` (logging each step)."""
     run_dir = workdir / f"jax-seed{seed}"
     command = [
@@ -33,12 +61,11 @@ def jax_curve(config: str, steps: int, seed: int, extra: list[str], workdir: Pat
         f"--seed={seed}", "--log_every=1", f"--eval_every={steps}", f"--save_every={steps}", "--eval_batches=1",
         "--progress=false", "--sample_tokens=0", *extra,
     ]  # fmt: skip
-    proc = subprocess.run(command, capture_output=True, text=True)
-    if proc.returncode:
-        raise RuntimeError(f"JAX run (seed {seed}) failed:\n{proc.stderr[-3000:]}")
+    env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"} if shared_gpu else None
+    _run(command, f"JAX run (seed {seed})", env)
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     by_step = {r["step"]: r["loss"] for r in records if "loss" in r and "event" not in r}
-    return [by_step[k] for k in range(1, steps + 1)]
+    return [by_step.get(k, float("nan")) for k in range(1, steps + 1)]
 
 
 def torch_curve(config: str, steps: int, seed: int, extra: list[str], device: str) -> dict:
@@ -46,85 +73,119 @@ def torch_curve(config: str, steps: int, seed: int, extra: list[str], device: st
         sys.executable, "-m", "torch_reference.train_curve", "--config", config, f"--steps={steps}",
         f"--device={device}", f"--seed={seed}", *extra,
     ]  # fmt: skip
-    proc = subprocess.run(command, capture_output=True, text=True)
-    if proc.returncode:
-        raise RuntimeError(f"mamba-ssm run failed:\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return json.loads(_run(command, f"mamba-ssm run (seed {seed})").stdout.strip().splitlines()[-1])
 
 
-def smooth(losses: list[float], window: int) -> np.ndarray:
-    """Trailing moving average over ``window`` steps (the first points average what exists so far)."""
-    values = np.asarray(losses, np.float64)
-    sums = np.concatenate([[0.0], np.cumsum(values)])
-    ends = np.arange(1, len(values) + 1)
-    starts = np.maximum(ends - window, 0)
-    return (sums[ends] - sums[starts]) / (ends - starts)
+def run_curves(args, extra: list[str]) -> tuple[dict[str, list[float]], dict]:
+    """Both frameworks' curves for every seed, ``args.jobs`` processes at a time: ({name: losses}, the reference's
+    description of its runs). Each finished run is also written to ``<out>.partial.json`` until all are done."""
+    seeds = range(args.seed, args.seed + args.seeds)
+    partial = output_path(args.out, ".partial.json")  # the runs done so far, in case the rest never finish
+    record = {"config": args.config, "steps": args.steps, "overrides": extra, "curves": {}, "reference": None}
+    if args.resume and partial.is_file():
+        record = resumable(json.loads(partial.read_text()), record)
+    done, todo = (
+        record["curves"],
+        [(f, s) for f in FRAMEWORK_NAMES for s in seeds if curve_name(f, s) not in record["curves"]],
+    )
+    with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(args.jobs) as pool:
+        shared = args.jobs > 1
+        runs = {
+            pool.submit(jax_curve, args.config, args.steps, s, extra, Path(tmp), shared)
+            if f == "jax"
+            else pool.submit(torch_curve, args.config, args.steps, s, extra, args.device): (f, s)
+            for f, s in todo
+        }
+        for run in as_completed(runs):
+            framework, seed = runs[run]
+            value = run.result()
+            done[curve_name(framework, seed)] = value if framework == "jax" else value["losses"]
+            if framework == "torch":
+                record["reference"] = {k: v for k, v in value.items() if k not in ("losses", "seed")}
+            partial.parent.mkdir(parents=True, exist_ok=True)
+            partial.write_text(json.dumps(record))
+    partial.unlink(missing_ok=True)
+    return {curve_name(f, s): done[curve_name(f, s)] for f in FRAMEWORK_NAMES for s in seeds}, record["reference"]
 
 
-def agreement(jax_a: list[float], jax_b: list[float], reference: list[float], window: int) -> dict:
-    """Mean |difference| of the smoothed curves over the second half: framework gap vs seed spread."""
-    half = len(jax_a) // 2
-    a, b, r = (smooth(c, window)[half:] for c in (jax_a, jax_b, reference))
-    framework_gap, seed_spread = float(np.mean(np.abs(a - r))), float(np.mean(np.abs(a - b)))
-    return {
-        "framework_gap": framework_gap,
-        "seed_spread": seed_spread,
-        "first_step_difference": abs(jax_a[0] - reference[0]),
-        "agree": framework_gap <= seed_spread,
-    }
+def resumable(saved: dict, record: dict) -> dict:
+    """``saved`` (an interrupted run's ``<out>.partial.json``) if it was a run of the same config, steps and
+    overrides, else a one-line refusal."""
+    for key in ("config", "steps", "overrides"):
+        if key in saved and saved[key] != record[key]:
+            raise SystemExit(f"--resume: the partial run had {key} {saved[key]!r}, this one {record[key]!r}")
+    lengths = {len(c) for c in saved["curves"].values()}
+    if lengths - {record["steps"]}:
+        raise SystemExit(f"--resume: the partial run's curves have {sorted(lengths)} steps, expected {record['steps']}")
+    return {**record, "curves": dict(saved["curves"]), "reference": saved.get("reference")}
 
 
-def plot(path: Path, curves: dict[str, list[float]], window: int, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    (name_a, a), (name_b, b), (name_r, r) = curves.items()
-    steps = np.arange(1, len(a) + 1)
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 7), sharex=True, height_ratios=[2, 1])
-    for name, curve, style in ((name_a, a, "-"), (name_b, b, ":"), (name_r, r, "--")):
-        top.plot(steps, curve, style, alpha=0.25)
-        top.plot(steps, smooth(curve, window), style, label=name)
-    top.set_ylabel("training loss")
-    top.set_title(title)
-    top.legend()
-    bottom.plot(steps, smooth(a, window) - smooth(r, window), label=f"{name_a} - {name_r}")
-    bottom.plot(steps, smooth(a, window) - smooth(b, window), ":", label=f"{name_a} - {name_b}")
-    bottom.axhline(0.0, color="grey", linewidth=0.5)
-    bottom.set_xlabel("step")
-    bottom.set_ylabel(f"difference ({window}-step mean)")
-    bottom.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+def judge(curves: dict[str, list[float]], window: int) -> dict:
+    return verdict({parse_curve_name(name): losses for name, losses in curves.items()}, window)
 
 
-def write_report(out: Path, result: dict) -> list[str]:
-    v = result["verdict"]
+SPIKES_LISTED = 4  # spikes a report names per side and seed (a run that broke away spikes at every other step)
+
+
+def _spike_list(events: list[dict]) -> str:
+    """'28-29 (13.26 vs 2.83), 45 (3.23 vs 2.13) and 5 more': steps, the spiking side's loss and the other's."""
+    if not events:
+        return "none"
+    steps = lambda e: f"{e['first']}" + (f"-{e['last']}" if e["last"] > e["first"] else "")  # noqa: E731
+    listed = ", ".join(f"{steps(e)} ({e['loss']:.2f} vs {e['other_loss']:.2f})" for e in events[:SPIKES_LISTED])
+    return listed + (f" and {len(events) - SPIKES_LISTED} more" if len(events) > SPIKES_LISTED else "")
+
+
+def _seed_row(s: dict) -> str:
+    by_side = {side: [e for e in s["spikes"] if e["side"] == side] for side in FRAMEWORK_NAMES}
+    band = f"{s['band_late']:.4f}" if s["judged"] else "-"
+    return (
+        f"| {s['seed']} | {s['first_step_difference']:.1e} | {s['final_jax']:.4f} / {s['final_torch']:.4f} | "
+        f"{s['late_gap']:.4f} | {band} | {_spike_list(by_side['jax'])} | {_spike_list(by_side['torch'])} | "
+        f"{'agree' if s['agree'] else '**breaks away**: ' + s['reason']} |"
+    )
+
+
+def report_lines(result: dict, png_name: str) -> list[str]:
+    v, w = result["verdict"], result["window"]
+    spread = lambda x: "-" if x is None else f"{x:.4f}"  # noqa: E731
     lines = [
         f"# Training-curve parity: {result['config']} ({result['device']}, {result['date']})",
         "",
         f"Command: `{result['command']}`",
+        *([f"Judged again: `{result['judged_by']}`"] if "judged_by" in result else []),
         "",
-        f"{result['steps']} steps from the same initial weights (JAX seed {result['seed']}'s), the same batches, "
-        f"schedule, clipping and AdamW settings. mamba-ssm: {result['torch']['reference']}; settings: "
-        f"{result['torch']['settings']}. JAX: jax {result['jax']}.",
+        f"{result['steps']} steps. Each JAX seed and the mamba-ssm run beside it start from the same initial weights "
+        f"(those our loop initializes with that seed) and see the same batches, schedule, clipping and AdamW "
+        f"settings. mamba-ssm: {result['torch'].get('reference', '?')}; settings: "
+        f"{result['torch'].get('settings', '?')}. JAX: jax {result['jax']}.",
         "",
-        "| | loss at step 1 | final loss (last {w}-step mean) |".format(w=result["window"]),
-        "|---|---|---|",
+        f"**Verdict: {'the curves agree' if v['agree'] else 'the curves disagree'}** ({v['reason']}).",
+        "",
+        f"Per JAX seed, against the mamba-ssm run from its start ({w}-step means; gaps are the mean |difference| over "
+        f"the second half; the band is the largest such gap between two seeds of one framework, this seed left out; a "
+        f"spike is a step whose loss is at least {SPIKE_RATIO}x the other side's on the same batch):",
+        "",
+        "| seed | step 1 abs diff | final loss JAX / mamba-ssm | gap | band | JAX-only spikes | mamba-ssm-only spikes "
+        "| verdict |",
+        "|---|---|---|---|---|---|---|---|",
+        *(_seed_row(s) for s in v["seeds"]),
+        "",
+        f"Spread between seeds over the second half (largest pair): mamba-ssm {spread(v['spread'].get('torch'))}, "
+        f"JAX {spread(v['spread'].get('jax'))}. Bands drawn from "
+        + "; ".join(sorted({s["band_source"] for s in v["seeds"] if s["judged"]}) or ["nothing"])
+        + ".",
+        "",
+        f"![curves]({png_name})",
     ]
-    for name, curve in result["curves"].items():
-        lines.append(f"| {name} | {curve[0]:.4f} | {np.mean(curve[-result['window'] :]):.4f} |")
-    lines += [
-        "",
-        f"Second half of the run, mean |difference| of the {result['window']}-step means: JAX vs mamba-ssm "
-        f"{v['framework_gap']:.4f}, JAX seed {result['seed']} vs seed {result['seed'] + 1} {v['seed_spread']:.4f}: "
-        + ("**the curves agree** (the framework gap is within the seed spread)." if v["agree"] else "**they do not**."),
-        f"Step 1 (same weights, same batch): |JAX - mamba-ssm| = {v['first_step_difference']:.2e}.",
-        "",
-        f"![curves]({output_path(out, '.png').name})",
-    ]
+    return lines
+
+
+def write_outputs(out: Path, result: dict) -> list[str]:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    output_path(out, ".json").write_text(json.dumps(result, indent=1))
+    plot(output_path(out, ".png"), result, f"{result['config']}: JAX and mamba-ssm from the same starts")
+    lines = report_lines(result, output_path(out, ".png").name)
     output_path(out, ".md").write_text("\n".join(lines) + "\n")
     return lines
 
@@ -133,44 +194,53 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m compare.convergence", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
-    parser.add_argument("--config", required=True)
-    parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--seed", type=int, default=0, help="JAX runs seeds s and s + 1; mamba-ssm starts from s")
+    parser.add_argument("--config", help="config name or YAML path (not with --judge)")
+    parser.add_argument("--steps", type=int, default=1000)
+    parser.add_argument("--seed", type=int, default=0, help="the first seed")
+    parser.add_argument("--seeds", type=int, default=MIN_SEEDS, help=f"seeds per framework (at least {MIN_SEEDS})")
     parser.add_argument("--window", type=int, default=20, help="steps in the moving average")
+    parser.add_argument("--jobs", type=int, default=1, help="runs at once (each its own process)")
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="the PyTorch side's device")
+    parser.add_argument("--judge", help="a stored <out>.json whose curves to judge again instead of training")
+    parser.add_argument(
+        "--resume", action="store_true", help="keep the finished runs of an interrupted run (<out>.partial.json)"
+    )
     parser.add_argument("--out", required=True, help="output path without suffix (.json, .md, .png)")
     args, extra = parse_args_with_overrides(parser, argv)
-    load_config(args.config, extra)  # refuse a bad config or override before any run starts
-    if args.steps < 2 or args.window < 1:
-        raise SystemExit("--steps must be >= 2 and --window >= 1")
-    import jax
+    if args.window < 1:
+        raise SystemExit(f"--window must be >= 1, got {args.window}")
+    command = " ".join(["python -m compare.convergence", *(argv if argv is not None else sys.argv[1:])])
+    if args.judge:
+        result = json.loads(Path(args.judge).read_text())
+        result |= {"window": args.window, "verdict": judge(result["curves"], args.window), "judged_by": command}
+        result.setdefault("jax", "?")
+    else:
+        if not args.config:
+            raise SystemExit("--config is required (or --judge FILE)")
+        if args.steps < 2 * args.window or args.seeds < MIN_SEEDS or args.jobs < 1:
+            raise SystemExit(
+                f"--steps must be >= 2 x --window ({2 * args.window}), --seeds >= {MIN_SEEDS} and --jobs >= 1; "
+                f"got {args.steps}, {args.seeds}, {args.jobs}"
+            )
+        check_curve_config(load_config(args.config, [f"--max_steps={args.steps}", *extra]))  # before any run starts
+        import jax  # for its version only: the runs are other processes, and this one leaves the GPU to them
 
-    with tempfile.TemporaryDirectory() as tmp:
-        curves = {
-            f"JAX seed {s}": jax_curve(args.config, args.steps, s, extra, Path(tmp)) for s in (args.seed, args.seed + 1)
+        curves, reference = run_curves(args, extra)
+        result = {
+            "config": args.config,
+            "device": reference.pop("device"),
+            "date": time.strftime("%Y-%m-%d"),
+            "jax": jax.__version__,
+            "command": command,
+            "steps": args.steps,
+            "seeds": list(range(args.seed, args.seed + args.seeds)),
+            "window": args.window,
+            "overrides": extra,
+            "torch": reference,
+            "verdict": judge(curves, args.window),
+            "curves": curves,
         }
-    reference = torch_curve(args.config, args.steps, args.seed, extra, args.device)
-    curves[f"mamba-ssm seed {args.seed}"] = reference["losses"]
-    a, b, r = curves.values()
-    result = {
-        "config": args.config,
-        "device": getattr(jax.devices()[0], "device_kind", str(jax.devices()[0])),
-        "date": time.strftime("%Y-%m-%d"),
-        "jax": jax.__version__,
-        "command": " ".join(["python -m compare.convergence", *(argv if argv is not None else sys.argv[1:])]),
-        "steps": args.steps,
-        "seed": args.seed,
-        "window": args.window,
-        "overrides": extra,
-        "torch": {k: v for k, v in reference.items() if k != "losses"},
-        "verdict": agreement(a, b, r, args.window),
-        "curves": curves,
-    }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    output_path(out, ".json").write_text(json.dumps(result, indent=2))
-    plot(output_path(out, ".png"), curves, args.window, f"{args.config}: JAX and mamba-ssm")
-    print("\n".join(write_report(out, result)))
+    print("\n".join(write_outputs(Path(args.out), result)))
     return 0
 
 

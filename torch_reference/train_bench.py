@@ -91,6 +91,20 @@ class _Runner:
 
     def decayed(self, params_by_torch_name: dict) -> dict[str, bool]: ...
 
+    def our_state_dict(self, params: dict, state: dict) -> dict: ...
+
+    tied = ()  # state-dict keys the reference model holds twice (loaded through their twin)
+
+    def load_ours(self, params: dict, state: dict) -> None:
+        """Our model's variables (flat numpy dicts, as ``train.step.initial_variables`` gives them) into the
+        reference model, strictly: every key the reference model has but ``tied`` must be given, none may be left."""
+        values = {k: torch.from_numpy(np.array(v)) for k, v in self.our_state_dict(params, state).items()}
+        missing, unexpected = self.module.load_state_dict(values, strict=False)
+        if [k for k in missing if k not in self.tied] or unexpected:
+            raise RuntimeError(
+                f"our variables do not fit the reference model: missing {missing}, unexpected {unexpected}"
+            )
+
     def inputs(self, batch: dict): ...
 
     def logits_and_labels(self, inputs) -> tuple[torch.Tensor, torch.Tensor]: ...
@@ -101,8 +115,9 @@ class _Runner:
             logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), label_smoothing=self.cfg.train.label_smoothing
         )
 
-    def train_step(self, inputs) -> torch.Tensor:
-        """One optimizer step; its passes are profiler ranges (``PASS_RANGE`` + forward, backward, optimizer)."""
+    def backward(self, inputs) -> torch.Tensor:
+        """The forward and backward passes (profiler ranges ``PASS_RANGE`` + forward, backward): gradients
+        accumulate into the parameters' ``.grad``; returns the loss."""
         with torch.profiler.record_function(PASS_RANGE + "forward"):
             with torch.autocast(self.device, dtype=torch.bfloat16, enabled=self.autocast):
                 logits, labels = self.logits_and_labels(inputs)
@@ -111,6 +126,11 @@ class _Runner:
         with torch.profiler.record_function(PASS_RANGE + "backward"):
             loss.backward()
             self._end_pass()
+        return loss
+
+    def train_step(self, inputs) -> torch.Tensor:
+        """One optimizer step (``backward``, then the optimizer's pass, a profiler range too)."""
+        loss = self.backward(inputs)
         with torch.profiler.record_function(PASS_RANGE + "optimizer"):
             if self.cfg.optim.grad_clip > 0:
                 torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.optim.grad_clip)
@@ -145,6 +165,13 @@ class _LanguageModel(_Runner):
         mask = {torch_name(k): v for k, v in task_for(self.cfg).weight_decay_mask(ours).items()}
         return {name: mask[name] for name in params_by_torch_name}
 
+    tied = ("lm_head.weight",)
+
+    def our_state_dict(self, params: dict, state: dict) -> dict:
+        from torch_reference.convert import to_torch_state_dict
+
+        return to_torch_state_dict(params, self.cfg.model)
+
     def inputs(self, batch: dict):
         to = lambda a: torch.from_numpy(a[0]).long().to(self.device)  # noqa: E731
         return to(batch["inputs"]), to(batch["targets"])
@@ -168,6 +195,11 @@ class _MambaVision(_Runner):
 
     def decayed(self, params_by_torch_name: dict) -> dict[str, bool]:
         return {name: value.ndim >= 2 for name, value in params_by_torch_name.items()}  # timm's rule, as ours
+
+    def our_state_dict(self, params: dict, state: dict) -> dict:
+        from torch_reference.convert_mamba_vision import to_torch_state_dict
+
+        return to_torch_state_dict({**params, **state}, self.cfg.model)
 
     def inputs(self, batch: dict):
         images = torch.from_numpy(batch["images"][0]).to(self.device)
@@ -196,6 +228,11 @@ class _GraphMamba(_Runner):
         ours, _ = split_variables({k: np.zeros(v, np.float32) for k, v in shapes.items()}, self.cfg.model)
         mask = {torch_name(k): v for k, v in task_for(self.cfg).weight_decay_mask(ours).items()}
         return {name: mask[name] for name in params_by_torch_name}
+
+    def our_state_dict(self, params: dict, state: dict) -> dict:
+        from torch_reference.convert_graph_mamba import to_torch_state_dict
+
+        return to_torch_state_dict({**params, **state}, self.cfg.model)
 
     def inputs(self, batch: dict):
         """The padded batch -> unpadded PyG-style tensors on the device (the model draws its own orderings)."""

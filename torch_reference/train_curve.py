@@ -1,11 +1,15 @@
 """The PyTorch reference's training curve from our initial weights: ``python -m torch_reference.train_curve``.
 
 The PyTorch side of ``compare.convergence``. The model starts from the weights our training loop initializes for the
-same config and ``train.seed`` (built by JAX on the CPU, converted by ``torch_reference.convert``), trains on the
-same batches (the dataset is a function of seed and step), with the same learning-rate schedule (the runner's
-``LambdaLR`` of our ``learning_rate_schedule``: linear warmup, cosine decay), clipping and AdamW settings, and mamba-ssm
-at its best settings (``train_bench``'s runner: fused AdamW and its fused kernels on a GPU; bf16 autocast where our
-side computes in bf16). Prints one JSON line with the loss of every step."""
+same config and ``train.seed`` (built by JAX on the CPU, converted by the family's table), trains on the same batches
+(the dataset is a function of seed and step), with the same learning-rate schedule (the runner's ``LambdaLR`` of our
+``learning_rate_schedule``: linear warmup, cosine decay), clipping and AdamW settings, and the reference at its best
+settings (``train_bench``'s runner: mamba-ssm's ``MambaLMHeadModel`` or NVlabs' ``MambaVision``, fused AdamW and
+mamba-ssm's fused kernels on a GPU; bf16 autocast where our side computes in bf16). Prints one JSON line with the
+loss of every step.
+
+Language models and MambaVision, with AdamW and no dropout or stochastic depth (``curve_config.check_curve_config``
+refuses the rest)."""
 
 import argparse
 import json
@@ -18,30 +22,33 @@ import numpy as np
 import torch
 
 from jax_mamba.configs.loader import load_config, parse_args_with_overrides
+from jax_mamba.configs.schema import RunConfig
 from jax_mamba.tasks import task_for
 from jax_mamba.train.step import initial_variables
 from torch_reference.backend import load
-from torch_reference.convert import to_torch_state_dict
+from torch_reference.curve_config import check_curve_config
 from torch_reference.train_bench import make_runner
 
 
-def initial_state_dict(cfg) -> dict[str, torch.Tensor]:
-    """Our training loop's initial parameters for cfg (``train.step.initial_variables``), as a mamba-ssm state
-    dict."""
-    _, params, _, _, _ = initial_variables(cfg, task_for(cfg))
-    arrays = {k: np.asarray(v, np.float32) for k, v in params.items()}
-    return {k: torch.from_numpy(np.array(v)) for k, v in to_torch_state_dict(arrays, cfg.model).items()}
+def our_initial_variables(cfg: RunConfig) -> tuple[dict, dict]:
+    """(params, state) of our training loop's new run of cfg (``train.step.initial_variables``), as numpy."""
+    _, params, state, _, _ = initial_variables(cfg, task_for(cfg))
+    return {k: np.asarray(v) for k, v in params.items()}, {k: np.asarray(v) for k, v in state.items()}
+
+
+def reference_runner(cfg: RunConfig, device: str):
+    """The reference's training runner for cfg, holding our initial weights, in training mode."""
+    ref = load(device)
+    runner = make_runner(ref, cfg)
+    runner.load_ours(*our_initial_variables(cfg))
+    runner.model.train()
+    return ref, runner
 
 
 def train_curve(config: str, steps: int, overrides: list[str], device: str = "cuda") -> dict:
     cfg = load_config(config, [f"--max_steps={steps}", *overrides])
-    if cfg.family != "lm" or cfg.train.grad_accum_steps != 1:
-        raise SystemExit("train_curve: language models with train.grad_accum_steps=1")
-    ref = load(device)
-    runner = make_runner(ref, cfg)
-    missing, unexpected = runner.model.load_state_dict(initial_state_dict(cfg), strict=False)
-    if missing or [k for k in unexpected if k != "lm_head.weight"]:
-        raise RuntimeError(f"initial weights do not fit mamba-ssm's model: missing {missing}, unexpected {unexpected}")
+    check_curve_config(cfg)
+    ref, runner = reference_runner(cfg, device)
     dataset = task_for(cfg).make_dataset()
     losses = []
     for step in range(steps):  # the runner's scheduler follows our schedule over train.max_steps
@@ -50,6 +57,7 @@ def train_curve(config: str, steps: int, overrides: list[str], device: str = "cu
         "config": config,
         "framework": "torch",
         "reference": ref.describe(),
+        "device": torch.cuda.get_device_name() if ref.device == "cuda" else "cpu",
         "settings": runner.settings(),
         "seed": cfg.train.seed,
         "losses": losses,

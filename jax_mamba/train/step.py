@@ -22,8 +22,27 @@ from jax_mamba.train.optim import learning_rate_schedule, make_optimizer
 from jax_mamba.train.sharding import gather_split_params, tree_shardings
 
 
-def _training_key(seed: int, step: jax.Array, micro: jax.Array) -> jax.Array:
+def training_key(seed: int, step: jax.Array, micro: jax.Array) -> jax.Array:
+    """The random key of one micro-batch's dropout and drop path: a function of (seed, step, micro-batch)."""
     return jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), step), micro)
+
+
+def make_grad_fn(task: Task, layout: ParamLayout, gather_shardings=None) -> Callable:
+    """``grad_fn(params, state, micro_batch, key) -> ((loss_sum, (sums, state)), grads)``: the training loss summed
+    over the micro-batch's scored items and its gradient with respect to ``params`` (float32 parameters; the model
+    runs in its compute dtype), model in training mode with dropout keys from ``key``. With ``gather_shardings`` the
+    model runs on the parameters gathered whole (``sharding.gather_split_params``)."""
+
+    def loss_fn(params, state, micro_batch, key):
+        params = layout.cast_for_compute(params)  # before any gather: FSDP moves the compute dtype's bytes
+        model = layout.merge(
+            params if gather_shardings is None else gather_split_params(params, gather_shardings), state
+        )
+        model.train()
+        loss_sum, sums = task.loss_terms(model, micro_batch, train=True, rngs=nnx.Rngs(dropout=key))
+        return loss_sum, (sums, layout.state_of(model))
+
+    return jax.value_and_grad(loss_fn, has_aux=True)
 
 
 def make_train_step(
@@ -52,15 +71,7 @@ def make_train_step(
     traces = [0]
     if gather_params and shardings is None:
         raise ValueError("make_train_step: gather_params needs the parameters' shardings")
-
-    def loss_fn(params, state, micro_batch, key):
-        params = layout.cast_for_compute(params)  # before any gather: FSDP moves the compute dtype's bytes
-        model = layout.merge(gather_split_params(params, shardings[0]) if gather_params else params, state)
-        model.train()
-        loss_sum, sums = task.loss_terms(model, micro_batch, train=True, rngs=nnx.Rngs(dropout=key))
-        return loss_sum, (sums, layout.state_of(model))
-
-    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+    grad_fn = make_grad_fn(task, layout, shardings[0] if gather_params else None)
 
     def accumulate(params, state, batch, step_index, device=None):
         """Gradient, loss and metric sums over the micro-batches of ``batch`` (accum, rows, ...), gradients summed in
@@ -69,7 +80,7 @@ def make_train_step(
         def micro(carry, inputs):
             micro_batch, index = inputs
             acc_grads, acc_loss, acc_sums, model_state = carry
-            key = _training_key(seed, step_index, index)
+            key = training_key(seed, step_index, index)
             key = key if device is None else jax.random.fold_in(key, device)
             (loss_sum, (sums, model_state)), grads = grad_fn(params, model_state, micro_batch, key)
             acc_grads = jax.tree.map(jnp.add, acc_grads, grads)

@@ -128,3 +128,25 @@ def test_train_bench_follows_our_learning_rate_schedule(cpu_reference):
     ours = np.asarray(learning_rate_schedule(cfg.optim, 5)(np.arange(5)))
     assert ours[0] == 0.0 and ours[2] == 2e-3 and ours[-1] > 1e-4  # warmup, peak, on the way down
     np.testing.assert_allclose(used, ours, rtol=1e-6, atol=1e-12)
+
+
+@pytest.mark.parametrize("config", ["mamba1-tiny", "mambavision-tiny", "graph-mamba-tiny"])
+def test_reference_runner_starts_from_our_initial_weights(cpu_reference, config):
+    """train_curve's runner holds exactly the variables our training loop initializes for the seed (converted by the
+    family's table; a tied head through its twin), and loading is strict: a variable left out is named."""
+    from jax_mamba.configs.loader import load_config
+    from torch_reference.convert_table import ConversionError
+    from torch_reference.train_curve import our_initial_variables, reference_runner
+
+    cfg = load_config(config, ["--seed=3", "--optim.name=adamw", "--batch_size=2"])
+    _, runner = reference_runner(cfg, "cpu")
+    params, state = our_initial_variables(cfg)
+    expected = runner.our_state_dict(params, state)
+    held = runner.module.state_dict()
+    assert set(expected) <= set(held) and set(held) - set(expected) <= set(runner.tied)
+    for name, value in expected.items():
+        np.testing.assert_array_equal(held[name].numpy(), value, err_msg=name)
+    assert runner.model.training
+    dropped = next(iter(params))
+    with pytest.raises(ConversionError, match=f"missing .*{dropped}"):
+        runner.load_ours({k: v for k, v in params.items() if k != dropped}, state)

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# On a GPU machine: training-curve reproducibility and parity runs, as many processes at once as the GPU holds.
+# Usage: tools/gpu-convergence.sh OUT_DIR STAGE ...
+#   build        mamba-ssm's and causal-conv1d's CUDA extensions from .sdist/ (background; `wait-build` joins it)
+#   export       the built extensions, xz-compressed in 15 MB parts, to OUT_DIR (to carry to a fresh machine)
+#   import:DIR   unpack such parts from DIR instead of building
+#   tries        JAX: the same seed TRIES times on each tree of TREES (NAME=FOLDER pairs, a folder holding a
+#                checkout; default current=.), CONFIG for STEPS steps with ARGS (config overrides): do runs of one tree
+#                differ?
+#   det-tries    the same on this tree under XLA_FLAGS=--xla_gpu_deterministic_ops=true
+#   determinism  compare.determinism: our gradient of one batch REPEATS times in one process, in two processes
+#                (default flags) and one under the deterministic-ops flag
+#   torch-tries  mamba-ssm (torch_reference.train_curve) from seed 0's weights, TRIES times (needs the build)
+#   torch-determinism   compare.determinism --framework torch (needs the build)
+#   curves:NAME  compare.convergence --config NAME --steps STEPS ARGS, its processes JOBS at a time (needs the build)
+#   verdicts     the committed verdicts (benchmarks/convergence/): compare.convergence over 1000 steps, 3 seeds, bf16,
+#                for mamba1-130m, mamba2-130m and hybrid-130m (batch 4 x 512, warmup 100, the configs' lr 3e-3) and
+#                mambavision-T (batch 32, AdamW lr 1e-3, warmup 100, no stochastic depth), all at once; the runs an
+#                interrupted call finished (RESUME_DIR, default benchmarks/convergence/unfinished/) are kept (--resume)
+#   deadline:S   after S seconds, stop every run still going (so that `pack` still runs inside a call's limit)
+#   wait         wait for every background stage
+#   pack         results (metrics, JSON, reports, plots, logs) into OUT_DIR/results.tar.gz
+# Background stages log to OUT_DIR/logs/; each JAX process takes a slice of the GPU's memory (MEM_FRACTION). Carry
+# .sdist/ (the two sdists, for build), .whl/ (NVlabs' mambavision wheel) and the folder of exported parts.
+# The four verdicts at once (24 processes at JOBS=6) outlast one 10-minute call on a one-GPU H200 machine (16 cores):
+# the finished runs are kept, so a later call resumes.
+set -uo pipefail
+out=${1:?usage: tools/gpu-convergence.sh OUT_DIR STAGE ...}
+shift
+export PYTHONPATH=. PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_MEM_FRACTION=${MEM_FRACTION:-0.08}
+if ls .whl/mambavision-*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/mambavision-site .whl/mambavision-*.whl \
+        && export PYTHONPATH=.:/tmp/mambavision-site
+fi
+CONFIG=${CONFIG:-mamba1-130m} STEPS=${STEPS:-200} TRIES=${TRIES:-3} REPEATS=${REPEATS:-3} JOBS=${JOBS:-6}
+ARGS=${ARGS:---warmup_steps=20 --batch_size=4 --seq_len=1024}
+TREES=${TREES:-current=.}
+cache=${JAX_MAMBA_TORCH_CACHE:-$HOME/.cache/jax-mamba/torch}
+runs=/tmp/convergence-runs
+mkdir -p "$out/logs" "$runs"
+build_pid=
+
+jax_run() {  # tree, name, extra env...: one jax_mamba.train run of CONFIG, its metrics under $runs/name
+    local tree=$1 name=$2; shift 2
+    (cd "$tree" && env "$@" python3 -m jax_mamba.train --config "$CONFIG" --run_dir="$runs/$name" --max_steps="$STEPS" \
+        --seed=0 --log_every=1 --eval_every="$STEPS" --save_every="$STEPS" --eval_batches=1 --progress=false \
+        --sample_tokens=0 $ARGS) > "$out/logs/$name.log" 2>&1
+    echo "$name: exit $?"
+}
+
+for stage in "$@"; do
+    echo "== $stage $(date +%T)"
+    case $stage in
+        build) python3 -m torch_reference.build --sdist-dir .sdist --jobs 12 > "$out/logs/build.log" 2>&1 &
+               build_pid=$! ;;
+        wait-build) [ -n "$build_pid" ] && wait "$build_pid"; echo "build: exit $?" ;;
+        export) (cd "$cache/build" && tar -cf - */manifest.json */*/*.so) | xz -T0 -6 \
+                    | split -b 15M - "$out/torch-build.tar.xz.part-" ;;
+        import:*) mkdir -p "$cache/build" && cat "${stage#import:}"/torch-build.tar.xz.part-* | xz -d \
+                      | tar -C "$cache/build" -xf - \
+                      && python3 -m torch_reference.build --sdist-dir .sdist > "$out/logs/build.log" 2>&1
+                  echo "import: exit $?" ;;
+        tries) for tree in $TREES; do
+                   for t in $(seq 1 "$TRIES"); do
+                       jax_run "${tree#*=}" "jax-${tree%%=*}-try$t" &
+                   done
+               done ;;
+        det-tries) for t in $(seq 1 "$TRIES"); do
+                       jax_run . "jax-current-deterministic-ops-try$t" XLA_FLAGS=--xla_gpu_deterministic_ops=true &
+                   done ;;
+        determinism)
+            for p in a b; do
+                python3 -m compare.determinism --config "$CONFIG" --repeats "$REPEATS" --out "$runs/det-jax-$p" $ARGS \
+                    > "$out/logs/det-jax-$p.log" 2>&1 &
+            done
+            XLA_FLAGS=--xla_gpu_deterministic_ops=true python3 -m compare.determinism --config "$CONFIG" \
+                --repeats "$REPEATS" --out "$runs/det-jax-detops" $ARGS > "$out/logs/det-jax-detops.log" 2>&1 & ;;
+        torch-tries) for t in $(seq 1 "$TRIES"); do
+                         python3 -m torch_reference.train_curve --config "$CONFIG" --steps "$STEPS" --seed=0 $ARGS \
+                             > "$runs/torch-try$t.json" 2> "$out/logs/torch-try$t.log" &
+                     done ;;
+        torch-determinism)
+            python3 -m compare.determinism --config "$CONFIG" --framework torch --repeats "$REPEATS" \
+                --out "$runs/det-torch" $ARGS > "$out/logs/det-torch.log" 2>&1 & ;;
+        curves:*) name=${stage#curves:}
+                  python3 -m compare.convergence --config "$name" --steps "$STEPS" --jobs "$JOBS" \
+                      --out "$runs/curves-$name" $ARGS > "$out/logs/curves-$name.log" 2>&1 &
+                  ;;
+        deadline:*) (sleep "${stage#deadline:}"; pkill -f 'python3 -m (jax_mamba|torch_reference|compare)\.') &
+                    disown ;;
+        verdicts) cp "${RESUME_DIR:-benchmarks/convergence/unfinished}"/*.partial.json "$runs/" 2>/dev/null
+                  for c in mamba1-130m mamba2-130m hybrid-130m; do
+                      python3 -m compare.convergence --config "$c" --steps 1000 --jobs "$JOBS" --resume --out "$runs/$c" \
+                          --warmup_steps=100 --batch_size=4 --seq_len=512 > "$out/logs/verdict-$c.log" 2>&1 &
+                  done
+                  python3 -m compare.convergence --config mambavision-T --steps 1000 --jobs "$JOBS" --resume \
+                      --out "$runs/mambavision-T" \
+                      --optim.name=adamw --lr=1e-3 --warmup_steps=100 --batch_size=32 --model.drop_path_rate=0 \
+                      > "$out/logs/verdict-mambavision-T.log" 2>&1 & ;;
+        wait) wait; echo "all background stages done" ;;
+        pack) tar -C "$runs" -czf "$out/results.tar.gz" --exclude='*checkpoint*' --exclude='*.npz' \
+                  $(cd "$runs" && find . -name 'metrics.jsonl' -o -name '*.json' -o -name '*.md' -o -name '*.png' \
+                      | grep -v /checkpoints/) \
+                  -C "$out" logs ;;
+        *) echo "unknown stage $stage"; exit 2 ;;
+    esac
+done
