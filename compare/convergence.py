@@ -18,7 +18,6 @@ Other ``--key=value`` arguments override the config on both sides (e.g. ``--warm
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -27,23 +26,10 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from compare.convergence_plot import plot
-from compare.convergence_verdict import MIN_SEEDS, SPIKE_RATIO, verdict
+from compare.convergence_verdict import FRAMEWORK_NAMES, MIN_SEEDS, SPIKE_RATIO, curve_name, parse_curve_name, verdict
 from compare.outputs import output_path
 from jax_mamba.configs.loader import load_config, parse_args_with_overrides
 from torch_reference.curve_config import check_curve_config
-
-FRAMEWORK_NAMES = {"jax": "JAX", "torch": "mamba-ssm"}
-
-
-def curve_name(framework: str, seed: int) -> str:
-    return f"{FRAMEWORK_NAMES[framework]} seed {seed}"
-
-
-def parse_curve_name(name: str) -> tuple[str, int]:
-    match = re.fullmatch(r"(JAX|mamba-ssm) seed (\d+)", name)
-    if not match:
-        raise ValueError(f"curve name {name!r}: expected 'JAX seed N' or 'mamba-ssm seed N'")
-    return {v: k for k, v in FRAMEWORK_NAMES.items()}[match[1]], int(match[2])
 
 
 def _run(command: list[str], what: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -84,10 +70,8 @@ def run_curves(args, extra: list[str]) -> tuple[dict[str, list[float]], dict]:
     record = {"config": args.config, "steps": args.steps, "overrides": extra, "curves": {}, "reference": None}
     if args.resume and partial.is_file():
         record = resumable(json.loads(partial.read_text()), record)
-    done, todo = (
-        record["curves"],
-        [(f, s) for f in FRAMEWORK_NAMES for s in seeds if curve_name(f, s) not in record["curves"]],
-    )
+    done = record["curves"]
+    todo = [(f, s) for f in FRAMEWORK_NAMES for s in seeds if curve_name(f, s) not in done]
     with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(args.jobs) as pool:
         shared = args.jobs > 1
         runs = {
@@ -105,7 +89,7 @@ def run_curves(args, extra: list[str]) -> tuple[dict[str, list[float]], dict]:
             partial.parent.mkdir(parents=True, exist_ok=True)
             partial.write_text(json.dumps(record))
     partial.unlink(missing_ok=True)
-    return {curve_name(f, s): done[curve_name(f, s)] for f in FRAMEWORK_NAMES for s in seeds}, record["reference"]
+    return {curve_name(f, s): done[curve_name(f, s)] for f in FRAMEWORK_NAMES for s in seeds}, record["reference"] or {}
 
 
 def resumable(saved: dict, record: dict) -> dict:
@@ -228,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
         curves, reference = run_curves(args, extra)
         result = {
             "config": args.config,
-            "device": reference.pop("device"),
+            "device": reference.pop("device", "not recorded"),
             "date": time.strftime("%Y-%m-%d"),
             "jax": jax.__version__,
             "command": command,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from compare.convergence_verdict import smooth, trailing_median
+from compare.convergence_verdict import curve_name, parse_curve_name, smooth, trailing_median
 
 
 def plot(path: Path, result: dict, title: str) -> None:
@@ -14,8 +14,6 @@ def plot(path: Path, result: dict, title: str) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from compare.convergence import curve_name, parse_curve_name
 
     window, curves = result["window"], result["curves"]
     steps = np.arange(1, len(next(iter(curves.values()))) + 1)

@@ -22,9 +22,25 @@ The JAX seeds with a reference run from their start are judged (others only wide
 curves agree when at least one seed is judged, no NaN or Inf appears, and no judged seed breaks away.
 """
 
+import re
 from itertools import combinations
 
 import numpy as np
+
+FRAMEWORK_NAMES = {"jax": "JAX", "torch": "mamba-ssm"}
+
+
+def curve_name(framework: str, seed: int) -> str:
+    """How a result names the curve of (framework, seed): "JAX seed 0", "mamba-ssm seed 0"."""
+    return f"{FRAMEWORK_NAMES[framework]} seed {seed}"
+
+
+def parse_curve_name(name: str) -> tuple[str, int]:
+    match = re.fullmatch(r"(JAX|mamba-ssm) seed (\d+)", name)
+    if not match:
+        raise ValueError(f"curve name {name!r}: expected 'JAX seed N' or 'mamba-ssm seed N'")
+    return {v: k for k, v in FRAMEWORK_NAMES.items()}[match[1]], int(match[2])
+
 
 SPIKE_RATIO = 1.5  # a step's loss over the other framework's on the same batch, from the same start
 MIN_SEEDS = 3  # seeds per framework a run of compare.convergence makes

@@ -8,8 +8,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from compare.convergence import parse_curve_name
-from compare.convergence_verdict import SPIKE_RATIO, breakaway_steps, smooth, spikes, trailing_median, verdict
+from compare.convergence_verdict import (
+    SPIKE_RATIO,
+    breakaway_steps,
+    parse_curve_name,
+    smooth,
+    spikes,
+    trailing_median,
+    verdict,
+)
 
 RECORDED = Path(__file__).parents[2] / "benchmarks" / "convergence"
 STEPS, WINDOW = 300, 20
