@@ -29,6 +29,7 @@ from compare.convergence_plot import plot
 from compare.convergence_verdict import FRAMEWORK_NAMES, MIN_SEEDS, SPIKE_RATIO, curve_name, parse_curve_name, verdict
 from compare.outputs import output_path
 from jax_mamba.configs.loader import load_config, parse_args_with_overrides
+from jax_mamba.train.metrics import training_losses
 from torch_reference.curve_config import check_curve_config
 
 
@@ -49,8 +50,7 @@ def jax_curve(config: str, steps: int, seed: int, extra: list[str], workdir: Pat
     ]  # fmt: skip
     env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"} if shared_gpu else None
     _run(command, f"JAX run (seed {seed})", env)
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    by_step = {r["step"]: r["loss"] for r in records if "loss" in r and "event" not in r}
+    by_step = training_losses(run_dir)
     return [by_step.get(k, float("nan")) for k in range(1, steps + 1)]
 
 

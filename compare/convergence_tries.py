@@ -19,6 +19,7 @@ import numpy as np
 
 from compare.convergence_verdict import smooth
 from compare.outputs import output_path
+from jax_mamba.train.metrics import training_losses
 
 EARLY_STEPS = 10  # the steepest fall of the loss, left out when looking for a spike
 PLATEAU = slice(20, 50)  # steps 21-50: where a spike after warmup leaves a plateau
@@ -29,8 +30,7 @@ def read_tries(folder: Path) -> dict[str, dict[str, list[float]]]:
     groups: dict[str, dict[str, list[float]]] = {}
     for run in sorted(folder.glob("jax-*-try*/metrics.jsonl")):
         group, number = re.fullmatch(r"jax-(.+)-try(\d+)", run.parent.name).groups()
-        records = [json.loads(line) for line in run.read_text().splitlines()]
-        by_step = {r["step"]: r["loss"] for r in records if "loss" in r and "event" not in r}
+        by_step = training_losses(run.parent)
         groups.setdefault(f"JAX {group}", {})[f"try {number}"] = [by_step[k] for k in sorted(by_step)]
     for run in sorted(folder.glob("torch-try*.json")):
         number = re.fullmatch(r"torch-try(\d+)\.json", run.name)[1]

@@ -28,6 +28,15 @@ class MetricsLog:
         return [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
 
 
+def training_losses(run_dir: Path) -> dict[int, float]:
+    """{step: training loss} from a run folder's metrics.jsonl: evaluation and other event records left out, a step
+    a resumed run logged again at its later value, and a non-finite loss (written as null) as NaN."""
+    records = MetricsLog(Path(run_dir) / "metrics.jsonl").read()
+    return {
+        r["step"]: math.nan if r["loss"] is None else r["loss"] for r in records if "loss" in r and "event" not in r
+    }
+
+
 def _last_per_step(records: list[dict], key: str) -> tuple[list[int], list[float]]:
     """Values of ``key`` by step; where a resumed run logged a step again, its later value wins."""
     by_step = {r["step"]: r[key] for r in records if r.get(key) is not None and "step" in r}

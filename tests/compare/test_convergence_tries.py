@@ -55,3 +55,13 @@ def test_an_empty_folder_and_uneven_curves_are_refused(tmp_path):
     (tmp_path / "torch-try1.json").write_text(json.dumps({"losses": [3.0] * 19}))
     with pytest.raises(SystemExit, match="different lengths"):
         main(["--runs", str(tmp_path), "--out", str(tmp_path / "x")])
+
+
+def test_a_non_finite_loss_reads_as_nan(tmp_path):
+    """The training loop writes a non-finite loss as null: a try keeps it as NaN, never as a missing step."""
+    write_jax_try(tmp_path, "jax-a-try1", [3.0, None] + [2.0] * 18)
+    (tmp_path / "torch-try1.json").write_text(json.dumps({"losses": [3.0, 2.5] + [2.0] * 18}))
+    out = tmp_path / "x"
+    assert main(["--runs", str(tmp_path), "--window", "1", "--out", str(out)]) == 0
+    ours = json.loads(out.with_suffix(".json").read_text())["groups"]["JAX a"]["try 1"]
+    assert ours[0] == 3.0 and np.isnan(ours[1]) and ours[2] == 2.0
