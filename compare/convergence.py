@@ -68,8 +68,9 @@ def run_curves(args, extra: list[str]) -> tuple[dict[str, list[float]], dict]:
     seeds = range(args.seed, args.seed + args.seeds)
     partial = output_path(args.out, ".partial.json")  # the runs done so far, in case the rest never finish
     record = {"config": args.config, "steps": args.steps, "overrides": extra, "curves": {}, "reference": None}
-    if args.resume and partial.is_file():
-        record = resumable(json.loads(partial.read_text()), record)
+    saved = saved_runs(args.out) if args.resume else None
+    if saved is not None:
+        record = resumable(saved, record)
     done = record["curves"]
     todo = [(f, s) for f in FRAMEWORK_NAMES for s in seeds if curve_name(f, s) not in done]
     with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(args.jobs) as pool:
@@ -92,15 +93,28 @@ def run_curves(args, extra: list[str]) -> tuple[dict[str, list[float]], dict]:
     return {curve_name(f, s): done[curve_name(f, s)] for f in FRAMEWORK_NAMES for s in seeds}, record["reference"] or {}
 
 
+def saved_runs(out: str) -> dict | None:
+    """The runs kept for ``--resume``: an interrupted run's ``<out>.partial.json``, else a finished ``<out>.json`` (to
+    add seeds to it), in the partial file's form; None if there is neither."""
+    partial, finished = output_path(out, ".partial.json"), output_path(out, ".json")
+    if partial.is_file():
+        return json.loads(partial.read_text())
+    if not finished.is_file():
+        return None
+    result = json.loads(finished.read_text())
+    reference = {**result["torch"], "device": result["device"]} if result.get("torch") else None
+    return {**{k: result[k] for k in ("config", "steps", "overrides", "curves")}, "reference": reference}
+
+
 def resumable(saved: dict, record: dict) -> dict:
-    """``saved`` (an interrupted run's ``<out>.partial.json``) if it was a run of the same config, steps and
-    overrides, else a one-line refusal."""
+    """``saved`` (the runs ``saved_runs`` kept) as the record to go on from if they were runs of the same config,
+    steps and overrides, else a one-line refusal."""
     for key in ("config", "steps", "overrides"):
         if key in saved and saved[key] != record[key]:
-            raise SystemExit(f"--resume: the partial run had {key} {saved[key]!r}, this one {record[key]!r}")
+            raise SystemExit(f"--resume: the kept run had {key} {saved[key]!r}, this one {record[key]!r}")
     lengths = {len(c) for c in saved["curves"].values()}
     if lengths - {record["steps"]}:
-        raise SystemExit(f"--resume: the partial run's curves have {sorted(lengths)} steps, expected {record['steps']}")
+        raise SystemExit(f"--resume: the kept run's curves have {sorted(lengths)} steps, expected {record['steps']}")
     return {**record, "curves": dict(saved["curves"]), "reference": saved.get("reference")}
 
 
@@ -187,7 +201,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="the PyTorch side's device")
     parser.add_argument("--judge", help="a stored <out>.json whose curves to judge again instead of training")
     parser.add_argument(
-        "--resume", action="store_true", help="keep the finished runs of an interrupted run (<out>.partial.json)"
+        "--resume",
+        action="store_true",
+        help="keep the runs already done: an interrupted run's (<out>.partial.json), else a finished one's\n"
+        "(<out>.json; with more --seeds, to add seeds to it)",
     )
     parser.add_argument("--out", required=True, help="output path without suffix (.json, .md, .png)")
     args, extra = parse_args_with_overrides(parser, argv)

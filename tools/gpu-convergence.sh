@@ -13,17 +13,19 @@
 #   torch-tries  mamba-ssm (torch_reference.train_curve) from seed 0's weights, TRIES times (needs the build)
 #   torch-determinism   compare.determinism --framework torch (needs the build)
 #   curves:NAME  compare.convergence --config NAME --steps STEPS ARGS, its processes JOBS at a time (needs the build)
-#   verdicts     the committed verdicts (benchmarks/convergence/): compare.convergence over 1000 steps, 3 seeds, bf16,
-#                for mamba1-130m, mamba2-130m and hybrid-130m (batch 4 x 512, warmup 100, the configs' lr 3e-3) and
-#                mambavision-T (batch 32, AdamW lr 1e-3, warmup 100, no stochastic depth), all at once; the runs an
-#                interrupted call finished (RESUME_DIR, default benchmarks/convergence/unfinished/) are kept (--resume)
+#   verdicts     the committed verdicts (benchmarks/convergence/): compare.convergence over 1000 steps, bf16, for
+#                VERDICTS (default all five): mamba1-130m (lr 6e-4), mamba2-130m and hybrid-130m (their configs' lr
+#                3e-3), all batch 4 x 512 and warmup 100; mamba1-130m-lr3e-3 (the config's lr, at which every run of
+#                both frameworks blows up near the peak; 6 seeds); mambavision-T (batch 32, AdamW lr 1e-3, warmup 100,
+#                no stochastic depth); all at once, JOBS processes each; 3 seeds unless said. Runs kept in RESUME_DIR
+#                (NAME.partial.json of an interrupted call, or a finished NAME.json to add seeds to) are not run again
 #   deadline:S   after S seconds, stop every run still going (so that `pack` still runs inside a call's limit)
 #   wait         wait for every background stage
 #   pack         results (metrics, JSON, reports, plots, logs) into OUT_DIR/results.tar.gz
 # Background stages log to OUT_DIR/logs/; each JAX process takes a slice of the GPU's memory (MEM_FRACTION). Carry
 # .sdist/ (the two sdists, for build), .whl/ (NVlabs' mambavision wheel) and the folder of exported parts.
-# The four verdicts at once (24 processes at JOBS=6) outlast one 10-minute call on a one-GPU H200 machine (16 cores):
-# the finished runs are kept, so a later call resumes.
+# All verdicts at once outlast one 10-minute call on a one-GPU H200 machine (16 cores): the finished runs are kept in
+# NAME.partial.json, so a later call with RESUME_DIR holding them resumes.
 set -uo pipefail
 out=${1:?usage: tools/gpu-convergence.sh OUT_DIR STAGE ...}
 shift
@@ -46,6 +48,14 @@ jax_run() {  # tree, name, extra env...: one jax_mamba.train run of CONFIG, its 
         --seed=0 --log_every=1 --eval_every="$STEPS" --save_every="$STEPS" --eval_batches=1 --progress=false \
         --sample_tokens=0 $ARGS) > "$out/logs/$name.log" 2>&1
     echo "$name: exit $?"
+}
+
+lm="--warmup_steps=100 --batch_size=4 --seq_len=512"  # the language models' verdict settings
+verdict() {  # config, name, overrides (one word list), more arguments: compare.convergence over 1000 steps
+    local config=$1 name=$2 overrides=$3; shift 3
+    [ -n "${RESUME_DIR:-}" ] && cp "$RESUME_DIR/$name".json "$RESUME_DIR/$name".partial.json "$runs/" 2>/dev/null
+    python3 -m compare.convergence --config "$config" --steps 1000 --jobs "$JOBS" --resume --out "$runs/$name" "$@" \
+        $overrides > "$out/logs/verdict-$name.log" 2>&1 &
 }
 
 for stage in "$@"; do
@@ -88,15 +98,16 @@ for stage in "$@"; do
                   ;;
         deadline:*) (sleep "${stage#deadline:}"; pkill -f 'python3 -m (jax_mamba|torch_reference|compare)\.') &
                     disown ;;
-        verdicts) cp "${RESUME_DIR:-benchmarks/convergence/unfinished}"/*.partial.json "$runs/" 2>/dev/null
-                  for c in mamba1-130m mamba2-130m hybrid-130m; do
-                      python3 -m compare.convergence --config "$c" --steps 1000 --jobs "$JOBS" --resume --out "$runs/$c" \
-                          --warmup_steps=100 --batch_size=4 --seq_len=512 > "$out/logs/verdict-$c.log" 2>&1 &
-                  done
-                  python3 -m compare.convergence --config mambavision-T --steps 1000 --jobs "$JOBS" --resume \
-                      --out "$runs/mambavision-T" \
-                      --optim.name=adamw --lr=1e-3 --warmup_steps=100 --batch_size=32 --model.drop_path_rate=0 \
-                      > "$out/logs/verdict-mambavision-T.log" 2>&1 & ;;
+        verdicts) for v in ${VERDICTS:-mamba1-130m mamba1-130m-lr3e-3 mamba2-130m hybrid-130m mambavision-T}; do
+                      case $v in
+                          mamba1-130m) verdict mamba1-130m "$v" "$lm" --lr=6e-4 ;;
+                          mamba1-130m-lr3e-3) verdict mamba1-130m "$v" "$lm" --seeds 6 ;;
+                          mamba2-130m|hybrid-130m) verdict "$v" "$v" "$lm" ;;
+                          mambavision-T) verdict "$v" "$v" "--optim.name=adamw --lr=1e-3 --warmup_steps=100 \
+                                             --batch_size=32 --model.drop_path_rate=0" ;;
+                          *) echo "unknown verdict $v"; exit 2 ;;
+                      esac
+                  done ;;
         wait) wait; echo "all background stages done" ;;
         pack) tar -C "$runs" -czf "$out/results.tar.gz" --exclude='*checkpoint*' --exclude='*.npz' \
                   $(cd "$runs" && find . -name 'metrics.jsonl' -o -name '*.json' -o -name '*.md' -o -name '*.png' \

@@ -52,6 +52,17 @@ def test_judge_reads_the_recorded_breakaway_as_disagree(tmp_path):
     assert "**Verdict: the curves disagree**" in report and "**breaks away**" in report and "Judged again" in report
 
 
+@pytest.mark.parametrize("name", ["mamba1-130m", "mamba2-130m", "hybrid-130m", "mambavision-T", "mamba1-130m-lr3e-3"])
+def test_committed_verdicts_judge_the_same_again(tmp_path, name):
+    """The committed 1000-step verdicts: judging their curves again gives the stored verdict (so a change to the
+    verdict that would turn them shows up here), over at least three seeds of 1000 steps each."""
+    stored = json.loads((RECORDED / f"{name}.json").read_text())
+    assert stored["steps"] >= 1000 and len(stored["seeds"]) >= 3
+    assert main(["--judge", str(RECORDED / f"{name}.json"), "--out", str(tmp_path / name)]) == 0
+    again = json.loads((tmp_path / f"{name}.json").read_text())
+    assert again["verdict"] == stored["verdict"] and again["verdict"]["agree"]
+
+
 def test_resume_runs_only_what_is_missing(tmp_path, monkeypatch):
     """A partial record holding every curve: nothing is run again (both runners fail if called), the verdict and
     report come from the stored curves; a partial record of other settings is refused."""
@@ -80,8 +91,44 @@ def test_resume_runs_only_what_is_missing(tmp_path, monkeypatch):
     assert result["curves"] == curves and result["verdict"]["agree"] and result["torch"]["settings"] == "float32, AdamW"
     assert not Path(f"{out}.partial.json").exists()
     Path(f"{out}.partial.json").write_text(json.dumps({**record, "steps": 30}))
-    with pytest.raises(SystemExit, match="--resume: the partial run had steps 30"):
+    with pytest.raises(SystemExit, match="--resume: the kept run had steps 30"):
         main([*argv, *overrides])
+
+
+def test_resume_adds_seeds_to_a_finished_run(tmp_path, monkeypatch):
+    """With more --seeds, --resume keeps a finished <out>.json's curves and runs only the new seeds' pairs; the
+    reference's description and device carry over."""
+    import compare.convergence as convergence
+
+    rng = np.random.default_rng(1)
+    base = 2.0 + 3.0 * np.exp(-np.arange(40) / 8.0)
+    noisy = lambda: (base + 0.01 * rng.standard_normal(40)).tolist()  # noqa: E731
+    calls = []
+
+    def jax_curve(config, steps, seed, *rest):
+        calls.append(("jax", seed))
+        return noisy()
+
+    def torch_curve(config, steps, seed, *rest):
+        calls.append(("torch", seed))
+        return {"losses": noisy(), "seed": seed, "reference": "mamba-ssm (new)", "settings": "s", "device": "cpu"}
+
+    monkeypatch.setattr(convergence, "jax_curve", jax_curve)
+    monkeypatch.setattr(convergence, "torch_curve", torch_curve)
+    out = tmp_path / "grown"
+    argv = ["--config", "mamba1-tiny", "--steps", "40", "--device", "cpu", "--resume", "--out", str(out)]
+    argv.append("--seq_len=32")
+    assert main(argv) == 0
+    first = json.loads(out.with_suffix(".json").read_text())
+    assert sorted(calls) == [(f, s) for f in ("jax", "torch") for s in (0, 1, 2)]
+    calls.clear()
+    assert main([*argv, "--seeds", "5"]) == 0
+    grown = json.loads(out.with_suffix(".json").read_text())
+    assert sorted(calls) == [(f, s) for f in ("jax", "torch") for s in (3, 4)]
+    assert {k: grown["curves"][k] for k in first["curves"]} == first["curves"] and len(grown["curves"]) == 10
+    assert [s["seed"] for s in grown["verdict"]["seeds"]] == [0, 1, 2, 3, 4] and grown["device"] == "cpu"
+    with pytest.raises(SystemExit, match="--resume: the kept run had overrides"):
+        main([*argv, "--seeds", "5", "--lr=1e-3"])
 
 
 @pytest.mark.parametrize(
