@@ -3,10 +3,12 @@
 Any family's configs: each trains in a fresh process (``python -m jax_mamba.train``) for ``--steps`` steps; the
 numbers are the loop's own: mean tokens/s or images/s over the steps after the first three (warm-up), less any step
 that compiled a new batch shape (graph buckets), and the device's peak memory in use. ``--torch`` times the
-reference on the same config and batches in its own process (``torch_reference.train_bench``: mamba-ssm or NVlabs'
-MambaVision, at its best settings). ``--inference`` adds eval-mode forward throughput on both sides
-(``compare.inference_bench``; ``train_bench --inference``). Other ``--key=value`` arguments are config overrides
-applied to every config and both sides. Writes ``<out>.json`` and ``<out>.md``."""
+reference on the same config and batches (``torch_reference.train_bench``: mamba-ssm, NVlabs' MambaVision or our
+Graph-Mamba, at its best settings) in each execution mode of ``--torch_modes`` (eager, one CUDA graph,
+torch.compile, torch.compile with CUDA graphs; each in its own process); ratios are against the fastest mode that
+ran, the eager figure beside it, and a mode that fails is reported with its cause. ``--inference`` adds eval-mode
+forward throughput on both sides (``compare.inference_bench``; ``train_bench --inference``). Other ``--key=value``
+arguments are config overrides applied to every config and both sides. Writes ``<out>.json`` and ``<out>.md``."""
 
 import argparse
 import json
@@ -20,6 +22,7 @@ import jax
 
 from compare.outputs import output_path
 from jax_mamba.configs.loader import parse_args_with_overrides
+from torch_reference.step_modes import MODES
 
 
 def error_excerpt(stderr: str, tail_chars: int = 1500, max_lines: int = 20) -> str:
@@ -29,12 +32,25 @@ def error_excerpt(stderr: str, tail_chars: int = 1500, max_lines: int = 20) -> s
     return "\n".join([*named[:max_lines], "...", stderr[-tail_chars:]]) if named else stderr[-tail_chars:]
 
 
+def one_line_cause(stderr: str) -> str:
+    """A failed run's cause in one line: the last line of its stderr naming an error or exception, else its last
+    line."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    named = [line for line in lines if "Error" in line or "Exception" in line or "error:" in line]
+    return (named or lines or ["no output"])[-1][:300]
+
+
 def json_line(command: list[str], env: dict | None = None) -> dict:
-    """Run a command that prints one JSON line last: that object (plus the command), or its exit code and stderr.
-    ``env``: the command's whole environment (default: this process's)."""
+    """Run a command that prints one JSON line last: that object (plus the command), or its exit code, stderr and
+    cause in one line. ``env``: the command's whole environment (default: this process's)."""
     proc = subprocess.run(command, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
-        return {"returncode": proc.returncode, "error": error_excerpt(proc.stderr), "command": " ".join(command[1:])}
+        return {
+            "returncode": proc.returncode,
+            "error": error_excerpt(proc.stderr),
+            "cause": one_line_cause(proc.stderr),
+            "command": " ".join(command[1:]),
+        }
     return {"returncode": 0, **json.loads(proc.stdout.strip().splitlines()[-1]), "command": " ".join(command[1:])}
 
 
@@ -94,11 +110,27 @@ def _bench_args(config: str, steps: int, batch_size: int, seq_len: int, extra: l
     return ["--config", config, f"--steps={steps}", f"--batch_size={batch_size}", f"--seq_len={seq_len}", *extra]
 
 
-def run_torch(config: str, steps: int, batch_size: int, seq_len: int, extra: list[str], inference=False) -> dict:
-    """The reference on the same config and batches, in its own process (torch_reference.train_bench)."""
+def run_torch(
+    config: str, steps: int, batch_size: int, seq_len: int, extra: list[str], inference=False, mode: str = "eager"
+) -> dict:
+    """The reference on the same config and batches in execution ``mode``, in its own process
+    (torch_reference.train_bench)."""
     flags = ["--inference"] if inference else []
     args = _bench_args(config, steps, batch_size, seq_len, extra)
-    return json_line([sys.executable, "-m", "torch_reference.train_bench", *args, *flags])
+    return json_line([sys.executable, "-m", "torch_reference.train_bench", *args, *flags, f"--mode={mode}"])
+
+
+def best_mode(by_mode: dict[str, dict]) -> str | None:
+    """The execution mode that ran fastest (items/s) among those that ran, or None if none did."""
+    ran = {mode: r["items_per_s"] for mode, r in by_mode.items() if not r["returncode"]}
+    return max(ran, key=ran.get) if ran else None
+
+
+def run_torch_modes(config: str, sizes: tuple, modes: list[str], inference: bool = False) -> dict:
+    """The reference in each execution mode (each its own process): {"modes": {mode: result}, "best": the fastest
+    mode that ran or None}."""
+    by_mode = {mode: run_torch(config, *sizes, inference=inference, mode=mode) for mode in modes}
+    return {"modes": by_mode, "best": best_mode(by_mode)}
 
 
 def run_jax_inference(config: str, steps: int, batch_size: int, seq_len: int, extra: list[str]) -> dict:
@@ -106,57 +138,106 @@ def run_jax_inference(config: str, steps: int, batch_size: int, seq_len: int, ex
     return json_line([sys.executable, "-m", "compare.inference_bench", *args])
 
 
-def _side_cells(ours: dict, theirs: dict | None) -> list[str]:
-    """[ours/s, peak, reference/s, reference peak, ratio], with failures and absences said."""
+def _rate(r: dict | None) -> str:
+    if r is None:
+        return "not run"
+    return f"failed (exit {r['returncode']})" if r["returncode"] else f"{r['items_per_s']:,.0f}"
+
+
+def _ratio(ours: dict, theirs: dict | None) -> str:
+    if theirs is None or theirs["returncode"]:
+        return ""
+    return f"{ours['items_per_s'] / theirs['items_per_s']:.2f}x"
+
+
+def _side_cells(ours: dict, reference: dict | None) -> list[str]:
+    """[ours/s, peak, best reference/s (its mode), its peak, ours / best, reference eager/s, ours / eager], the
+    reference given as ``run_torch_modes`` gives it; failures and absences said."""
     if ours["returncode"]:
-        return [f"failed (exit {ours['returncode']})", "", "", "", ""]
+        return [f"failed (exit {ours['returncode']})", *[""] * 6]
     cells = [f"{ours['items_per_s']:,.0f}", f"{ours['peak_memory_gib'] or 0:.1f}"]
-    if theirs is None:
-        return [*cells, "not run", "", ""]
-    if theirs["returncode"]:
-        return [*cells, f"failed (exit {theirs['returncode']})", "", ""]
-    ratio = ours["items_per_s"] / theirs["items_per_s"]
-    return [*cells, f"{theirs['items_per_s']:,.0f}", f"{theirs['peak_memory_gib'] or 0:.1f}", f"{ratio:.2f}x"]
+    if reference is None:
+        return [*cells, "not run", *[""] * 4]
+    best = reference["modes"].get(reference["best"]) if reference["best"] else None
+    eager = reference["modes"].get("eager")
+    if best is None:
+        return [*cells, "every mode failed", *[""] * 4]
+    return [
+        *cells,
+        f"{best['items_per_s']:,.0f} ({reference['best']})",
+        f"{best['peak_memory_gib'] or 0:.1f}",
+        _ratio(ours, best),
+        _rate(eager),
+        _ratio(ours, eager),
+    ]
 
 
 def _row(cells: list[str]) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
+SIDE_HEADER = (
+    "| JAX /s | JAX peak GiB | PyTorch best /s (mode) | its peak GiB | JAX / best | PyTorch eager /s | JAX / eager |"
+)
+
+
+def _mode_lines(rows: list[dict]) -> list[str]:
+    """Every PyTorch execution mode tried: its rate and peak memory, or why it failed (one line)."""
+    lines = []
+    for r in rows:
+        for part, key in (("training", "torch"), ("inference", "torch_inference")):
+            for mode, m in r.get(key, {}).get("modes", {}).items():
+                if m["returncode"]:
+                    cells = [f"failed (exit {m['returncode']})", "", m.get("cause", "")]
+                else:
+                    cells = [f"{m['items_per_s']:,.0f}", f"{m['peak_memory_gib'] or 0:.1f}", m.get("settings", "")]
+                lines.append(_row([r["config"], part, mode, *cells]))
+    if not lines:
+        return []
+    header = ["", "Every PyTorch execution mode tried (``torch_reference.step_modes``):", ""]
+    return [
+        *header,
+        "| config | pass | mode | /s | peak GiB | settings, or the cause of a failure |",
+        "|---|---|---|---|---|---|",
+        *lines,
+    ]
+
+
 def write_report(out: Path, header: dict, rows: list[dict]) -> list[str]:
-    """The markdown summary (training, then inference where measured) into ``<out>.md``; returns its lines."""
+    """The markdown summary (training, then inference where measured, then every PyTorch mode) into ``<out>.md``;
+    returns its lines. Ratios are against the fastest PyTorch mode that ran, the eager one beside it."""
     lines = [
         f"# Training throughput ({header['device']}, {header['date']})",
         "",
         f"jax {header['jax']}, batch {header['batch_size']} (x length {header['seq_len']} for language models), "
         f"{header['steps']} steps (mean over steps 4..N, less any step that compiled a new batch shape), "
         f"overrides {header['overrides'] or 'none'}. JAX data wait: "
-        "the share of the loop's time spent waiting for the next batch (0% when the host keeps ahead).",
+        "the share of the loop's time spent waiting for the next batch (0% when the host keeps ahead). "
+        "PyTorch: each execution mode in its own process; the ratio is against the fastest that ran.",
         f"Command: `{header['command']}`",
         "",
-        "| config | params | compute | unit | JAX /s | JAX peak GiB | JAX data wait | final loss | reference /s "
-        "| reference peak GiB | JAX / reference |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| config | params | compute | unit | JAX data wait | final loss " + SIDE_HEADER,
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         if r["returncode"]:
-            lines.append(_row([r["config"], f"failed (exit {r['returncode']})", *[""] * 9]))
+            lines.append(_row([r["config"], f"failed (exit {r['returncode']})", *[""] * 11]))
             continue
-        ours = _side_cells(r, r.get("torch"))
         info = [r["config"], f"{r['parameters'] / 1e6:.1f}M", r["compute_dtype"], r["unit"]]
         wait = r.get("data_wait_fraction")
         wait_cell = "" if wait is None else f"{100 * wait:.0f}%"
-        lines.append(_row([*info, *ours[:2], wait_cell, f"{r['final_loss']:.3f}", *ours[2:]]))
+        lines.append(_row([*info, wait_cell, f"{r['final_loss']:.3f}", *_side_cells(r, r.get("torch"))]))
     inference = [r for r in rows if "inference" in r]
     if inference:
         lines += [
             "",
             "Inference (eval mode, forward only, same batch size):",
             "",
-            "| config | JAX /s | JAX peak GiB | reference /s | reference peak GiB | JAX / reference |",
-            "|---|---|---|---|---|---|",
+            "| config " + SIDE_HEADER,
+            "|---|---|---|---|---|---|---|---|",
         ]
         lines += [_row([r["config"], *_side_cells(r["inference"], r.get("torch_inference"))]) for r in inference]
+    lines += _mode_lines(rows)
     output_path(out, ".md").write_text("\n".join(lines) + "\n")
     return lines
 
@@ -174,6 +255,13 @@ def main(argv: list[str] | None = None) -> int:
         help="also time the PyTorch reference on the same configs (needs a GPU and python -m torch_reference.build)",
     )
     parser.add_argument("--inference", action="store_true", help="also time eval-mode forwards (both sides)")
+    parser.add_argument(
+        "--torch_modes",
+        nargs="+",
+        choices=list(MODES),
+        default=list(MODES),
+        help="the reference's execution modes to time, each in its own process (ratios: against the fastest)",
+    )
     args, extra = parse_args_with_overrides(parser, argv)  # extra: overrides for every config
     device = jax.devices()[0]
     header = {
@@ -194,20 +282,25 @@ def main(argv: list[str] | None = None) -> int:
         for config in args.configs:
             row = run_one(config, *sizes, Path(tmp))
             if args.torch:
-                row["torch"] = run_torch(config, *sizes)
+                row["torch"] = run_torch_modes(config, sizes, args.torch_modes)
             if args.inference:
                 row["inference"] = run_jax_inference(config, *sizes)
                 if args.torch:
-                    row["torch_inference"] = run_torch(config, *sizes, inference=True)
+                    row["torch_inference"] = run_torch_modes(config, sizes, args.torch_modes, inference=True)
             rows.append(row)
             print(json.dumps(row), flush=True)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     output_path(out, ".json").write_text(json.dumps({**header, "runs": rows}, indent=2))
     print("\n".join(write_report(out, header, rows)))
-    parts = ("torch", "inference", "torch_inference")
-    failed = [r for r in rows if r["returncode"] or any(r[k]["returncode"] for k in parts if k in r)]
-    return 1 if failed else 0
+    failed = [
+        r
+        for r in rows
+        if r["returncode"]
+        or r.get("inference", {}).get("returncode")
+        or any(k in r and r[k]["best"] is None for k in ("torch", "torch_inference"))
+    ]
+    return 1 if failed else 0  # a PyTorch mode may fail (said in the report) while another runs
 
 
 if __name__ == "__main__":

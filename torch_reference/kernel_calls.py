@@ -5,13 +5,17 @@ feed its kernels (channels first), so each side is timed in its native layout.
 """
 
 import dataclasses
+import json
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from torch_reference._tensors import to_numpy, to_torch
 from torch_reference.backend import Reference
+from torch_reference.trace_passes import kernels_by_pass
 
 
 @dataclasses.dataclass
@@ -147,3 +151,23 @@ def _sync_cuda(_output) -> None:
 
 def _no_sync(_output) -> None:
     return None
+
+
+def profiled_kernel_us(fn: Callable[[], object], calls: int = 5) -> dict[str, float]:
+    """{kernel: device us per call} over ``calls`` calls of ``fn`` from one ``torch.profiler`` trace, largest first
+    (the kernel-only time, without launch gaps)."""
+    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=activities) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(path))
+        by_pass, _ = kernels_by_pass(json.loads(path.read_text()), calls)
+    totals: dict[str, float] = {}
+    for kernels in by_pass.values():
+        for name, us in kernels.items():
+            totals[name] = totals.get(name, 0.0) + us
+    return {name: round(us, 1) for name, us in sorted(totals.items(), key=lambda kv: -kv[1])}

@@ -10,9 +10,11 @@ min_lr over the run's ``--steps``: ``optim.learning_rate_schedule``), on the sam
 unpadded to PyG tensors on the device before the clock starts). ``--inference``: eval-mode forwards under
 ``torch.inference_mode`` instead. Prints one JSON line: mean items/s (tokens, images or graphs) over the steps after
 ``--warmup`` (3, at most steps - 1: the first ones autotune and allocate), each from a batch already on the device to
-the loss read back, and peak allocated CUDA memory. ``--parallel ddp|fsdp`` under ``torchrun``: DDP or FSDP2 over
-its processes (``torch_reference.distributed``), each on its rows of the same global batch (``--batch_size``); the
-first process reports the global tokens/s (the slowest process's time) and the largest peak."""
+the loss read back, and peak allocated CUDA memory. ``--mode``: how the step executes (``torch_reference.step_modes``:
+eager, one CUDA graph, torch.compile with or without CUDA graphs). ``--parallel ddp|fsdp`` under ``torchrun``: DDP
+or FSDP2 over its processes (``torch_reference.distributed``), each on its rows of the same global batch
+(``--batch_size``); the first process reports the global tokens/s (the slowest process's time) and the largest
+peak."""
 
 import argparse
 import gc
@@ -37,6 +39,7 @@ from jax_mamba.train.optim import learning_rate_schedule
 from torch_reference import distributed
 from torch_reference.backend import Reference, load
 from torch_reference.distributed import PARALLEL_MODES, SINGLE, Process
+from torch_reference.step_modes import MODES, check_mode, compiled, step_function
 from torch_reference.trace_passes import PASS_RANGE
 
 
@@ -48,9 +51,10 @@ class _Runner:
     sync_passes = False  # synchronize the GPU at the end of each pass (while profiled: see trace_passes)
 
     def __init__(
-        self, ref: Reference, cfg: RunConfig, compile_model: bool, parallel: str = "none", process: Process = SINGLE
+        self, ref: Reference, cfg: RunConfig, mode: str = "eager", parallel: str = "none", process: Process = SINGLE
     ):
-        self.ref, self.cfg, self.device = ref, cfg, ref.device
+        check_mode(mode, ref.device, parallel)
+        self.ref, self.cfg, self.device, self.mode = ref, cfg, ref.device, mode
         self.parallel, self.process = parallel, process
         self.build()
         ours = {name: np.zeros(p.shape, np.float32) for name, p in self.model.named_parameters()}
@@ -65,25 +69,27 @@ class _Runner:
             {"params": [p for n, p in self.module.named_parameters() if not decayed[n]], "weight_decay": 0.0},
         ]
         o = cfg.optim
+        captured = mode == "cuda_graph"  # the rate then lives on the device, where the schedule fills it in place
+        lr = torch.tensor(o.lr, device=self.device) if captured else o.lr
         self.optimizer = torch.optim.AdamW(
-            groups, lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps, fused=self.device == "cuda"
+            groups, lr=lr, betas=(o.beta1, o.beta2), eps=o.eps, fused=self.device == "cuda", capturable=captured
         )
         # our schedule over train.max_steps (warmup, then cosine to min_lr), as factors of lr for LambdaLR
         steps = cfg.train.max_steps
         factors = np.asarray(learning_rate_schedule(o, steps)(np.arange(steps)), np.float64) / o.lr
         rate = lambda step: float(factors[min(step, steps - 1)])  # noqa: E731
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, rate)
-        self.forward = torch.compile(self.model) if compile_model else self.model
-        self.compiled = compile_model
+        self.forward = compiled(self.model, mode)
         dtype = cfg.model.compute_dtype  # bf16 autocast where our side computes in bf16 ("auto": on a GPU)
         self.autocast = dtype == "bfloat16" or (dtype == "auto" and self.device == "cuda")
+        self.autocast_cache = not captured  # a capture must not keep autocast's casts of the weights from warm-up
 
     def settings(self) -> str:
         """The reference's settings, for reports."""
         return ", ".join(
             ["bf16 autocast" if self.autocast else "float32", "fused AdamW" if self.device == "cuda" else "AdamW"]
             + (["channels_last"] if self.cfg.family == "mamba_vision" else [])
-            + (["torch.compile"] if self.compiled else ["no torch.compile"])
+            + [MODES[self.mode]]
             + ([_PARALLEL_NAMES[self.parallel]] if self.parallel != "none" else [])
         )
 
@@ -119,7 +125,9 @@ class _Runner:
         """The forward and backward passes (profiler ranges ``PASS_RANGE`` + forward, backward): gradients
         accumulate into the parameters' ``.grad``; returns the loss."""
         with torch.profiler.record_function(PASS_RANGE + "forward"):
-            with torch.autocast(self.device, dtype=torch.bfloat16, enabled=self.autocast):
+            with torch.autocast(
+                self.device, dtype=torch.bfloat16, enabled=self.autocast, cache_enabled=self.autocast_cache
+            ):
                 logits, labels = self.logits_and_labels(inputs)
             loss = self.loss(logits.float(), labels)
             self._end_pass()
@@ -128,13 +136,17 @@ class _Runner:
             self._end_pass()
         return loss
 
+    def update(self) -> None:
+        """Global-norm clipping and the AdamW step (no host synchronization: a CUDA graph can hold it)."""
+        if self.cfg.optim.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.optim.grad_clip)
+        self.optimizer.step()
+
     def train_step(self, inputs) -> torch.Tensor:
         """One optimizer step (``backward``, then the optimizer's pass, a profiler range too)."""
         loss = self.backward(inputs)
         with torch.profiler.record_function(PASS_RANGE + "optimizer"):
-            if self.cfg.optim.grad_clip > 0:
-                torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.optim.grad_clip)
-            self.optimizer.step()
+            self.update()
             self.scheduler.step()
             self.optimizer.zero_grad(set_to_none=True)
             self._end_pass()
@@ -145,7 +157,10 @@ class _Runner:
             torch.cuda.synchronize()
 
     def infer_step(self, inputs) -> torch.Tensor:
-        with torch.inference_mode(), torch.autocast(self.device, dtype=torch.bfloat16, enabled=self.autocast):
+        with (
+            torch.inference_mode(),
+            torch.autocast(self.device, dtype=torch.bfloat16, enabled=self.autocast, cache_enabled=self.autocast_cache),
+        ):
             logits, _ = self.logits_and_labels(inputs)
         return logits
 
@@ -262,13 +277,14 @@ _PARALLEL_NAMES = {
 
 
 def make_runner(
-    ref: Reference, cfg: RunConfig, compile_model: bool = False, parallel: str = "none", process: Process = SINGLE
+    ref: Reference, cfg: RunConfig, mode: str = "eager", parallel: str = "none", process: Process = SINGLE
 ) -> _Runner:
-    """The family's model, fused AdamW and batch handling, at the reference's best settings; with ``parallel``, the
-    model under DDP or FSDP2 in a process group (``torch_reference.distributed``)."""
+    """The family's model, fused AdamW and batch handling, at the reference's best settings, built for execution
+    ``mode`` (``torch_reference.step_modes``); with ``parallel``, the model under DDP or FSDP2 in a process group
+    (``torch_reference.distributed``)."""
     if ref.device == "cuda":
         torch.backends.cudnn.benchmark = True
-    return _RUNNERS[cfg.family](ref, cfg, compile_model, parallel, process)
+    return _RUNNERS[cfg.family](ref, cfg, mode, parallel, process)
 
 
 def measure(
@@ -279,18 +295,21 @@ def measure(
     overrides: list[str],
     device: str = "cuda",
     inference: bool = False,
-    compile_model: bool = False,
+    mode: str = "eager",
     warmup: int = 3,
     parallel: str = "none",
 ) -> dict:
-    """Throughput of ``steps`` steps (``warmup`` left out). ``batch_size`` is the global batch: with ``parallel``
-    each process of the group trains on its share of every batch's rows, and the step time is the slowest's."""
+    """Throughput of ``steps`` steps (``warmup`` left out) in execution ``mode``. ``batch_size`` is the global batch:
+    with ``parallel`` each process of the group trains on its share of every batch's rows, and the step time is the
+    slowest's."""
+    check_mode(mode, device, parallel)
     sizes = [f"--batch_size={batch_size}", f"--seq_len={seq_len}", f"--max_steps={steps}", "--eval_batches=1"]
     cfg = load_config(config, [*sizes, *overrides])  # max_steps: the schedule spans the run, as our side's does
     process = distributed.start(device, parallel)
     ref = load(device)
-    runner = make_runner(ref, cfg, compile_model, parallel, process)
+    runner = make_runner(ref, cfg, mode, parallel, process)
     runner.model.train(not inference)
+    step_fn = step_function(runner, mode, inference)
     dataset = task_for(cfg).make_dataset()
     timed, losses = [], []
     warmup = min(warmup, steps - 1)  # at least one timed step
@@ -301,10 +320,9 @@ def measure(
             torch.cuda.synchronize()
         began = time.perf_counter()
         if inference:
-            out = runner.infer_step(inputs)
-            out.float().sum().item()  # synchronizes
+            step_fn(inputs).float().sum().item()  # synchronizes
         else:
-            losses.append(runner.train_step(inputs).item())  # synchronizes, as the JAX loop does
+            losses.append(step_fn(inputs).item())  # synchronizes, as the JAX loop does
         if step >= warmup:
             timed.append(time.perf_counter() - began)
     items = batch_size * (seq_len if cfg.family == "lm" else 1)
@@ -316,6 +334,7 @@ def measure(
         "config": config,
         "framework": "torch",
         "mode": "inference" if inference else "training",
+        "execution": mode,
         "reference": ref.describe(),
         "settings": runner.settings(),
         "unit": runner.unit,
@@ -345,7 +364,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seq_len", type=int, default=2048)
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu: the reference's CPU fallback")
     parser.add_argument("--inference", action="store_true", help="time eval-mode forwards instead of training steps")
-    parser.add_argument("--compile", action="store_true", help="run the model through torch.compile")
+    parser.add_argument(
+        "--mode",
+        default="eager",
+        choices=list(MODES),
+        help="execution: eager, the whole step as one CUDA graph, torch.compile, or torch.compile reduce-overhead",
+    )
     parser.add_argument("--warmup", type=int, default=3, help="first steps left out of the mean (at most steps - 1)")
     parser.add_argument(
         "--parallel", default="none", choices=PARALLEL_MODES, help="under torchrun: DDP or FSDP2 over its processes"
@@ -359,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
         overrides,
         args.device,
         args.inference,
-        args.compile,
+        args.mode,
         args.warmup,
         args.parallel,
     )

@@ -280,3 +280,41 @@ def test_rmsnorm_gated_op_costs_inputs_and_both_sides(cpu_reference):
     np.testing.assert_allclose(pallas.output, reference.output, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(torch_side.output, reference.output, rtol=1e-5, atol=1e-5)
     assert pallas.saved_bytes == 0
+
+
+def test_speed_up_is_against_the_faster_pytorch_figure():
+    """mamba-ssm timed eagerly and replayed as a CUDA graph: each pass's speed-up is against the faster of the two,
+    named; the report marks a replayed reference "(graph)"."""
+    from compare.kernels import TORCH_GRAPHED, fastest_reference, markdown
+
+    timed = {
+        "mamba-ssm": {"forward": 1.0, "forward+backward": 4.0},
+        TORCH_GRAPHED: {"forward": 1.2, "forward+backward": 1.5},
+        "pallas": {"forward": 0.5, "forward+backward": 0.6},
+    }
+    assert fastest_reference(timed, "forward") == ("mamba-ssm", 1.0)
+    assert fastest_reference(timed, "forward+backward") == (TORCH_GRAPHED, 1.5)
+    assert fastest_reference({"pallas": timed["pallas"]}, "forward") == (None, None)
+    row = {"shape": "s", "pass": "forward+backward", "impl": "pallas", "ms": 0.6, "speedup_vs_mamba_ssm": 2.5,
+           "mamba_ssm_fastest": TORCH_GRAPHED, "effective_gbs": 1.0, "tflops": 1.0, "floor_ms": 0.1,
+           "times_floor": 6.0, "saved_mb": None, "kernel_us": {"k": 500.0}, "kernel_sum_us": 500.0}  # fmt: skip
+    meta = {"op": "ssd", "device": {"device": "GPU", "sm_count": 1, "sm_clock_mhz": 1}, "command": "c", "date": "d",
+            "copy_gbs": 1.0, "exp_per_s": 1.0, "matmul_tflops": 1.0}  # fmt: skip
+    text = markdown([row], meta)
+    assert "| s | forward+backward | pallas | 0.600 | 2.50x (graph) |" in text and "(kernels' sum 500)" in text
+
+
+@pytest.mark.gpu
+def test_replayed_calls_give_the_eager_results():
+    """A call captured once in a CUDA graph and replayed returns what the eager call returns, and a replay after the
+    inputs change in place computes on the new values."""
+    import torch
+
+    from torch_reference.step_modes import replayed
+
+    x = torch.randn(4, 256, device="cuda")
+    w = torch.randn(256, 256, device="cuda")
+    replay = replayed(lambda: torch.relu(x @ w))
+    torch.testing.assert_close(replay(), torch.relu(x @ w))
+    x.copy_(torch.randn_like(x))
+    torch.testing.assert_close(replay(), torch.relu(x @ w))

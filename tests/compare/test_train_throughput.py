@@ -19,3 +19,38 @@ def test_train_throughput_writes_json_and_markdown(tmp_path):
         assert run["inference"]["unit"] == run["unit"]
     report = out.with_suffix(".md").read_text()
     assert "| mamba2-tiny |" in report and "| mambavision-tiny |" in report and "Inference" in report
+
+
+def test_report_rates_against_the_fastest_pytorch_mode_and_says_why_a_mode_failed(tmp_path):
+    """Ratios against the fastest mode that ran (named), the eager figure and ratio beside them, every mode listed
+    with its rate or its one-line cause; a config whose every mode failed says so."""
+    from compare.train_throughput import best_mode, one_line_cause, write_report
+
+    def ran(rate, peak=1.0):
+        return {"returncode": 0, "items_per_s": rate, "peak_memory_gib": peak, "settings": "bf16 autocast"}
+
+    cause = one_line_cause(
+        "Traceback (most recent call last):\n  ...\nRuntimeError: operation not permitted when stream is capturing\n"
+    )
+    failed = {"returncode": 1, "cause": cause}
+    modes = {"eager": ran(100.0), "cuda_graph": ran(250.0, 2.0), "compile": failed, "compile_cuda_graph": ran(200.0)}
+    assert best_mode(modes) == "cuda_graph" and best_mode({"eager": failed}) is None
+    assert cause == "RuntimeError: operation not permitted when stream is capturing"
+    ours = {"returncode": 0, "parameters": 1.3e8, "compute_dtype": "bfloat16", "unit": "tokens", "final_loss": 2.5}
+    rows = [
+        {**ours, "config": "mamba2-130m", "items_per_s": 500.0, "peak_memory_gib": 3.0,
+         "torch": {"modes": modes, "best": "cuda_graph"}},
+        {**ours, "config": "mamba1-130m", "items_per_s": 300.0, "peak_memory_gib": 3.0,
+         "torch": {"modes": {"eager": failed}, "best": None}},
+    ]  # fmt: skip
+    header = {"device": "H200", "date": "d", "jax": "j", "batch_size": 8, "seq_len": 2048, "steps": 50}
+    lines = write_report(tmp_path / "r", {**header, "overrides": [], "command": "c"}, rows)
+    mamba2 = next(line for line in lines if line.startswith("| mamba2-130m | 130.0M"))
+    assert "| 500 | 3.0 | 250 (cuda_graph) | 2.0 | 2.00x | 100 | 5.00x |" in mamba2
+    assert "| mamba1-130m | 130.0M" in "\n".join(lines) and "every mode failed" in "\n".join(lines)
+    assert (
+        "| mamba2-130m | training | compile | failed (exit 1) |  | RuntimeError: operation not permitted"
+        in "\n".join(lines)
+    )
+    assert "| mamba2-130m | training | compile_cuda_graph | 200 | 1.0 | bf16 autocast |" in lines
+    assert (tmp_path / "r.md").read_text().splitlines() == lines

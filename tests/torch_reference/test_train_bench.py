@@ -63,7 +63,7 @@ def test_train_bench_runs_graph_mamba(cpu_reference, capsys):
     assert result["parameters"] == 31_166 and "channels_last" not in result["settings"]  # the size of ours
     from jax_mamba.configs import load_config
 
-    runner = _GraphMamba(cpu_reference, load_config("graph-mamba-tiny"), compile_model=False)
+    runner = _GraphMamba(cpu_reference, load_config("graph-mamba-tiny"))
     decayed, plain = (g["params"] for g in runner.optimizer.param_groups)
     assert len(decayed) == len(list(runner.model.parameters())) and not plain
 

@@ -1,0 +1,100 @@
+"""The reference's execution modes (torch_reference.step_modes): which mode the runner is built for, refusals before
+any work where a mode cannot run, and (GPU) one step captured in a CUDA graph that trains, follows our schedule and
+refuses a batch of another shape."""
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch", reason="the PyTorch side is not installed (make setup-torch)")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--mode", "cuda_graph"], "mode 'cuda_graph' replays CUDA graphs: it needs device 'cuda', got 'cpu'"),
+        (["--mode", "compile_cuda_graph"], "mode 'compile_cuda_graph' replays CUDA graphs: it needs device 'cuda'"),
+    ],
+)
+def test_graph_modes_are_refused_without_a_gpu(cpu_reference, argv, message):
+    from torch_reference.train_bench import main
+
+    with pytest.raises(ValueError, match=message):
+        main(["--config", "mamba2-tiny", "--steps", "2", "--device", "cpu", *argv])
+
+
+def test_check_mode_names_the_argument():
+    from torch_reference.step_modes import check_mode
+
+    with pytest.raises(ValueError, match=r"mode must be one of \['eager', 'cuda_graph'"):
+        check_mode("graphs", "cuda")
+    with pytest.raises(ValueError, match="parallel must be 'none', got 'ddp'"):
+        check_mode("cuda_graph", "cuda", "ddp")
+    check_mode("compile", "cpu")  # torch.compile runs anywhere
+
+
+@pytest.mark.parametrize(("mode", "wrapped"), [("eager", False), ("compile", True)])
+def test_runner_is_built_for_its_mode(cpu_reference, mode, wrapped):
+    import torch
+
+    from jax_mamba.configs.loader import load_config
+    from torch_reference.step_modes import MODES
+    from torch_reference.train_bench import make_runner
+
+    runner = make_runner(cpu_reference, load_config("mamba2-tiny", ["--batch_size=2", "--seq_len=16"]), mode)
+    assert isinstance(runner.forward, torch._dynamo.eval_frame.OptimizedModule) == wrapped
+    assert runner.settings().endswith(MODES[mode]) and runner.autocast_cache
+    assert not isinstance(runner.optimizer.param_groups[0]["lr"], torch.Tensor)  # a float unless captured
+
+
+def test_captured_step_refuses_batches_that_are_not_fixed_tensors(cpu_reference):
+    from jax_mamba.configs.loader import load_config
+    from jax_mamba.tasks import task_for
+    from torch_reference.step_modes import CapturedStep
+    from torch_reference.train_bench import make_runner
+
+    cfg = load_config("graph-mamba-tiny", ["--data.num_graphs=8", "--batch_size=2"])
+    runner = make_runner(cpu_reference, cfg)
+    inputs = runner.inputs(task_for(cfg).make_dataset().train_batch(0, 1))
+    kind = type(inputs[0]).__name__
+    with pytest.raises(ValueError, match=f"needs batches of fixed shapes, a tuple of tensors; got one holding {kind}"):
+        CapturedStep(runner)(inputs)
+
+
+@pytest.mark.gpu
+def test_captured_step_trains_follows_the_schedule_and_keeps_its_shape(cuda_reference):
+    """mamba2-tiny's whole step in one CUDA graph: finite losses that fall, the device-tensor learning rate our
+    schedule's at every replay, and the same losses as eager steps from the same weights on the same batches."""
+    import torch
+
+    from jax_mamba.configs.loader import load_config
+    from jax_mamba.tasks import task_for
+    from jax_mamba.train.optim import learning_rate_schedule
+    from torch_reference.step_modes import CAPTURE_WARMUP_STEPS, CapturedStep
+    from torch_reference.train_bench import make_runner
+
+    overrides = ["--batch_size=4", "--seq_len=64", "--max_steps=12", "--warmup_steps=2", "--lr=3e-3"]
+    cfg = load_config("mamba2-tiny", overrides)
+    captured_runner = make_runner(cuda_reference, cfg, "cuda_graph")
+    eager_runner = make_runner(cuda_reference, cfg)
+    step = CapturedStep(captured_runner)
+    dataset = task_for(cfg).make_dataset()
+    first = eager_runner.inputs(dataset.train_batch(0, 1))
+    for _ in range(CAPTURE_WARMUP_STEPS):  # the updates the capture's warm-up makes on the first batch
+        eager_runner.backward(first)
+        eager_runner.update()
+        eager_runner.optimizer.zero_grad(set_to_none=True)
+    schedule = np.asarray(learning_rate_schedule(cfg.optim, 12)(np.arange(12)))
+    captured, eager, rates = [], [], []
+    for k in range(12):
+        rates.append(float(captured_runner.optimizer.param_groups[0]["lr"]))
+        batch = dataset.train_batch(k, 1)
+        captured.append(step(captured_runner.inputs(batch)).item())
+        eager.append(eager_runner.train_step(eager_runner.inputs(batch)).item())
+    assert np.all(np.isfinite(captured)) and np.mean(captured[-3:]) < captured[0]
+    np.testing.assert_allclose(rates, schedule, rtol=1e-6, atol=1e-12)
+    np.testing.assert_allclose(captured, eager, rtol=2e-2)  # bf16 autocast; the graph runs the same kernels
+    other = dataset.train_batch(0, 1)
+    other = {k: v[:, :2] for k, v in other.items()}  # two rows, not four
+    with pytest.raises(ValueError, match="differ from the captured"):
+        step(captured_runner.inputs(other))
+    torch.cuda.synchronize()

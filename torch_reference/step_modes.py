@@ -1,0 +1,157 @@
+"""How the PyTorch reference executes a step: eagerly, as one replayed CUDA graph, or through torch.compile.
+
+A fair comparison gives the reference its fastest execution. At the sizes we quote an eager PyTorch step is bound
+by the host (Python and kernel launches), so the modes are:
+
+- ``eager``: the step as written (fused AdamW, the reference's fused kernels).
+- ``cuda_graph``: the whole step (forward, backward, clipping, fused AdamW; or the inference forward) captured once
+  in a CUDA graph after warm-up steps on a side stream, then replayed; each batch is copied into the captured input
+  buffers first, and the learning rate is a device tensor the schedule fills between replays (capturable AdamW).
+  Needs a GPU, one process, and batches of one shape (a tuple of tensors).
+- ``compile``: the model through ``torch.compile`` (graph breaks allowed around the reference's custom kernels).
+- ``compile_cuda_graph``: ``torch.compile(mode="reduce-overhead")``: compiled regions replayed as CUDA graphs.
+
+torch is imported where it is used, so that drivers (``compare.train_throughput``) read ``MODES`` without it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
+MODES = {
+    "eager": "eager (no CUDA graphs, no torch.compile)",
+    "cuda_graph": "whole step in one CUDA graph",
+    "compile": "torch.compile",
+    "compile_cuda_graph": "torch.compile reduce-overhead (CUDA graphs)",
+}
+GRAPH_MODES = ("cuda_graph", "compile_cuda_graph")
+CAPTURE_WARMUP_STEPS = 3  # eager steps on a side stream before capture: autotuning, cuDNN benchmarks, allocations
+
+
+def check_mode(mode: str, device: str, parallel: str = "none") -> None:
+    """Refuse a mode this process cannot run, naming the argument and what it needs, before any work."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {list(MODES)}, got {mode!r}")
+    if mode in GRAPH_MODES and device != "cuda":
+        raise ValueError(f"mode {mode!r} replays CUDA graphs: it needs device 'cuda', got {device!r}")
+    if mode == "cuda_graph" and parallel != "none":
+        raise ValueError(f"mode 'cuda_graph' captures one process's step: parallel must be 'none', got {parallel!r}")
+
+
+def compiled(model: torch.nn.Module, mode: str) -> Callable:
+    """The model as ``mode`` runs it: itself, or through torch.compile (default or reduce-overhead)."""
+    import torch
+
+    if mode == "compile":
+        return torch.compile(model)
+    if mode == "compile_cuda_graph":
+        return torch.compile(model, mode="reduce-overhead")
+    return model
+
+
+def _static_tensors(inputs, what: str) -> list[torch.Tensor]:
+    import torch
+
+    items = list(inputs) if isinstance(inputs, Sequence) else [inputs]
+    other = next((type(t).__name__ for t in items if not isinstance(t, torch.Tensor)), None)
+    if other is not None:
+        raise ValueError(
+            f"mode 'cuda_graph' needs {what} of fixed shapes, a tuple of tensors; got one holding {other} "
+            "(graph batches vary in size: pad them to fixed buckets first)"
+        )
+    return items
+
+
+def _capture(body: Callable[[], object], warmup: int, between: Callable[[], None] | None = None):
+    """(CUDA graph, its outputs) of ``body()`` captured after ``warmup`` calls on a side stream (autotuning, cuDNN
+    benchmarks and allocations happen there); ``between`` runs after each warm-up call and before the capture."""
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            body()
+            if between is not None:
+                between()
+    torch.cuda.current_stream().wait_stream(side)
+    if between is not None and not warmup:
+        between()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = body()
+    return graph, out
+
+
+def replayed(fn: Callable[[], object], warmup: int = CAPTURE_WARMUP_STEPS) -> Callable[[], object]:
+    """``fn`` (no arguments, inputs it holds) captured once in a CUDA graph: a callable that replays it and returns
+    the captured outputs (overwritten by the next replay). For timing a kernel without its launch overhead."""
+    graph, out = _capture(fn, warmup)
+
+    def replay():
+        graph.replay()
+        return out
+
+    return replay
+
+
+class CapturedStep:
+    """A runner's training step (or inference forward) captured in one CUDA graph on its first call and replayed on
+    every call after it. ``runner`` is a ``train_bench`` runner built for mode ``cuda_graph`` (capturable AdamW with
+    a device-tensor learning rate, autocast without its weight cache). The warm-up steps before capture train on the
+    first batch (they are optimizer steps too, outside the schedule); a batch of another shape is refused."""
+
+    def __init__(self, runner, inference: bool = False, warmup: int = CAPTURE_WARMUP_STEPS):
+        self.runner, self.inference, self.warmup = runner, inference, warmup
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.static: list[torch.Tensor] = []
+        self.out: torch.Tensor | None = None
+
+    def _body(self) -> torch.Tensor:
+        if self.inference:
+            return self.runner.infer_step(self.static)
+        loss = self.runner.backward(self.static)
+        self.runner.update()
+        return loss
+
+    def _capture(self, inputs: list[torch.Tensor]) -> None:
+        self.static = [t.clone() for t in inputs]
+        between = None if self.inference else lambda: self.runner.optimizer.zero_grad(set_to_none=True)
+        # zero_grad(set_to_none) before the capture too: the graph allocates the gradients it writes
+        self.graph, self.out = _capture(self._body, self.warmup, between)
+
+    def __call__(self, inputs) -> torch.Tensor:
+        tensors = _static_tensors(inputs, "batches")
+        if self.graph is None:
+            self._capture(tensors)
+        else:
+            shapes = [tuple(t.shape) for t in tensors]
+            captured = [tuple(t.shape) for t in self.static]
+            if shapes != captured:
+                raise ValueError(f"mode 'cuda_graph': the batch's shapes {shapes} differ from the captured {captured}")
+            for static, new in zip(self.static, tensors, strict=True):
+                static.copy_(new, non_blocking=True)
+        self.graph.replay()
+        if not self.inference:
+            self.runner.scheduler.step()
+        return self.out
+
+
+def step_function(runner, mode: str, inference: bool = False) -> Callable:
+    """What one timed step calls for ``mode``: inputs -> the loss (training) or the logits (``inference``)."""
+    if mode == "cuda_graph":
+        return CapturedStep(runner, inference)
+    step = runner.infer_step if inference else runner.train_step
+    if mode != "compile_cuda_graph":
+        return step
+    import torch
+
+    def marked(inputs):
+        torch.compiler.cudagraph_mark_step_begin()  # the previous step's graph outputs may be overwritten now
+        return step(inputs)
+
+    return marked
