@@ -10,6 +10,8 @@ For any training config of any family, on the same config, precision and batches
   Pallas kernel is named ``*_bwd*``), optimizer under the train step's ``optimizer`` scope, else forward.
 - PyTorch: ``torch_reference.step_profile`` in its own process (``train_bench``'s runner at the reference's best
   settings, timed, then under ``torch.profiler``); a kernel's pass is the ``pass:`` range it ran in on the GPU.
+  ``--torch-modes`` profiles each execution mode as a side of its own (eager, one CUDA graph, torch.compile with or
+  without CUDA graphs: ``torch_reference.step_modes``), so the breakdown can be read at the reference's best.
 
 Every kernel is classified by the one table of ``compare.kernel_classes`` (GEMM, SSM, attention, convolution,
 normalization, elementwise/fusion, reduction, optimizer, copy/other); the unclassified share is reported, never
@@ -44,6 +46,7 @@ from compare.train_throughput import json_line
 from jax_mamba.configs.loader import load_config, parse_args_with_overrides
 from jax_mamba.tasks import task_for
 from jax_mamba.train.step import init_training
+from torch_reference.step_modes import MODES
 
 PHASES = ("forward", "backward", "optimizer", "other")
 # 2: PyTorch wall time outside the profiler and passes by GPU time; JAX kernels by launching instruction (command
@@ -141,16 +144,21 @@ def characterize_jax(
     }
 
 
-def characterize_torch(config: str, overrides: list[str], steps: int, keep_trace: Path | None = None) -> dict:
-    """The PyTorch reference in its own process (so the two frameworks never share the GPU's memory)."""
+def characterize_torch(
+    config: str, overrides: list[str], steps: int, keep_trace: Path | None = None, mode: str = "eager"
+) -> dict:
+    """The PyTorch reference in execution ``mode``, in its own process (so the two frameworks never share the GPU's
+    memory); a side named "torch", or "torch MODE" for a mode other than eager."""
     command = [sys.executable, "-m", "torch_reference.step_profile", "--config", config, f"--steps={steps}"]
+    command.append(f"--mode={mode}")
     if keep_trace is not None:
         command.append(f"--trace={keep_trace}")
     result = json_line([*command, *overrides])
     if result["returncode"] != 0:
         raise SystemExit(f"the PyTorch side failed ({' '.join(command[1:])}):\n{result['error']}")
     return {
-        "framework": "torch",
+        "framework": "torch" if mode == "eager" else f"torch {mode}",
+        "mode": mode,
         "version": f"torch {result['torch']}; {result['reference']}; {result['settings']}",
         "device": result["device"],
         "steps_profiled": result["steps_profiled"],
@@ -288,6 +296,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--keep-traces", action="store_true", help="keep each profiler's trace in the report folder")
     parser.add_argument(
+        "--torch-modes",
+        nargs="+",
+        choices=list(MODES),
+        default=["eager"],
+        help="the PyTorch side's execution modes, a side each (torch_reference.step_modes); counters: eager's",
+    )
+    parser.add_argument(
         "--with-jax-impl",
         choices=["mamba_ssm_triton"],
         help="a third side: the JAX step with model.impl=IMPL (mamba_ssm_triton: mamba-ssm's own SSD kernels from JAX)",
@@ -307,12 +322,16 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     ceilings = measure_ceilings() if args.ncu else None
     sides = []
-    for framework, characterize in (("jax", characterize_jax), ("torch", characterize_torch)):
-        if args.framework in (framework, "both"):
-            print(f"profiling {framework} ...", flush=True)
-            trace = out / f"trace-{framework}.{'xplane.pb' if framework == 'jax' else 'json'}"
-            sides.append(characterize(args.config, overrides, args.steps, trace if args.keep_traces else None))
-            print(f"{framework}: {sides[-1]['step_wall_ms']:.2f} ms per step", flush=True)
+    if args.framework in ("jax", "both"):
+        print("profiling jax ...", flush=True)
+        trace = out / "trace-jax.xplane.pb"
+        sides.append(characterize_jax(args.config, overrides, args.steps, trace if args.keep_traces else None))
+        print(f"jax: {sides[-1]['step_wall_ms']:.2f} ms per step", flush=True)
+    for mode in args.torch_modes if args.framework in ("torch", "both") else []:
+        print(f"profiling torch ({mode}) ...", flush=True)
+        trace = out / f"trace-torch{'' if mode == 'eager' else '-' + mode}.json"
+        sides.append(characterize_torch(args.config, overrides, args.steps, trace if args.keep_traces else None, mode))
+        print(f"{sides[-1]['framework']}: {sides[-1]['step_wall_ms']:.2f} ms per step", flush=True)
     if args.with_jax_impl:
         print(f"profiling jax with model.impl={args.with_jax_impl} ...", flush=True)
         sides.append(characterize_jax(args.config, overrides, args.steps, impl=args.with_jax_impl))

@@ -116,6 +116,23 @@ def test_a_third_side_runs_the_jax_step_with_mamba_ssm_kernels(cpu_reference, mo
     assert "mamba_ssm_triton" in api.registered_impls()
 
 
+@pytest.mark.parametrize(("mode", "side"), [("eager", "torch"), ("cuda_graph", "torch cuda_graph")])
+def test_torch_side_runs_in_its_execution_mode(monkeypatch, mode, side):
+    """--torch-modes: each mode's step_profile process gets --mode, and its side is named by the mode (eager keeps
+    the plain "torch", which the counters and summaries key on)."""
+    commands = []
+
+    def fake(command):
+        commands.append(command)
+        return {"returncode": 0, "torch": "2", "reference": "r", "settings": "s", "device": "GPU", "steps_profiled": 2,
+                "step_wall_ms": 1.0, "launches": {}, "passes_us": {"other": {"gemm_kernel": 5.0}}}  # fmt: skip
+
+    monkeypatch.setattr(characterize, "json_line", fake)
+    result = characterize.characterize_torch("mamba2-tiny", ["--batch_size=2"], steps=2, mode=mode)
+    assert f"--mode={mode}" in commands[0] and commands[0][-1] == "--batch_size=2"
+    assert result["framework"] == side and result["mode"] == mode and result["device_ms"] > 0
+
+
 def test_command_refuses_without_a_gpu_and_bad_steps():
     with pytest.raises(SystemExit, match="JAX sees no GPU"):
         characterize.main(["--config", "mamba1-tiny"])

@@ -60,9 +60,13 @@ def test_captured_step_refuses_batches_that_are_not_fixed_tensors(cpu_reference)
         CapturedStep(runner)(inputs)
 
 
+GRAPHED_CONFIGS = ["mamba2-tiny", "mamba1-tiny", "hybrid-tiny", "mambavision-tiny"]
+
+
 @pytest.mark.gpu
-def test_captured_step_trains_follows_the_schedule_and_keeps_its_shape(cuda_reference):
-    """mamba2-tiny's whole step in one CUDA graph: finite losses that fall, the device-tensor learning rate our
+@pytest.mark.parametrize("config", GRAPHED_CONFIGS)
+def test_captured_step_trains_follows_the_schedule_and_keeps_its_shape(cuda_reference, config):
+    """A family's whole step in one CUDA graph: finite losses that fall, the device-tensor learning rate our
     schedule's at every replay, and the same losses as eager steps from the same weights on the same batches."""
     import torch
 
@@ -73,7 +77,7 @@ def test_captured_step_trains_follows_the_schedule_and_keeps_its_shape(cuda_refe
     from torch_reference.train_bench import make_runner
 
     overrides = ["--batch_size=4", "--seq_len=64", "--max_steps=12", "--warmup_steps=2", "--lr=3e-3"]
-    cfg = load_config("mamba2-tiny", overrides)
+    cfg = load_config(config, overrides)
     captured_runner = make_runner(cuda_reference, cfg, "cuda_graph")
     eager_runner = make_runner(cuda_reference, cfg)
     step = CapturedStep(captured_runner)
@@ -98,3 +102,27 @@ def test_captured_step_trains_follows_the_schedule_and_keeps_its_shape(cuda_refe
     with pytest.raises(ValueError, match="differ from the captured"):
         step(captured_runner.inputs(other))
     torch.cuda.synchronize()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", ["mamba1-tiny", "mambavision-tiny"])
+def test_captured_inference_gives_the_eager_logits(cuda_reference, config):
+    """The eval-mode forward captured once and replayed on new batches: the eager forward's logits each time."""
+    import torch
+
+    from jax_mamba.configs.loader import load_config
+    from jax_mamba.tasks import task_for
+    from torch_reference.step_modes import CapturedStep
+    from torch_reference.train_bench import make_runner
+
+    cfg = load_config(config, ["--batch_size=4", "--seq_len=64"])
+    runner = make_runner(cuda_reference, cfg, "cuda_graph")
+    runner.model.eval()
+    step = CapturedStep(runner, inference=True)
+    dataset = task_for(cfg).make_dataset()
+    for k in range(3):
+        inputs = runner.inputs(dataset.train_batch(k, 1))
+        replayed = step(inputs).float().clone()
+        eager = runner.infer_step(inputs).float()
+        assert torch.isfinite(replayed).all()
+        torch.testing.assert_close(replayed, eager, rtol=2e-2, atol=2e-2)
