@@ -40,10 +40,21 @@ def one_line_cause(stderr: str) -> str:
     return (named or lines or ["no output"])[-1][:300]
 
 
-def json_line(command: list[str], env: dict | None = None) -> dict:
+def json_line(command: list[str], env: dict | None = None, timeout: float | None = None) -> dict:
     """Run a command that prints one JSON line last: that object (plus the command), or its exit code, stderr and
-    cause in one line. ``env``: the command's whole environment (default: this process's)."""
-    proc = subprocess.run(command, capture_output=True, text=True, env=env)
+    cause in one line. ``env``: the command's whole environment (default: this process's); ``timeout``: seconds
+    after which it is stopped and reported as failed (exit 124)."""
+    try:
+        proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout)
+    except subprocess.TimeoutExpired as stopped:
+        stderr = stopped.stderr.decode(errors="replace") if isinstance(stopped.stderr, bytes) else stopped.stderr or ""
+        cause = f"did not finish within {timeout:g} s"
+        return {
+            "returncode": 124,
+            "error": f"{cause}\n{stderr[-1500:]}",
+            "cause": cause,
+            "command": " ".join(command[1:]),
+        }
     if proc.returncode != 0:
         return {
             "returncode": proc.returncode,
@@ -111,13 +122,21 @@ def _bench_args(config: str, steps: int, batch_size: int, seq_len: int, extra: l
 
 
 def run_torch(
-    config: str, steps: int, batch_size: int, seq_len: int, extra: list[str], inference=False, mode: str = "eager"
+    config: str,
+    steps: int,
+    batch_size: int,
+    seq_len: int,
+    extra: list[str],
+    inference=False,
+    mode: str = "eager",
+    timeout: float | None = None,
 ) -> dict:
     """The reference on the same config and batches in execution ``mode``, in its own process
-    (torch_reference.train_bench)."""
+    (torch_reference.train_bench), stopped after ``timeout`` seconds."""
     flags = ["--inference"] if inference else []
     args = _bench_args(config, steps, batch_size, seq_len, extra)
-    return json_line([sys.executable, "-m", "torch_reference.train_bench", *args, *flags, f"--mode={mode}"])
+    command = [sys.executable, "-m", "torch_reference.train_bench", *args, *flags, f"--mode={mode}"]
+    return json_line(command, timeout=timeout)
 
 
 def best_mode(by_mode: dict[str, dict]) -> str | None:
@@ -126,10 +145,12 @@ def best_mode(by_mode: dict[str, dict]) -> str | None:
     return max(ran, key=ran.get) if ran else None
 
 
-def run_torch_modes(config: str, sizes: tuple, modes: list[str], inference: bool = False) -> dict:
-    """The reference in each execution mode (each its own process): {"modes": {mode: result}, "best": the fastest
-    mode that ran or None}."""
-    by_mode = {mode: run_torch(config, *sizes, inference=inference, mode=mode) for mode in modes}
+def run_torch_modes(
+    config: str, sizes: tuple, modes: list[str], inference: bool = False, timeout: float | None = None
+) -> dict:
+    """The reference in each execution mode (each its own process, at most ``timeout`` seconds): {"modes": {mode:
+    result}, "best": the fastest mode that ran or None}."""
+    by_mode = {mode: run_torch(config, *sizes, inference=inference, mode=mode, timeout=timeout) for mode in modes}
     return {"modes": by_mode, "best": best_mode(by_mode)}
 
 
@@ -262,6 +283,12 @@ def main(argv: list[str] | None = None) -> int:
         default=list(MODES),
         help="the reference's execution modes to time, each in its own process (ratios: against the fastest)",
     )
+    parser.add_argument(
+        "--torch_timeout",
+        type=float,
+        default=1200.0,
+        help="seconds a PyTorch mode's process may take (torch.compile included) before it is reported as failed",
+    )
     args, extra = parse_args_with_overrides(parser, argv)  # extra: overrides for every config
     device = jax.devices()[0]
     header = {
@@ -282,11 +309,13 @@ def main(argv: list[str] | None = None) -> int:
         for config in args.configs:
             row = run_one(config, *sizes, Path(tmp))
             if args.torch:
-                row["torch"] = run_torch_modes(config, sizes, args.torch_modes)
+                row["torch"] = run_torch_modes(config, sizes, args.torch_modes, timeout=args.torch_timeout)
             if args.inference:
                 row["inference"] = run_jax_inference(config, *sizes)
                 if args.torch:
-                    row["torch_inference"] = run_torch_modes(config, sizes, args.torch_modes, inference=True)
+                    row["torch_inference"] = run_torch_modes(
+                        config, sizes, args.torch_modes, inference=True, timeout=args.torch_timeout
+                    )
             rows.append(row)
             print(json.dumps(row), flush=True)
     out = Path(args.out)

@@ -32,7 +32,10 @@ GRAPH_MODES = ("cuda_graph", "compile_cuda_graph")
 CAPTURE_WARMUP_STEPS = 3  # eager steps on a side stream before capture: autotuning, cuDNN benchmarks, allocations
 
 
-def check_mode(mode: str, device: str, parallel: str = "none") -> None:
+FIXED_SHAPE_FAMILIES = ("lm", "mamba_vision")  # whose batches keep one shape, as a captured step needs
+
+
+def check_mode(mode: str, device: str, parallel: str = "none", family: str | None = None) -> None:
     """Refuse a mode this process cannot run, naming the argument and what it needs, before any work."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {list(MODES)}, got {mode!r}")
@@ -40,6 +43,11 @@ def check_mode(mode: str, device: str, parallel: str = "none") -> None:
         raise ValueError(f"mode {mode!r} replays CUDA graphs: it needs device 'cuda', got {device!r}")
     if mode == "cuda_graph" and parallel != "none":
         raise ValueError(f"mode 'cuda_graph' captures one process's step: parallel must be 'none', got {parallel!r}")
+    if mode == "cuda_graph" and family is not None and family not in FIXED_SHAPE_FAMILIES:
+        raise ValueError(
+            f"mode 'cuda_graph' needs batches of one shape: family {family!r} changes shape from batch to batch "
+            f"(families it takes: {list(FIXED_SHAPE_FAMILIES)})"
+        )
 
 
 def compiled(model: torch.nn.Module, mode: str) -> Callable:

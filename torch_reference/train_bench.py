@@ -53,7 +53,7 @@ class _Runner:
     def __init__(
         self, ref: Reference, cfg: RunConfig, mode: str = "eager", parallel: str = "none", process: Process = SINGLE
     ):
-        check_mode(mode, ref.device, parallel)
+        check_mode(mode, ref.device, parallel, cfg.family)
         self.ref, self.cfg, self.device, self.mode = ref, cfg, ref.device, mode
         self.parallel, self.process = parallel, process
         self.build()
@@ -302,9 +302,9 @@ def measure(
     """Throughput of ``steps`` steps (``warmup`` left out) in execution ``mode``. ``batch_size`` is the global batch:
     with ``parallel`` each process of the group trains on its share of every batch's rows, and the step time is the
     slowest's."""
-    check_mode(mode, device, parallel)
     sizes = [f"--batch_size={batch_size}", f"--seq_len={seq_len}", f"--max_steps={steps}", "--eval_batches=1"]
     cfg = load_config(config, [*sizes, *overrides])  # max_steps: the schedule spans the run, as our side's does
+    check_mode(mode, device, parallel, cfg.family)
     process = distributed.start(device, parallel)
     ref = load(device)
     runner = make_runner(ref, cfg, mode, parallel, process)

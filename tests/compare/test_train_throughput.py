@@ -54,3 +54,14 @@ def test_report_rates_against_the_fastest_pytorch_mode_and_says_why_a_mode_faile
     )
     assert "| mamba2-130m | training | compile_cuda_graph | 200 | 1.0 | bf16 autocast |" in lines
     assert (tmp_path / "r.md").read_text().splitlines() == lines
+
+
+def test_a_process_past_its_time_is_reported_as_failed_with_its_cause():
+    import sys
+
+    from compare.train_throughput import json_line
+
+    result = json_line([sys.executable, "-c", "import time; time.sleep(30)"], timeout=0.5)
+    assert result["returncode"] == 124 and result["cause"] == "did not finish within 0.5 s"
+    done = json_line([sys.executable, "-c", "print('{\"items_per_s\": 3}')"], timeout=30)
+    assert done["returncode"] == 0 and done["items_per_s"] == 3

@@ -29,7 +29,10 @@ def test_check_mode_names_the_argument():
         check_mode("graphs", "cuda")
     with pytest.raises(ValueError, match="parallel must be 'none', got 'ddp'"):
         check_mode("cuda_graph", "cuda", "ddp")
+    with pytest.raises(ValueError, match="family 'graph_mamba' changes shape from batch to batch"):
+        check_mode("cuda_graph", "cuda", family="graph_mamba")
     check_mode("compile", "cpu")  # torch.compile runs anywhere
+    check_mode("compile_cuda_graph", "cuda", family="graph_mamba")  # cudagraph trees record a graph per shape
 
 
 @pytest.mark.parametrize(("mode", "wrapped"), [("eager", False), ("compile", True)])
