@@ -54,26 +54,65 @@ def graph_inputs(batch: Mapping[str, np.ndarray], device: str = "cpu") -> GraphI
     )
 
 
+def padded_graph_inputs(batch: Mapping[str, np.ndarray], device: str = "cpu") -> GraphInputs:
+    """Our padded batch (numpy) -> ``GraphInputs`` of every row, padding included, with the masks and slot table:
+    the fixed shapes of our bucket, for a CUDA graph. LapPE entries where eig_mask is 0 (padding rows too) are NaN."""
+    eigvecs = eigvals = None
+    if "eigvecs" in batch:
+        missing = np.asarray(batch["eig_mask"]) == 0
+        eigvecs = _tensor(np.where(missing, np.nan, batch["eigvecs"]).astype(np.float32), device)
+        eigvals = _tensor(np.where(missing, np.nan, batch["eigvals"])[..., None].astype(np.float32), device)
+    labels = batch["node_labels"] if "node_labels" in batch else batch["graph_labels"]
+    return GraphInputs(
+        x=_tensor(batch["node_feat"], device),
+        edge_index=_tensor(np.stack([batch["senders"], batch["receivers"]]), device),
+        edge_attr=_tensor(batch["edge_feat"], device) if "edge_feat" in batch else None,
+        batch=_tensor(batch["node_graph"], device),
+        num_graphs=int(batch["slots"].shape[0]),
+        eigvecs=eigvecs,
+        eigvals=eigvals,
+        labels=_tensor(labels, device),
+        order_noise=_tensor(batch["order_noise"], device) if "order_noise" in batch else None,
+        eig_signs=_tensor(batch["eig_signs"], device) if "eig_signs" in batch else None,
+        node_mask=_tensor(np.asarray(batch["node_mask"], np.float32), device),
+        edge_mask=_tensor(np.asarray(batch["edge_mask"], np.float32), device),
+        graph_mask=_tensor(np.asarray(batch["graph_mask"], np.float32), device),
+        slots=_tensor(batch["slots"], device),
+    )
+
+
+def _masked_mean(values: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    return (values * weights).sum() / weights.sum().clamp(min=1e-12)
+
+
 def graph_loss(
     out: torch.Tensor,
     labels: torch.Tensor,
     task_type: str,
     label_smoothing: float = 0.0,
     class_weighted: bool = False,
+    mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Mean loss of float32 outputs (rows, outputs): multiclass cross-entropy (label smoothing) over the rows,
     multilabel BCE with logits or regression L1 over every (row, target) entry. ``class_weighted``: GraphGPS's
-    weighted_cross_entropy, class c weighted by (rows - rows of class c) / rows in this batch (absent classes 0)."""
+    weighted_cross_entropy, class c weighted by (rows - rows of class c) / rows in this batch (absent classes 0).
+    ``mask`` (rows,): 1 on the real rows of a padded batch, whose loss is the unpadded rows' (no host sync)."""
+    if mask is None:
+        mask = torch.ones(out.shape[0], device=out.device)
     if task_type == "multiclass":
         weight = None
         if class_weighted:
-            per_class = torch.bincount(labels, minlength=out.shape[1]).float()
-            weight = (labels.numel() - per_class) / labels.numel()
-        return F.cross_entropy(out, labels, weight=weight, label_smoothing=label_smoothing)
+            per_class = torch.zeros(out.shape[1], device=out.device).index_add_(0, labels, mask.float())
+            weight = (mask.sum() - per_class) / mask.sum()
+        rows = F.cross_entropy(out, labels, weight=weight, label_smoothing=label_smoothing, reduction="none")
+        row_weight = mask if weight is None else mask * weight[labels]
+        return (rows * mask).sum() / row_weight.sum().clamp(min=1e-12)
     if task_type == "multilabel":
-        return F.binary_cross_entropy_with_logits(out, labels.float())
+        entries = F.binary_cross_entropy_with_logits(out, labels.float(), reduction="none")
+        return _masked_mean(entries, mask[:, None].expand_as(entries))
     if task_type == "regression":
-        return F.l1_loss(out, labels.float())
+        entries = F.l1_loss(out, labels.float(), reduction="none")
+        return _masked_mean(entries, mask[:, None].expand_as(entries))
     raise ValueError(f"task_type: expected multiclass, multilabel or regression, got {task_type!r}")
 
 

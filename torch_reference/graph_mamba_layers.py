@@ -5,7 +5,13 @@ Graph-Mamba is not packaged, so these modules are written here, following the re
 unpadded inputs (``GraphInputs``: node rows of all graphs concatenated, ``batch`` the graph of each node). Module
 names mirror ``jax_mamba.models.graph_mamba`` so that weight conversion is a table (``convert_graph_mamba``).
 The random choices (degree tie-breaking noise, LapPE sign flips) are drawn as the reference draws them unless the
-inputs carry them, so both frameworks can see identical permutations."""
+inputs carry them, so both frameworks can see identical permutations.
+
+Padded inputs (``GraphInputs`` with ``node_mask``, ``edge_mask``, ``graph_mask`` and ``slots``: our bucketed
+batches, ``jax_mamba.data.graphs.packing``) run the same model at fixed shapes, as our side does, so that a CUDA
+graph can replay it: batch norms take their statistics from the real rows only and write zeros on the others, the
+global branch packs each graph's nodes through the slot table, pooling and losses count real rows only. A real
+row's output is the unpadded run's."""
 
 import itertools
 from dataclasses import dataclass
@@ -33,6 +39,39 @@ class GraphInputs:
     labels: torch.Tensor  # (n,) int64 node classes, (G,) int64 graph classes, or (G, T) float32 targets
     order_noise: torch.Tensor | None = None  # (n_layers, orderings, n) uniform [0, 1) tie-breaking noise
     eig_signs: torch.Tensor | None = None  # (K,) +-1, the training sign flip of each eigenvector
+    # padded batches only (None otherwise); then n = N rows, e = E rows, G = B slots, ``batch`` B on padding rows
+    node_mask: torch.Tensor | None = None  # (N,) float32, 1 on real nodes
+    edge_mask: torch.Tensor | None = None  # (E,) float32, 1 on real edges
+    graph_mask: torch.Tensor | None = None  # (B,) float32, 1 on real graphs
+    slots: torch.Tensor | None = None  # (B, M) int64: graph b's m-th node position, else a padding row
+
+    @property
+    def padded(self) -> bool:
+        return self.slots is not None
+
+
+class MaskedBatchNorm1d(nn.BatchNorm1d):
+    """``nn.BatchNorm1d`` (the same state-dict names) that, given ``mask`` (rows,) with 1 on real rows, takes its
+    training statistics (float32; running variance unbiased over the real count) from the real rows only and writes
+    zeros on the others, in training and eval alike. Without a mask: torch's own."""
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        if mask is None:
+            return super().forward(x)
+        keep = (mask > 0)[:, None]
+        if not self.training:
+            return torch.where(keep, super().forward(x), 0.0).to(x.dtype)
+        count = keep.sum().float()
+        mean = torch.where(keep, x.float(), 0.0).sum(0) / count
+        centered = torch.where(keep, x.float() - mean, 0.0)
+        var = centered.square().sum(0) / count
+        out = centered * torch.rsqrt(var + self.eps) * self.weight + self.bias
+        with torch.no_grad():
+            m = self.momentum
+            self.running_mean.mul_(1 - m).add_(m * mean)
+            self.running_var.mul_(1 - m).add_(m * var * count / (count - 1).clamp(min=1))
+            self.num_batches_tracked.add_(1)
+        return torch.where(keep, out, 0.0).to(x.dtype)
 
 
 class CategoricalEncoder(nn.Module):
@@ -117,20 +156,27 @@ class GatedGCNLayer(nn.Module):
     def __init__(self, dim: int, dropout: float):
         super().__init__()
         self.A, self.B, self.C, self.D, self.E = (nn.Linear(dim, dim) for _ in range(5))
-        self.bn_node_x = nn.BatchNorm1d(dim)
-        self.bn_edge_e = nn.BatchNorm1d(dim)
+        self.bn_node_x = MaskedBatchNorm1d(dim)
+        self.bn_edge_e = MaskedBatchNorm1d(dim)
         self.dropout = dropout
 
-    def forward(self, x: torch.Tensor, e: torch.Tensor, edge_index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """x (n, dim), e (e, dim), edge_index (2, e) -> (x, e) updated."""
+    def forward(
+        self,
+        x: torch.Tensor,
+        e: torch.Tensor,
+        edge_index: torch.Tensor,
+        node_mask: torch.Tensor | None = None,
+        edge_mask: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """x (n, dim), e (e, dim), edge_index (2, e), masks of padded inputs or None -> (x, e) updated."""
         source, target = edge_index
         ax, bx, ce, dx, ex = self.A(x), self.B(x), self.C(e), self.D(x), self.E(x)
         e_ij = dx[target] + ex[source] + ce
         sigma = torch.sigmoid(e_ij)
         numerator = scatter(sigma * bx[source], target, 0, dim_size=x.shape[0], reduce="sum")
         denominator = scatter(sigma, target, 0, dim_size=x.shape[0], reduce="sum")
-        h = F.relu(self.bn_node_x(ax + numerator / (denominator + 1e-6)))
-        e_out = F.relu(self.bn_edge_e(e_ij))
+        h = F.relu(self.bn_node_x(ax + numerator / (denominator + 1e-6), node_mask))
+        e_out = F.relu(self.bn_edge_e(e_ij, edge_mask))
         h = F.dropout(h, self.dropout, training=self.training)
         e_out = F.dropout(e_out, self.dropout, training=self.training)
         return x + h, e + e_out
@@ -144,32 +190,53 @@ class GPSLayer(nn.Module):
         super().__init__()
         self.local_model = GatedGCNLayer(dim, dropout)
         self.self_attn = mamba_cls(d_model=dim, d_state=d_state, d_conv=d_conv, expand=expand)
-        self.norm1_local = nn.BatchNorm1d(dim)
-        self.norm1_attn = nn.BatchNorm1d(dim)
+        self.norm1_local = MaskedBatchNorm1d(dim)
+        self.norm1_attn = MaskedBatchNorm1d(dim)
         self.ff_linear1 = nn.Linear(dim, 2 * dim)
         self.ff_linear2 = nn.Linear(2 * dim, dim)
-        self.norm2 = nn.BatchNorm1d(dim)
+        self.norm2 = MaskedBatchNorm1d(dim)
         self.dropout_attn, self.ff_dropout1, self.ff_dropout2 = (nn.Dropout(dropout) for _ in range(3))
 
     def global_branch(self, h: torch.Tensor, g: GraphInputs, noise: torch.Tensor) -> torch.Tensor:
         """h (n, dim), noise (orderings, n) -> (n, dim): the reference's Mamba_Hybrid_Degree_Noise branch."""
-        deg = degree(g.edge_index[0], h.shape[0]).to(torch.float)
+        if g.padded:
+            deg = scatter(g.edge_mask, g.edge_index[0], 0, dim_size=h.shape[0], reduce="sum")
+        else:
+            deg = degree(g.edge_index[0], h.shape[0]).to(torch.float)
         outputs = []
         for tie_break in noise:
-            perm = lexsort([deg + tie_break, g.batch])  # graph first, then degree + noise, stable
+            perm = lexsort([deg + tie_break, g.batch])  # graph first, then degree + noise, stable; padding last
+            if g.padded:
+                outputs.append(self._through_slots(h, perm, g))
+                continue
             dense, mask = to_dense_batch(h[perm], g.batch[perm])
             outputs.append(self.self_attn(dense)[mask][torch.argsort(perm)])
         return sum(outputs) / len(outputs)
 
+    def _through_slots(self, h: torch.Tensor, perm: torch.Tensor, g: GraphInputs) -> torch.Tensor:
+        """The Mamba over each graph's nodes in the order ``perm`` (N,) at fixed shapes: packed (B, M, dim) through
+        the slot table (graph b's m-th sorted node, padding rows after), then each node's output from its slot.
+        Graph blocks stay in place under ``perm``, so sorted position p belongs to the graph of row p."""
+        graphs, width = g.slots.shape
+        out = self.self_attn(h[perm[g.slots]]).reshape(graphs * width, -1)
+        position = torch.arange(h.shape[0], device=h.device)
+        graph_of = g.batch.clamp(max=graphs - 1)
+        slot = graph_of * width + position - g.slots[graph_of, 0]
+        slot = torch.where(g.node_mask > 0, slot, position % (graphs * width))  # padding rows: any slot, spread
+        inverse = torch.empty_like(perm).scatter_(0, perm, position)  # node -> its sorted position
+        return out[slot[inverse]]
+
     def forward(
         self, h: torch.Tensor, e: torch.Tensor, g: GraphInputs, noise: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        h_local, e = self.local_model(h, e, g.edge_index)
-        h_local = self.norm1_local(h_local)
-        h_attn = self.norm1_attn(h + self.dropout_attn(self.global_branch(h, g, noise)))
+        h_local, e = self.local_model(h, e, g.edge_index, g.node_mask, g.edge_mask)
+        h_local = self.norm1_local(h_local, g.node_mask)
+        h_attn = self.norm1_attn(h + self.dropout_attn(self.global_branch(h, g, noise)), g.node_mask)
         h = h_local + h_attn
         h = h + self.ff_dropout2(self.ff_linear2(self.ff_dropout1(F.relu(self.ff_linear1(h)))))
-        return self.norm2(h), e
+        if g.padded:  # padding rows restart from zero in every layer, as on our side
+            e = torch.where(g.edge_mask[:, None] > 0, e, 0.0)
+        return self.norm2(h, g.node_mask), e
 
 
 class PostMP(nn.Module):
@@ -225,6 +292,11 @@ class GraphMambaNet(nn.Module):
         h, e = self.encoder(g, signs)
         for layer, layer_noise in zip(self.layers, noise, strict=True):
             h, e = layer(h, e, g, layer_noise)
-        if self.cfg.task_level == "graph":
+        if self.cfg.task_level == "graph" and g.padded:
+            mask = g.node_mask[:, None]
+            sums = scatter(h * mask, g.batch, 0, dim_size=g.num_graphs + 1, reduce="sum")[: g.num_graphs]
+            counts = scatter(mask, g.batch, 0, dim_size=g.num_graphs + 1, reduce="sum")[: g.num_graphs]
+            h = sums / counts.clamp(min=1.0)  # the mean over each graph's real nodes (0 for an empty slot)
+        elif self.cfg.task_level == "graph":
             h = global_mean_pool(h, g.batch, size=g.num_graphs)
         return self.post_mp(h)

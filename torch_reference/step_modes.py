@@ -4,10 +4,11 @@ A fair comparison gives the reference its fastest execution. At the sizes we quo
 by the host (Python and kernel launches), so the modes are:
 
 - ``eager``: the step as written (fused AdamW, the reference's fused kernels).
-- ``cuda_graph``: the whole step (forward, backward, clipping, fused AdamW; or the inference forward) captured once
-  in a CUDA graph after warm-up steps on a side stream, then replayed; each batch is copied into the captured input
+- ``cuda_graph``: the whole step (forward, backward, clipping, fused AdamW; or the inference forward) captured in a
+  CUDA graph after warm-up steps on a side stream, then replayed; each batch is copied into the captured input
   buffers first, and the learning rate is a device tensor the schedule fills between replays (capturable AdamW).
-  Needs a GPU, one process, and batches of one shape (a tuple of tensors).
+  Needs a GPU, one process, and batches given as tuples of tensors; a graph is captured per batch shape (Graph-Mamba:
+  one per bucket of our padded batches), all in one memory pool.
 - ``compile``: the model through ``torch.compile`` (graph breaks allowed around the reference's custom kernels).
 - ``compile_cuda_graph``: ``torch.compile(mode="reduce-overhead")``: compiled regions replayed as CUDA graphs.
 
@@ -32,10 +33,7 @@ GRAPH_MODES = ("cuda_graph", "compile_cuda_graph")
 CAPTURE_WARMUP_STEPS = 3  # eager steps on a side stream before capture: autotuning, cuDNN benchmarks, allocations
 
 
-FIXED_SHAPE_FAMILIES = ("lm", "mamba_vision")  # whose batches keep one shape, as a captured step needs
-
-
-def check_mode(mode: str, device: str, parallel: str = "none", family: str | None = None) -> None:
+def check_mode(mode: str, device: str, parallel: str = "none") -> None:
     """Refuse a mode this process cannot run, naming the argument and what it needs, before any work."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {list(MODES)}, got {mode!r}")
@@ -43,11 +41,6 @@ def check_mode(mode: str, device: str, parallel: str = "none", family: str | Non
         raise ValueError(f"mode {mode!r} replays CUDA graphs: it needs device 'cuda', got {device!r}")
     if mode == "cuda_graph" and parallel != "none":
         raise ValueError(f"mode 'cuda_graph' captures one process's step: parallel must be 'none', got {parallel!r}")
-    if mode == "cuda_graph" and family is not None and family not in FIXED_SHAPE_FAMILIES:
-        raise ValueError(
-            f"mode 'cuda_graph' needs batches of one shape: family {family!r} changes shape from batch to batch "
-            f"(families it takes: {list(FIXED_SHAPE_FAMILIES)})"
-        )
 
 
 def compiled(model: torch.nn.Module, mode: str) -> Callable:
@@ -68,15 +61,16 @@ def _static_tensors(inputs, what: str) -> list[torch.Tensor]:
     other = next((type(t).__name__ for t in items if not isinstance(t, torch.Tensor)), None)
     if other is not None:
         raise ValueError(
-            f"mode 'cuda_graph' needs {what} of fixed shapes, a tuple of tensors; got one holding {other} "
-            "(graph batches vary in size: pad them to fixed buckets first)"
+            f"mode 'cuda_graph' needs {what} as a tuple of tensors; got one holding {other} (a runner built for mode "
+            "'cuda_graph' gives them so)"
         )
     return items
 
 
-def _capture(body: Callable[[], object], warmup: int, between: Callable[[], None] | None = None):
+def _capture(body: Callable[[], object], warmup: int, between: Callable[[], None] | None = None, pool=None):
     """(CUDA graph, its outputs) of ``body()`` captured after ``warmup`` calls on a side stream (autotuning, cuDNN
-    benchmarks and allocations happen there); ``between`` runs after each warm-up call and before the capture."""
+    benchmarks and allocations happen there); ``between`` runs after each warm-up call and before the capture;
+    ``pool``: a memory pool to share with graphs captured before (replayed one at a time)."""
     import torch
 
     side = torch.cuda.Stream()
@@ -90,7 +84,7 @@ def _capture(body: Callable[[], object], warmup: int, between: Callable[[], None
     if between is not None and not warmup:
         between()
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with torch.cuda.graph(graph, pool=pool):
         out = body()
     return graph, out
 
@@ -108,45 +102,44 @@ def replayed(fn: Callable[[], object], warmup: int = CAPTURE_WARMUP_STEPS) -> Ca
 
 
 class CapturedStep:
-    """A runner's training step (or inference forward) captured in one CUDA graph on its first call and replayed on
-    every call after it. ``runner`` is a ``train_bench`` runner built for mode ``cuda_graph`` (capturable AdamW with
-    a device-tensor learning rate, autocast without its weight cache). The warm-up steps before capture train on the
-    first batch (they are optimizer steps too, outside the schedule); a batch of another shape is refused."""
+    """A runner's training step (or inference forward) captured in a CUDA graph the first time a batch of its shapes
+    comes, and replayed for every batch of those shapes after it. ``runner`` is a ``train_bench`` runner built for
+    mode ``cuda_graph`` (capturable AdamW with a device-tensor learning rate, autocast without its weight cache).
+    The warm-up steps before each capture train on that batch (optimizer steps too, outside the schedule)."""
 
     def __init__(self, runner, inference: bool = False, warmup: int = CAPTURE_WARMUP_STEPS):
         self.runner, self.inference, self.warmup = runner, inference, warmup
-        self.graph: torch.cuda.CUDAGraph | None = None
-        self.static: list[torch.Tensor] = []
-        self.out: torch.Tensor | None = None
+        self.graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, list[torch.Tensor], torch.Tensor]] = {}
 
-    def _body(self) -> torch.Tensor:
-        if self.inference:
-            return self.runner.infer_step(self.static)
-        loss = self.runner.backward(self.static)
-        self.runner.update()
-        return loss
+    def _capture(self, inputs: list[torch.Tensor]) -> tuple:
+        static = [t.clone() for t in inputs]
 
-    def _capture(self, inputs: list[torch.Tensor]) -> None:
-        self.static = [t.clone() for t in inputs]
+        def body() -> torch.Tensor:
+            if self.inference:
+                return self.runner.infer_step(static)
+            loss = self.runner.backward(static)
+            self.runner.update()
+            return loss
+
         between = None if self.inference else lambda: self.runner.optimizer.zero_grad(set_to_none=True)
         # zero_grad(set_to_none) before the capture too: the graph allocates the gradients it writes
-        self.graph, self.out = _capture(self._body, self.warmup, between)
+        pool = next(iter(self.graphs.values()))[0].pool() if self.graphs else None
+        graph, out = _capture(body, self.warmup, between, pool)
+        return graph, static, out
 
     def __call__(self, inputs) -> torch.Tensor:
         tensors = _static_tensors(inputs, "batches")
-        if self.graph is None:
-            self._capture(tensors)
+        shapes = tuple((tuple(t.shape), t.dtype) for t in tensors)
+        if shapes not in self.graphs:
+            self.graphs[shapes] = self._capture(tensors)
         else:
-            shapes = [tuple(t.shape) for t in tensors]
-            captured = [tuple(t.shape) for t in self.static]
-            if shapes != captured:
-                raise ValueError(f"mode 'cuda_graph': the batch's shapes {shapes} differ from the captured {captured}")
-            for static, new in zip(self.static, tensors, strict=True):
+            for static, new in zip(self.graphs[shapes][1], tensors, strict=True):
                 static.copy_(new, non_blocking=True)
-        self.graph.replay()
+        graph, _, out = self.graphs[shapes]
+        graph.replay()
         if not self.inference:
             self.runner.scheduler.step()
-        return self.out
+        return out
 
 
 def step_function(runner, mode: str, inference: bool = False) -> Callable:

@@ -6,15 +6,16 @@ in channels-last memory format, or Graph-Mamba on torch_geometric and mamba-ssm'
 task's loss on fp32 logits (cross-entropy with label smoothing as configured; Graph-Mamba's multilabel BCE and
 regression L1), global-norm clipping, fused ``torch.optim.AdamW`` with the same betas, eps, weight-decay groups
 (which parameters decay: ``Task.weight_decay_mask``) and learning-rate schedule as ours (warmup, then cosine to
-min_lr over the run's ``--steps``: ``optim.learning_rate_schedule``), on the same batches as the JAX run (graph batches
-unpadded to PyG tensors on the device before the clock starts). ``--inference``: eval-mode forwards under
-``torch.inference_mode`` instead. Prints one JSON line: mean items/s (tokens, images or graphs) over the steps after
-``--warmup`` (3, at most steps - 1: the first ones autotune and allocate), each from a batch already on the device to
-the loss read back, and peak allocated CUDA memory. ``--mode``: how the step executes (``torch_reference.step_modes``:
-eager, one CUDA graph, torch.compile with or without CUDA graphs). ``--parallel ddp|fsdp`` under ``torchrun``: DDP
-or FSDP2 over its processes (``torch_reference.distributed``), each on its rows of the same global batch
-(``--batch_size``); the first process reports the global tokens/s (the slowest process's time) and the largest
-peak."""
+min_lr over the run's ``--steps``: ``optim.learning_rate_schedule``), on the same batches as the JAX run (graph
+batches unpadded to PyG tensors on the device before the clock starts; padded to our buckets under ``--mode
+cuda_graph``). ``--inference``: eval-mode forwards under ``torch.inference_mode`` instead. Prints one JSON line: mean
+items/s (tokens, images or graphs) over the steps after ``--warmup`` (3, at most steps - 1: the first ones autotune
+and allocate), less any step that captured a CUDA graph for a new batch shape, each from a batch already on the
+device to the loss read back, and peak allocated CUDA memory. ``--mode``: how the step executes
+(``torch_reference.step_modes``: eager, CUDA graphs, torch.compile with or without CUDA graphs). ``--parallel
+ddp|fsdp`` under ``torchrun``: DDP or FSDP2 over its processes (``torch_reference.distributed``), each on its rows of
+the same global batch (``--batch_size``); the first process reports the global tokens/s (the slowest process's time)
+and the largest peak."""
 
 import argparse
 import gc
@@ -53,7 +54,7 @@ class _Runner:
     def __init__(
         self, ref: Reference, cfg: RunConfig, mode: str = "eager", parallel: str = "none", process: Process = SINGLE
     ):
-        check_mode(mode, ref.device, parallel, cfg.family)
+        check_mode(mode, ref.device, parallel)
         self.ref, self.cfg, self.device, self.mode = ref, cfg, ref.device, mode
         self.parallel, self.process = parallel, process
         self.build()
@@ -228,12 +229,21 @@ class _MambaVision(_Runner):
 
 
 class _GraphMamba(_Runner):
+    """Unpadded PyG-style batches; in mode ``cuda_graph`` our padded ones at the bucket's fixed shapes (the same
+    padded work as our side: ``graph_mamba_layers``), passed as a tuple of tensors so that a graph is captured per
+    bucket shape."""
+
     unit = "graphs"
 
     def build(self) -> None:
         from torch_reference.graph_mamba import TorchGraphMamba
 
         self.model = TorchGraphMamba(self.ref, self.cfg.model, seed=self.cfg.train.seed).model
+        self.padded = self.mode == "cuda_graph"
+        self.fields: list[str] = []  # the GraphInputs fields a padded batch's tuple holds, in order
+
+    def settings(self) -> str:
+        return super().settings() + (", padded to our buckets" if self.padded else "")
 
     def decayed(self, params_by_torch_name: dict) -> dict[str, bool]:
         """The task's rule (GraphGPS's AdamW decays every parameter), read through the conversion table."""
@@ -250,21 +260,37 @@ class _GraphMamba(_Runner):
         return to_torch_state_dict({**params, **state}, self.cfg.model)
 
     def inputs(self, batch: dict):
-        """The padded batch -> unpadded PyG-style tensors on the device (the model draws its own orderings)."""
-        from torch_reference.graph_mamba import graph_inputs
+        """The padded batch -> unpadded PyG-style tensors on the device (the model draws its own orderings); in
+        padded mode, every row as a tuple of tensors (``fields`` names them)."""
+        from torch_reference.graph_mamba import graph_inputs, padded_graph_inputs
 
-        g = graph_inputs({k: v[0] for k, v in batch.items()}, self.device)
-        return g, g.labels
+        rows = {k: v[0] for k, v in batch.items()}
+        if not self.padded:
+            g = graph_inputs(rows, self.device)
+            return g, g.labels
+        g = padded_graph_inputs(rows, self.device)
+        tensors = {k: v for k, v in vars(g).items() if isinstance(v, torch.Tensor)}
+        self.fields = list(tensors)
+        return tuple(tensors.values())
 
     def logits_and_labels(self, inputs):
-        g, labels = inputs
-        return self.forward(g), labels
+        from torch_reference.graph_mamba_layers import GraphInputs
 
-    def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        if not self.padded:
+            g, labels = inputs
+            return self.forward(g), labels
+        fields = dict(zip(self.fields, inputs, strict=True))
+        defaults = {"edge_attr": None, "eigvecs": None, "eigvals": None}
+        g = GraphInputs(**{**defaults, **fields, "num_graphs": fields["slots"].shape[0]})
+        rows = g.node_mask if self.cfg.model.task_level == "node" else g.graph_mask
+        return self.forward(g), (g.labels, rows)
+
+    def loss(self, logits: torch.Tensor, labels) -> torch.Tensor:
         from torch_reference.graph_mamba import graph_loss
 
+        labels, rows = labels if self.padded else (labels, None)
         m = self.cfg.model
-        return graph_loss(logits, labels, m.task_type, self.cfg.train.label_smoothing, m.class_weighted_loss)
+        return graph_loss(logits, labels, m.task_type, self.cfg.train.label_smoothing, m.class_weighted_loss, rows)
 
 
 _RUNNERS = {"lm": _LanguageModel, "mamba_vision": _MambaVision, "graph_mamba": _GraphMamba}
@@ -304,7 +330,7 @@ def measure(
     slowest's."""
     sizes = [f"--batch_size={batch_size}", f"--seq_len={seq_len}", f"--max_steps={steps}", "--eval_batches=1"]
     cfg = load_config(config, [*sizes, *overrides])  # max_steps: the schedule spans the run, as our side's does
-    check_mode(mode, device, parallel, cfg.family)
+    check_mode(mode, device, parallel)
     process = distributed.start(device, parallel)
     ref = load(device)
     runner = make_runner(ref, cfg, mode, parallel, process)
@@ -313,18 +339,21 @@ def measure(
     dataset = task_for(cfg).make_dataset()
     timed, losses = [], []
     warmup = min(warmup, steps - 1)  # at least one timed step
+    captures = lambda: len(getattr(step_fn, "graphs", ()))  # noqa: E731  (CUDA graphs captured so far)
     for step in range(steps):
         batch = {k: distributed.my_rows(v, process, axis=1) for k, v in dataset.train_batch(step, 1).items()}
         inputs = runner.inputs(batch)
         if device == "cuda":
             torch.cuda.synchronize()
-        began = time.perf_counter()
+        captured, began = captures(), time.perf_counter()
         if inference:
             step_fn(inputs).float().sum().item()  # synchronizes
         else:
             losses.append(step_fn(inputs).item())  # synchronizes, as the JAX loop does
-        if step >= warmup:
+        if step >= warmup and captures() == captured:  # a step that captured a new batch shape is not timed
             timed.append(time.perf_counter() - began)
+    if not timed:
+        raise RuntimeError(f"every step after the warm-up captured a new batch shape: run more than {steps} steps")
     items = batch_size * (seq_len if cfg.family == "lm" else 1)
     seconds = distributed.all_max(sum(timed), process)
     peak = torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else None
@@ -343,6 +372,8 @@ def measure(
         "final_loss": final,
         "parameters": sum(p.numel() for p in runner.module.parameters()),
         "processes": process.world,
+        "timed_steps": len(timed),
+        "cuda_graphs": captures(),
     }
     # DDP's reducer holds the process group: let it go before the group does, not at interpreter exit (a gloo rank
     # once aborted there in CI, "terminate called without an active exception")

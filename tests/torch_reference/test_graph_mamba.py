@@ -91,3 +91,87 @@ def test_runs_draw_orderings_and_restore_buffers(cpu_reference, rng):
     batch["order_noise"] = random_order_noise(rng, CFG, 3, len(batch["node_mask"]))
     fixed = [model.loss_and_grads(batch, train=False)[0] for _ in range(2)]  # injected noise: repeatable
     np.testing.assert_array_equal(fixed[0], fixed[1])
+
+
+def _padded_and_unpadded(model, batch, task_level: str, train: bool, class_weighted: bool = False):
+    """(outputs of the real rows, loss, grads, buffers) from the unpadded and the padded inputs of one batch."""
+    from torch_reference.graph_mamba import padded_graph_inputs
+
+    runs = []
+    for make in (graph_inputs, padded_graph_inputs):
+        model.load_state_dict(state := {k: v.clone() for k, v in model.state_dict().items()})
+        model.train(train)
+        model.zero_grad(set_to_none=True)
+        g = make(batch)
+        out = model(g)
+        rows = None if not g.padded else (g.node_mask if task_level == "node" else g.graph_mask)
+        task = "multiclass" if g.labels.dtype == torch.int64 else "regression"
+        loss = graph_loss(out.float(), g.labels, task, 0.1, class_weighted, rows)
+        loss.backward()
+        real = out if not g.padded else out[rows > 0]
+        grads = {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
+        buffers = {k: v.clone() for k, v in model.state_dict().items()}
+        model.load_state_dict(state)
+        runs.append((real.detach(), loss.detach(), grads, buffers))
+    return runs
+
+
+@pytest.mark.parametrize(
+    ("overrides", "task_level"),
+    [
+        ([], "node"),
+        (["--model.task_level=graph", "--model.task_type=regression", "--model.num_outputs=2",
+          "--model.node_feature_kind=categorical", "--model.node_vocab=[4,3]", "--model.lap_pe_dim=0"], "graph"),
+    ],
+)  # fmt: skip
+@pytest.mark.parametrize("train", [True, False])
+def test_padded_inputs_give_the_unpadded_results(cpu_reference, rng, overrides, task_level, train):
+    """Every row of our bucket (the fixed shapes a CUDA graph replays): the real rows' outputs, the loss (masked
+    means; class weights from the real labels), every gradient and the BatchNorm running statistics are the
+    unpadded run's, in training (one ordering, LapPE signs) and eval (three orderings averaged)."""
+    from torch_reference.graph_mamba import TorchGraphMamba, padded_graph_inputs
+    from torch_reference.graph_mamba_layers import GraphMambaNet
+
+    cfg = load_config("graph-mamba-tiny", ["--model.dim_hidden=16", "--model.eval_orderings=3", *overrides]).model
+    model: GraphMambaNet = TorchGraphMamba(cpu_reference, cfg, seed=2).model
+    batch = random_graph_batch(rng, cfg, 3, 9, lap_pe_freqs=6 if cfg.lap_pe_dim else 0)
+    assert batch["node_mask"].sum() < len(batch["node_mask"]) and batch["graph_mask"].sum() < len(batch["graph_mask"])
+    batch["order_noise"] = random_order_noise(rng, cfg, 1 if train else 3, len(batch["node_mask"]))
+    if cfg.lap_pe_dim:
+        batch["eig_signs"] = np.where(rng.uniform(size=6) < 0.5, -1.0, 1.0).astype(np.float32)
+    g = padded_graph_inputs(batch)
+    assert g.padded and g.slots.shape[0] == len(batch["graph_mask"]) and g.x.shape[0] == len(batch["node_mask"])
+    class_weighted = task_level == "node"
+    (out, loss, grads, buffers), (p_out, p_loss, p_grads, p_buffers) = _padded_and_unpadded(
+        model, batch, task_level, train, class_weighted
+    )
+    assert torch.isfinite(p_out).all() and torch.isfinite(p_loss)
+    torch.testing.assert_close(p_out, out, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(p_loss, loss, rtol=1e-5, atol=1e-6)
+    assert p_grads.keys() == grads.keys() and len(grads) > 10
+    for name, grad in grads.items():
+        torch.testing.assert_close(p_grads[name], grad, rtol=1e-3, atol=1e-5, msg=name)
+    for name, value in buffers.items():
+        torch.testing.assert_close(p_buffers[name], value, rtol=1e-4, atol=1e-6, msg=name)
+    if train:  # the running statistics moved (and both runs moved them alike, above)
+        start = model.state_dict()["layers.0.norm2.running_mean"]
+        assert not torch.equal(buffers["layers.0.norm2.running_mean"], start)
+
+
+def test_padded_losses_count_the_real_rows_only():
+    """graph_loss with a row mask: what the unmasked loss of the real rows alone gives, whatever the padding rows
+    hold (NaN-free garbage), for each task and class weighting."""
+    gen = torch.Generator().manual_seed(0)
+    out = torch.randn(7, 3, generator=gen)
+    mask = torch.tensor([1, 1, 0, 1, 1, 0, 0], dtype=torch.float32)
+    real = mask > 0
+    labels = torch.tensor([0, 2, 1, 2, 1, 0, 0])
+    garbage = out.clone()
+    garbage[~real] = 1e3
+    for weighted in (False, True):
+        expected = graph_loss(out[real], labels[real], "multiclass", 0.1, weighted)
+        torch.testing.assert_close(graph_loss(garbage, labels, "multiclass", 0.1, weighted, mask), expected)
+    targets = torch.randn(7, 3, generator=gen)
+    for task in ("multilabel", "regression"):
+        t = targets.sigmoid().round() if task == "multilabel" else targets
+        torch.testing.assert_close(graph_loss(garbage, t, task, mask=mask), graph_loss(out[real], t[real], task))
