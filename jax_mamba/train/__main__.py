@@ -13,6 +13,7 @@ from jax_mamba.generate.load import TEXT_DATA_KINDS, load_run
 from jax_mamba.train import run_dir as runs
 from jax_mamba.train.distributed import DistributedError, broadcast_text, initialize_from_env, is_leader
 from jax_mamba.train.loop import TrainingDiverged, train
+from jax_mamba.train.sharding import MeshError
 
 EPILOG = """\
 overrides: any config field as --section.field=value, or --field=value when the name is unique, e.g.
@@ -82,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.resume:
             run_dir = Path(broadcast_text(str(runs.new_run_dir(cfg))))  # one folder (named by process 0's clock)
         result = train(cfg, resume=args.resume, run_dir=run_dir)
-    except (ConfigError, DataError, runs.RunDirError, DistributedError) as err:
+    except (ConfigError, DataError, runs.RunDirError, DistributedError, MeshError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except TrainingDiverged as err:

@@ -25,6 +25,7 @@ from jax_mamba.train.distributed import GlobalBatches, broadcast_text, is_leader
 from jax_mamba.train.mesh_training import mesh_and_data
 from jax_mamba.train.metrics import MetricsLog, plot_loss_curve
 from jax_mamba.train.prefetch import DevicePrefetch
+from jax_mamba.train.sharding import fitted_mesh
 from jax_mamba.train.step import init_training, make_eval_step
 
 # May change on resume; the architecture may not:
@@ -114,6 +115,22 @@ def _evaluate(task: Task, eval_step, params, state, dataset: Dataset, mesh) -> d
     return task.eval_metrics(loss_sum, {k: float(v) if v.ndim == 0 else v for k, v in sums.items()})
 
 
+def _mesh_for_devices(saved: RunConfig, cfg: RunConfig, echo) -> RunConfig:
+    """``cfg`` with the saved run's mesh fitted to the devices present, where the mesh is the saved one (not
+    overridden) and they cannot form it: a run saved on N devices continues on M, saying so in one line."""
+    count = len(jax.devices())
+    fitted = fitted_mesh(cfg.mesh, count)
+    if cfg.mesh != saved.mesh or fitted == cfg.mesh:
+        return cfg
+    old, new = cfg.mesh, fitted
+    echo(
+        f"--resume: the saved mesh (data {old.data}, fsdp {old.fsdp}, context {old.context}) does not fit the {count} "
+        f"device(s) present; continuing on data {new.data or count // (new.fsdp * new.context)}, fsdp {new.fsdp}, "
+        f"context {new.context} (--mesh.fsdp, --mesh.data, --mesh.context choose another)"
+    )
+    return dataclasses.replace(cfg, mesh=fitted)
+
+
 def train(cfg: RunConfig, *, resume: bool = False, run_dir: Path | None = None, echo=print) -> TrainResult:
     """Train ``cfg`` in ``run_dir`` (default: a new folder under runs/<name>/), or continue it with ``resume``. In a
     multi-process run (``train.distributed``) every process calls this with the same run folder; process 0 alone
@@ -125,6 +142,7 @@ def train(cfg: RunConfig, *, resume: bool = False, run_dir: Path | None = None, 
         runs.prepare_resume(run_dir)
         saved = config_from_dict(yaml.safe_load((run_dir / runs.CONFIG_FILE).read_text()))
         _check_resumable(saved, cfg, echo)
+        cfg = _mesh_for_devices(saved, cfg, echo)
     with mesh_and_data(cfg) as (mesh, task, dataset):
         return _train(cfg, task, dataset, resume, run_dir, echo, mesh)
 

@@ -8,7 +8,9 @@ Mesh axes: ``data`` (replicas), ``fsdp`` (each replica's parameters and optimize
 fsdp. The Pallas kernels do not partition themselves: the modules run them under ``shard_map`` over the same axes
 (``jax_mamba.modules.per_device``)."""
 
+import dataclasses
 import functools
+import math
 
 import jax
 import numpy as np
@@ -41,6 +43,23 @@ def make_mesh(cfg: MeshConfig, devices: list | None = None) -> Mesh:
         )
     grid = np.asarray(devices[: data * inner]).reshape(data, cfg.fsdp, cfg.context)
     return Mesh(grid, ("data", "fsdp", "context"))
+
+
+def fits(cfg: MeshConfig, count: int) -> bool:
+    """Whether ``count`` devices can form the mesh ``cfg`` asks for."""
+    inner = cfg.fsdp * cfg.context
+    return count % inner == 0 if cfg.data == 0 else cfg.data * inner <= count
+
+
+def fitted_mesh(cfg: MeshConfig, count: int) -> MeshConfig:
+    """``cfg`` if ``count`` devices can form it; else the closest mesh they can: fsdp and context cut to their
+    largest divisors that divide ``count``, data taken from what is left. A step's math does not depend on the mesh
+    (every mesh trains like one device), so a run saved on N devices continues on M this way."""
+    if fits(cfg, count):
+        return cfg
+    fsdp = math.gcd(cfg.fsdp, count)
+    context = math.gcd(cfg.context, count // fsdp)
+    return dataclasses.replace(cfg, data=0, fsdp=fsdp, context=context)
 
 
 def param_sharding(mesh: Mesh, shape: tuple[int, ...]) -> NamedSharding:

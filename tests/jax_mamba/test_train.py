@@ -206,6 +206,38 @@ def test_command_line(tmp_path, capsys):
     assert "model.d_model" in capsys.readouterr().err
 
 
+def test_resume_on_fewer_devices_fits_the_saved_mesh(tmp_path, capsys):
+    """A run whose config.yaml says fsdp 2 (saved on two devices) resumes on this one device: the mesh is fitted
+    and said in one line, and the run continues; a mesh asked for on the command line that the devices cannot form
+    is refused in one line naming it, without a traceback."""
+    run = tmp_path / "fsdp"
+    assert main(["--config", "mamba1-tiny", f"--run_dir={run}", "--max_steps=2", "--sample_tokens=0", *QUIET]) == 0
+    config = run / "config.yaml"
+    config.write_text(config.read_text().replace("fsdp: 1", "fsdp: 2"))
+    capsys.readouterr()
+    assert main(["--resume", f"--run_dir={run}", "--max_steps=3", "--sample_tokens=0", *QUIET]) == 0
+    out = capsys.readouterr().out
+    assert f"(data 0, fsdp 2, context 1) does not fit the {len(jax.devices())} device(s) present" in out
+    assert "continuing on data 1, fsdp 1, context 1" in out and sorted(losses(run)) == [2, 3]
+    assert main(["--resume", f"--run_dir={run}", "--max_steps=4", "--mesh.fsdp=3", "--sample_tokens=0", *QUIET]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: mesh.fsdp=3") and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_fitted_mesh_keeps_what_the_devices_can_form():
+    from jax_mamba.configs.schema import MeshConfig
+    from jax_mamba.train.sharding import fits, fitted_mesh
+
+    assert fitted_mesh(MeshConfig(fsdp=2), 4) == MeshConfig(fsdp=2)  # fits: unchanged
+    assert fitted_mesh(MeshConfig(fsdp=4), 2) == MeshConfig(fsdp=2)
+    assert fitted_mesh(MeshConfig(data=2, fsdp=2), 2) == MeshConfig(data=0, fsdp=2)
+    assert fitted_mesh(MeshConfig(fsdp=2, context=4), 4) == MeshConfig(fsdp=2, context=2)
+    assert fitted_mesh(MeshConfig(fsdp=8), 6) == MeshConfig(fsdp=2)
+    for count in range(1, 9):
+        for cfg in (MeshConfig(fsdp=4, context=2), MeshConfig(data=3, fsdp=2), MeshConfig(fsdp=3)):
+            assert fits(fitted_mesh(cfg, count), count)
+
+
 def test_bf16_compute_trains_on_cpu(tmp_path):
     cfg = load_config("hybrid-tiny", [*QUIET, "--max_steps=3", "--compute_dtype=bfloat16"])
     result = train(cfg, run_dir=tmp_path, echo=lambda *_: None)
