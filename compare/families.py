@@ -20,7 +20,7 @@ class LanguageModelSide:
     modes = ("train",)  # no batch statistics or dropout: one mode
 
     def __init__(self, ref, cfg: RunConfig, seed: int):
-        from torch_reference import convert
+        from jax_mamba.checkpoints import convert
         from torch_reference.lm import TorchLM
 
         self.cfg, self.convert = cfg, convert
@@ -84,7 +84,7 @@ class MambaVisionSide(_BatchStatsSide):
     """NVlabs' ``MambaVision`` (the mambavision package): random uint8 images, classification loss."""
 
     def __init__(self, ref, cfg: RunConfig, seed: int):
-        from torch_reference import convert_mamba_vision as convert
+        from jax_mamba.checkpoints import convert_mamba_vision as convert
         from torch_reference.mamba_vision import TorchMambaVision
 
         self.cfg, self.convert = cfg, convert
@@ -121,7 +121,7 @@ class GraphMambaSide(_BatchStatsSide):
     noise (one ordering per layer in training, ``eval_orderings`` in eval: ``batch_for`` picks) and LapPE signs."""
 
     def __init__(self, ref, cfg: RunConfig, seed: int):
-        from torch_reference import convert_graph_mamba as convert
+        from jax_mamba.checkpoints import convert_graph_mamba as convert
         from torch_reference.graph_mamba import TorchGraphMamba
 
         self.cfg, self.convert = cfg, convert

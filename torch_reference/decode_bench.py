@@ -14,9 +14,9 @@ import time
 
 import torch
 
+from jax_mamba.checkpoints.convert import to_mamba_config
 from jax_mamba.configs.loader import load_config, parse_args_with_overrides
 from torch_reference.backend import load
-from torch_reference.convert import to_mamba_config
 
 
 def measure(config: str, batches: list[int], prompt_len: int, new_tokens: int, reps: int, overrides: list[str]):

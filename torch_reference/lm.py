@@ -5,10 +5,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from jax_mamba.checkpoints.convert import to_mamba_config
 from jax_mamba.configs.schema import ModelConfig
 from torch_reference._tensors import to_numpy
 from torch_reference.backend import Reference
-from torch_reference.convert import to_mamba_config
 from torch_reference.torch_model import TorchModel
 
 

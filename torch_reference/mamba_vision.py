@@ -11,10 +11,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from jax_mamba.checkpoints.convert_mamba_vision import to_nvlabs_kwargs
 from jax_mamba.configs.schema import MambaVisionConfig
 from torch_reference._tensors import state_to_numpy, to_numpy
 from torch_reference.backend import Reference
-from torch_reference.convert_mamba_vision import to_nvlabs_kwargs
 from torch_reference.torch_model import TorchModel
 
 MAMBAVISION_VERSION = "1.2.0"

@@ -175,7 +175,7 @@ class _LanguageModel(_Runner):
         self.model = TorchLM(self.ref, self.cfg.model, seed=self.cfg.train.seed).model
 
     def decayed(self, params_by_torch_name: dict) -> dict[str, bool]:
-        from torch_reference.convert import from_torch_state_dict, torch_name
+        from jax_mamba.checkpoints.convert import from_torch_state_dict, torch_name
 
         ours = from_torch_state_dict(params_by_torch_name, self.cfg.model)
         mask = {torch_name(k): v for k, v in task_for(self.cfg).weight_decay_mask(ours).items()}
@@ -184,7 +184,7 @@ class _LanguageModel(_Runner):
     tied = ("lm_head.weight",)
 
     def our_state_dict(self, params: dict, state: dict) -> dict:
-        from torch_reference.convert import to_torch_state_dict
+        from jax_mamba.checkpoints.convert import to_torch_state_dict
 
         return to_torch_state_dict(params, self.cfg.model)
 
@@ -213,7 +213,7 @@ class _MambaVision(_Runner):
         return {name: value.ndim >= 2 for name, value in params_by_torch_name.items()}  # timm's rule, as ours
 
     def our_state_dict(self, params: dict, state: dict) -> dict:
-        from torch_reference.convert_mamba_vision import to_torch_state_dict
+        from jax_mamba.checkpoints.convert_mamba_vision import to_torch_state_dict
 
         return to_torch_state_dict({**params, **state}, self.cfg.model)
 
@@ -247,7 +247,7 @@ class _GraphMamba(_Runner):
 
     def decayed(self, params_by_torch_name: dict) -> dict[str, bool]:
         """The task's rule (GraphGPS's AdamW decays every parameter), read through the conversion table."""
-        from torch_reference.convert_graph_mamba import expected_variables, split_variables, torch_name
+        from jax_mamba.checkpoints.convert_graph_mamba import expected_variables, split_variables, torch_name
 
         shapes = expected_variables(self.cfg.model)
         ours, _ = split_variables({k: np.zeros(v, np.float32) for k, v in shapes.items()}, self.cfg.model)
@@ -255,7 +255,7 @@ class _GraphMamba(_Runner):
         return {name: mask[name] for name in params_by_torch_name}
 
     def our_state_dict(self, params: dict, state: dict) -> dict:
-        from torch_reference.convert_graph_mamba import to_torch_state_dict
+        from jax_mamba.checkpoints.convert_graph_mamba import to_torch_state_dict
 
         return to_torch_state_dict({**params, **state}, self.cfg.model)
 

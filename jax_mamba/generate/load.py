@@ -1,17 +1,17 @@
 """Language models to generate with: from a training run's folder (our checkpoints) or a mamba-ssm checkpoint folder
-(config.json + model.safetensors or pytorch_model.bin, converted by ``torch_reference.convert``)."""
+(config.json + model.safetensors or pytorch_model.bin, converted by ``jax_mamba.checkpoints.convert``)."""
 
 from dataclasses import dataclass
 from pathlib import Path
 
 from flax import nnx
 
+from jax_mamba.checkpoints import run_dir as runs
+from jax_mamba.checkpoints.store import CheckpointStore
 from jax_mamba.configs.loader import load_config
 from jax_mamba.configs.schema import ModelConfig
 from jax_mamba.data.tokenizer import Tokenizer, load_tokenizer
 from jax_mamba.models import MambaLMHeadModel, ParamLayout
-from jax_mamba.train import run_dir as runs
-from jax_mamba.train.checkpoint import CheckpointStore
 
 TEXT_DATA_KINDS = ("stdlib", "text", "tokens")  # the data kinds whose models write text (not the synthetic tasks)
 
@@ -64,7 +64,7 @@ def load_run(run_dir: str | Path, step: int | None = None, tokenizer: str | None
 def load_mamba_ssm_folder(folder: str | Path, tokenizer: str | None) -> LoadedModel:
     """A mamba-ssm checkpoint folder (e.g. state-spaces/mamba-130m, downloaded); its tokenizer (GPT-NeoX's for the
     published ones) is not in the folder: ``tokenizer`` names a tokenizer.json, or the folder holds one."""
-    from torch_reference.convert import load_pretrained  # the conversion table lives with the PyTorch side
+    from jax_mamba.checkpoints.convert import load_pretrained  # the conversion table lives with the PyTorch side
 
     path = Path(folder)
     tokenizer = tokenizer or (str(path / "tokenizer.json") if (path / "tokenizer.json").is_file() else None)

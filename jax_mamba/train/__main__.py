@@ -4,14 +4,15 @@ import argparse
 import sys
 from pathlib import Path
 
+from jax_mamba.checkpoints import run_dir as runs
 from jax_mamba.configs.loader import ConfigError, available_configs, load_config, parse_args_with_overrides
 from jax_mamba.configs.schema import PATH_DATA_KIND
 from jax_mamba.data import DataError
 from jax_mamba.data.token_files import META_FILE
 from jax_mamba.generate import SamplingConfig, generate
 from jax_mamba.generate.load import TEXT_DATA_KINDS, load_run
-from jax_mamba.train import run_dir as runs
-from jax_mamba.train.distributed import DistributedError, broadcast_text, initialize_from_env, is_leader
+from jax_mamba.processes import is_leader
+from jax_mamba.train.distributed import DistributedError, broadcast_text, initialize_from_env
 from jax_mamba.train.loop import TrainingDiverged, train
 from jax_mamba.train.sharding import MeshError
 

@@ -8,7 +8,7 @@ over one global mesh of all processes' devices; ``jax.distributed`` connects the
   device or process count. Each process builds only the rows its own devices hold (datasets with
   ``train_batch_rows``; others build the whole batch and keep their rows) and the global array is assembled from
   the processes' pieces (``jax.make_array_from_callback``).
-- Files: process 0 (``is_leader``) writes the run folder's config, records, metrics and plots; orbax saves and
+- Files: process 0 (``jax_mamba.processes.is_leader``) writes the run folder's config, records, metrics and plots; orbax saves and
   restores checkpoints from every process into the shared folder.
 """
 
@@ -81,11 +81,6 @@ def _launched_tasks(env: Mapping[str, str], name: str) -> int:
     return int(value) if value.isdigit() else 1
 
 
-def is_leader() -> bool:
-    """Whether this process writes the run's files and prints (process 0)."""
-    return jax.process_index() == 0
-
-
 def broadcast_text(text: str) -> str:
     """Process 0's ``text`` in every process (e.g. a run folder named by the clock); itself with one process."""
     if jax.process_count() == 1:
@@ -99,12 +94,6 @@ def broadcast_text(text: str) -> str:
     shared = np.asarray(multihost_utils.broadcast_one_to_all(buffer))
     size = int(np.frombuffer(shared[:4].tobytes(), np.uint32)[0])
     return shared[4 : 4 + size].tobytes().decode()
-
-
-def wait_for_all(name: str) -> None:
-    """A barrier: every process reaches ``name`` before any goes on (e.g. after process 0 made the run folder)."""
-    if jax.process_count() > 1:
-        multihost_utils.sync_global_devices(name)
 
 
 def process_rows(mesh: Mesh, batch_size: int) -> tuple[int, int]:

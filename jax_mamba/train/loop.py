@@ -14,14 +14,15 @@ import numpy as np
 import yaml
 from tqdm import tqdm
 
+from jax_mamba.checkpoints import run_dir as runs
+from jax_mamba.checkpoints.store import CheckpointStore
 from jax_mamba.configs.loader import config_from_dict
 from jax_mamba.configs.schema import RunConfig
 from jax_mamba.data import Dataset
 from jax_mamba.models import compute_dtype_for
+from jax_mamba.processes import is_leader, wait_for_all
 from jax_mamba.tasks import Task
-from jax_mamba.train import run_dir as runs
-from jax_mamba.train.checkpoint import CheckpointStore
-from jax_mamba.train.distributed import GlobalBatches, broadcast_text, is_leader, replicated, wait_for_all
+from jax_mamba.train.distributed import GlobalBatches, broadcast_text, replicated
 from jax_mamba.train.mesh_training import mesh_and_data
 from jax_mamba.train.metrics import MetricsLog, plot_loss_curve
 from jax_mamba.train.prefetch import DevicePrefetch

@@ -14,11 +14,11 @@ os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_p
 import jax
 import numpy as np
 
+from jax_mamba.checkpoints.run_dir import CHECKPOINT_DIR
 from jax_mamba.configs.loader import load_config
 from jax_mamba.tasks import task_for
 from jax_mamba.train.loop import train
 from jax_mamba.train.mesh_training import mesh_training
-from jax_mamba.train.run_dir import CHECKPOINT_DIR
 from jax_mamba.train.sharding import make_mesh, param_sharding
 from jax_mamba.train.step import init_training
 from tests.jax_mamba.training_runs import QUIET, losses, records

@@ -12,6 +12,7 @@ import sys
 import numpy as np
 import pytest
 
+from jax_mamba.checkpoints.run_dir import CHECKPOINT_DIR
 from jax_mamba.configs import load_config
 from jax_mamba.configs.schema import MeshConfig
 from jax_mamba.train.distributed import (
@@ -21,7 +22,6 @@ from jax_mamba.train.distributed import (
     settings_from_env,
 )
 from jax_mamba.train.loop import train
-from jax_mamba.train.run_dir import CHECKPOINT_DIR
 from jax_mamba.train.sharding import make_mesh
 from tests.jax_mamba.training_runs import QUIET, evals, losses, records
 

@@ -12,13 +12,13 @@ import optax
 import pytest
 from flax import nnx
 
+from jax_mamba.checkpoints.run_dir import RunDirError
 from jax_mamba.configs import load_config
 from jax_mamba.models import ParamLayout
 from jax_mamba.tasks import task_for
 from jax_mamba.train.__main__ import main
 from jax_mamba.train.loop import TrainingDiverged, train
 from jax_mamba.train.optim import learning_rate_schedule
-from jax_mamba.train.run_dir import RunDirError
 from jax_mamba.train.step import make_train_step
 from tests.jax_mamba.training_runs import QUIET, losses, records, whole_and_resumed_runs
 

@@ -9,7 +9,7 @@ import pytest
 from jax_mamba.configs import load_config
 
 torch = pytest.importorskip("torch", reason="the PyTorch side is not installed (make setup-torch)")
-from torch_reference.convert import (  # noqa: E402
+from jax_mamba.checkpoints.convert import (  # noqa: E402
     ConversionError,
     expected_params,
     from_mamba_config,

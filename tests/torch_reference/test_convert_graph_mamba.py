@@ -9,7 +9,7 @@ from tests.graph_configs import CATEGORICAL_MULTILABEL
 from tests.torch_reference import conversion_checks as checks
 
 pytest.importorskip("torch", reason="the PyTorch side is not installed (make setup-torch)")
-from torch_reference.convert_graph_mamba import (
+from jax_mamba.checkpoints.convert_graph_mamba import (
     ConversionError,
     expected_variables,
     from_torch_state_dict,

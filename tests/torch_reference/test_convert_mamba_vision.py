@@ -12,7 +12,7 @@ from jax_mamba.configs import load_config
 from tests.torch_reference import conversion_checks as checks
 
 torch = pytest.importorskip("torch", reason="the PyTorch side is not installed (make setup-torch)")
-from torch_reference.convert_mamba_vision import (  # noqa: E402
+from jax_mamba.checkpoints.convert_mamba_vision import (  # noqa: E402
     ConversionError,
     expected_variables,
     from_nvlabs_config,

@@ -5,13 +5,13 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from jax_mamba.checkpoints.convert import expected_params, save_pretrained
 from jax_mamba.configs.loader import load_config
 from jax_mamba.data.tokenizer import HFTokenizer
 from jax_mamba.generate import SamplingConfig, generate
 from jax_mamba.generate.__main__ import main as generate_main
 from jax_mamba.models import MambaLMHeadModel, ParamLayout
 from tests.jax_mamba.tokenizer_fixture import write_tokenizer
-from torch_reference.convert import expected_params, save_pretrained
 
 
 def test_generate_from_a_mamba_ssm_folder(tmp_path, rng, capsys):

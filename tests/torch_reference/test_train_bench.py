@@ -134,8 +134,8 @@ def test_train_bench_follows_our_learning_rate_schedule(cpu_reference):
 def test_reference_runner_starts_from_our_initial_weights(cpu_reference, config):
     """train_curve's runner holds exactly the variables our training loop initializes for the seed (converted by the
     family's table; a tied head through its twin), and loading is strict: a variable left out is named."""
+    from jax_mamba.checkpoints.convert_table import ConversionError
     from jax_mamba.configs.loader import load_config
-    from torch_reference.convert_table import ConversionError
     from torch_reference.train_curve import our_initial_variables, reference_runner
 
     cfg = load_config(config, ["--seed=3", "--optim.name=adamw", "--batch_size=2"])

@@ -25,10 +25,10 @@ from pathlib import Path
 import numpy as np
 from flax import nnx
 
+from jax_mamba.checkpoints.convert_table import ConversionError, from_torch, rule_for, to_torch
 from jax_mamba.configs.loader import load_config
 from jax_mamba.configs.schema import MambaVisionConfig, validate_mamba_vision
 from jax_mamba.models import MambaVision, ParamLayout
-from torch_reference.convert_table import ConversionError, from_torch, rule_for, to_torch
 
 __all__ = [
     "ARCHS",

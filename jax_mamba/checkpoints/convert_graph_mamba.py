@@ -19,9 +19,9 @@ from collections.abc import Mapping
 import numpy as np
 from flax import nnx
 
+from jax_mamba.checkpoints.convert_table import ConversionError, from_torch, rule_for, to_torch
 from jax_mamba.configs.schema import GraphMambaConfig
 from jax_mamba.models import GraphMamba, ParamLayout
-from torch_reference.convert_table import ConversionError, from_torch, rule_for, to_torch
 
 __all__ = [
     "ConversionError",

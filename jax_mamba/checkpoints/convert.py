@@ -24,9 +24,9 @@ from pathlib import Path
 import numpy as np
 from flax import nnx
 
+from jax_mamba.checkpoints.convert_table import ConversionError, from_torch, rule_for, to_torch
 from jax_mamba.configs.schema import AttnConfig, ModelConfig, SSMConfig, validate_model
 from jax_mamba.models import MambaLMHeadModel, ParamLayout, ssm_layer_kwargs
-from torch_reference.convert_table import ConversionError, from_torch, rule_for, to_torch
 
 __all__ = [
     "ConversionError",

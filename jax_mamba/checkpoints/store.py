@@ -11,7 +11,7 @@ from pathlib import Path
 import jax
 import orbax.checkpoint as ocp
 
-from jax_mamba.train.distributed import is_leader, wait_for_all
+from jax_mamba.processes import is_leader, wait_for_all
 
 
 class CheckpointStore:
