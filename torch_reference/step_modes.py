@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 MODES = {
     "eager": "eager (no CUDA graphs, no torch.compile)",
-    "cuda_graph": "whole step in one CUDA graph",
+    "cuda_graph": "whole step as a CUDA graph (one per batch shape)",
     "compile": "torch.compile",
     "compile_cuda_graph": "torch.compile reduce-overhead (CUDA graphs)",
 }
