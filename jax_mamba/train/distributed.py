@@ -8,8 +8,8 @@ over one global mesh of all processes' devices; ``jax.distributed`` connects the
   device or process count. Each process builds only the rows its own devices hold (datasets with
   ``train_batch_rows``; others build the whole batch and keep their rows) and the global array is assembled from
   the processes' pieces (``jax.make_array_from_callback``).
-- Files: process 0 (``jax_mamba.processes.is_leader``) writes the run folder's config, records, metrics and plots; orbax saves and
-  restores checkpoints from every process into the shared folder.
+- Files: process 0 (``jax_mamba.processes.is_leader``) writes the run folder's config, records, metrics and plots;
+  orbax saves and restores checkpoints from every process into the shared folder.
 """
 
 import os
