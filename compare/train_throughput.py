@@ -25,10 +25,14 @@ from jax_mamba.configs.loader import parse_args_with_overrides
 from torch_reference.step_modes import MODES
 
 
+def _names_an_error(line: str) -> bool:
+    return "Error" in line or "Exception" in line or "error:" in line
+
+
 def error_excerpt(stderr: str, tail_chars: int = 1500, max_lines: int = 20) -> str:
     """What a failed run's stderr says: its lines naming an error or exception (a launcher such as torchrun prints
     its own traceback last, after the worker's cause), then its last ``tail_chars`` characters."""
-    named = [line for line in stderr.splitlines() if "Error" in line or "Exception" in line or "error:" in line]
+    named = [line for line in stderr.splitlines() if _names_an_error(line)]
     return "\n".join([*named[:max_lines], "...", stderr[-tail_chars:]]) if named else stderr[-tail_chars:]
 
 
@@ -36,7 +40,7 @@ def one_line_cause(stderr: str) -> str:
     """A failed run's cause in one line: the last line of its stderr naming an error or exception, else its last
     line."""
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-    named = [line for line in lines if "Error" in line or "Exception" in line or "error:" in line]
+    named = [line for line in lines if _names_an_error(line)]
     return (named or lines or ["no output"])[-1][:300]
 
 

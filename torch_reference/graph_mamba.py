@@ -27,17 +27,24 @@ def _tensor(value: np.ndarray, device: str) -> torch.Tensor:
     return torch.from_numpy(value).to(device=device, dtype=dtype)
 
 
+def _lap_pe(batch: Mapping[str, np.ndarray], rows: int, device: str) -> tuple[torch.Tensor | None, ...]:
+    """(eigvecs (rows, K), eigvals (rows, K, 1)) of the first ``rows`` node rows, NaN where eig_mask is 0 (a graph's
+    missing frequencies, padding rows), as GraphGPS stores them; (None, None) without LapPE."""
+    if "eigvecs" not in batch:
+        return None, None
+    missing = np.asarray(batch["eig_mask"][:rows]) == 0
+    eigvecs = _tensor(np.where(missing, np.nan, batch["eigvecs"][:rows]).astype(np.float32), device)
+    eigvals = _tensor(np.where(missing, np.nan, batch["eigvals"][:rows])[..., None].astype(np.float32), device)
+    return eigvecs, eigvals
+
+
 def graph_inputs(batch: Mapping[str, np.ndarray], device: str = "cpu") -> GraphInputs:
     """Our padded batch (numpy) -> the unpadded PyG-style ``GraphInputs`` on ``device``. LapPE entries of missing
     frequencies (eig_mask 0) become NaN, as GraphGPS stores them."""
     n, e = int(np.sum(batch["node_mask"])), int(np.sum(batch["edge_mask"]))
     graphs = int(np.sum(batch["graph_mask"]))
     edge_index = np.stack([batch["senders"][:e], batch["receivers"][:e]])
-    eigvecs = eigvals = None
-    if "eigvecs" in batch:
-        missing = np.asarray(batch["eig_mask"][:n]) == 0
-        eigvecs = _tensor(np.where(missing, np.nan, batch["eigvecs"][:n]).astype(np.float32), device)
-        eigvals = _tensor(np.where(missing, np.nan, batch["eigvals"][:n])[..., None].astype(np.float32), device)
+    eigvecs, eigvals = _lap_pe(batch, n, device)
     labels = batch["node_labels"][:n] if "node_labels" in batch else batch["graph_labels"][:graphs]
     noise = batch.get("order_noise")
     return GraphInputs(
@@ -57,11 +64,7 @@ def graph_inputs(batch: Mapping[str, np.ndarray], device: str = "cpu") -> GraphI
 def padded_graph_inputs(batch: Mapping[str, np.ndarray], device: str = "cpu") -> GraphInputs:
     """Our padded batch (numpy) -> ``GraphInputs`` of every row, padding included, with the masks and slot table:
     the fixed shapes of our bucket, for a CUDA graph. LapPE entries where eig_mask is 0 (padding rows too) are NaN."""
-    eigvecs = eigvals = None
-    if "eigvecs" in batch:
-        missing = np.asarray(batch["eig_mask"]) == 0
-        eigvecs = _tensor(np.where(missing, np.nan, batch["eigvecs"]).astype(np.float32), device)
-        eigvals = _tensor(np.where(missing, np.nan, batch["eigvals"])[..., None].astype(np.float32), device)
+    eigvecs, eigvals = _lap_pe(batch, len(batch["node_mask"]), device)
     labels = batch["node_labels"] if "node_labels" in batch else batch["graph_labels"]
     return GraphInputs(
         x=_tensor(batch["node_feat"], device),

@@ -54,14 +54,14 @@ def compiled(model: torch.nn.Module, mode: str) -> Callable:
     return model
 
 
-def _static_tensors(inputs, what: str) -> list[torch.Tensor]:
+def _static_tensors(inputs) -> list[torch.Tensor]:
     import torch
 
     items = list(inputs) if isinstance(inputs, Sequence) else [inputs]
     other = next((type(t).__name__ for t in items if not isinstance(t, torch.Tensor)), None)
     if other is not None:
         raise ValueError(
-            f"mode 'cuda_graph' needs {what} as a tuple of tensors; got one holding {other} (a runner built for mode "
+            f"mode 'cuda_graph' needs batches as a tuple of tensors; got one holding {other} (a runner built for mode "
             "'cuda_graph' gives them so)"
         )
     return items
@@ -128,7 +128,7 @@ class CapturedStep:
         return graph, static, out
 
     def __call__(self, inputs) -> torch.Tensor:
-        tensors = _static_tensors(inputs, "batches")
+        tensors = _static_tensors(inputs)
         shapes = tuple((tuple(t.shape), t.dtype) for t in tensors)
         if shapes not in self.graphs:
             self.graphs[shapes] = self._capture(tensors)
