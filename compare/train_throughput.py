@@ -309,6 +309,8 @@ def main(argv: list[str] | None = None) -> int:
     del device
     sizes = (args.steps, args.batch_size, args.seq_len, extra)
     rows = []
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         for config in args.configs:
             row = run_one(config, *sizes, Path(tmp))
@@ -322,10 +324,10 @@ def main(argv: list[str] | None = None) -> int:
                     )
             rows.append(row)
             print(json.dumps(row), flush=True)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    output_path(out, ".json").write_text(json.dumps({**header, "runs": rows}, indent=2))
-    print("\n".join(write_report(out, header, rows)))
+            # after every config, so that a run stopped by a deadline keeps the configs it finished
+            output_path(out, ".json").write_text(json.dumps({**header, "runs": rows}, indent=2))
+            lines = write_report(out, header, rows)
+    print("\n".join(lines))
     failed = [
         r
         for r in rows

@@ -101,17 +101,51 @@ def replayed(fn: Callable[[], object], warmup: int = CAPTURE_WARMUP_STEPS) -> Ca
     return replay
 
 
+def _training_state(runner) -> dict[tuple, torch.Tensor]:
+    """Every tensor a training step writes but the gradients, by a stable key: the model's parameters and buffers
+    (BatchNorm statistics), then the optimizer's state (moments, step counts; created by its first step)."""
+    import torch
+
+    state = {("model", name): t for name, t in runner.model.state_dict(keep_vars=True).items()}
+    for index, param in enumerate(p for group in runner.optimizer.param_groups for p in group["params"]):
+        for key, t in runner.optimizer.state.get(param, {}).items():
+            if isinstance(t, torch.Tensor):
+                state[("optimizer", index, key)] = t
+    return state
+
+
+def _snapshot(runner) -> dict[tuple, torch.Tensor]:
+    """A host copy of ``_training_state``, for undoing the capture's warm-up steps."""
+    return {key: t.detach().to("cpu", copy=True) for key, t in _training_state(runner).items()}
+
+
+def _restore(runner, snapshot: dict[tuple, torch.Tensor]) -> None:
+    """Put the training state back as ``snapshot`` held it, in place (a graph records addresses): optimizer state the
+    warm-up created is zeroed, as AdamW's first step finds it."""
+    import torch
+
+    with torch.no_grad():
+        for key, t in _training_state(runner).items():
+            if key in snapshot:
+                t.copy_(snapshot[key])
+            else:
+                t.zero_()
+
+
 class CapturedStep:
     """A runner's training step (or inference forward) captured in a CUDA graph the first time a batch of its shapes
     comes, and replayed for every batch of those shapes after it. ``runner`` is a ``train_bench`` runner built for
     mode ``cuda_graph`` (capturable AdamW with a device-tensor learning rate, autocast without its weight cache).
-    The warm-up steps before each capture train on that batch (optimizer steps too, outside the schedule)."""
+    The warm-up steps before each capture are undone (weights, buffers and optimizer state restored), so a captured
+    run trains on the same trajectory as an eager one."""
 
     def __init__(self, runner, inference: bool = False, warmup: int = CAPTURE_WARMUP_STEPS):
         self.runner, self.inference, self.warmup = runner, inference, warmup
         self.graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, list[torch.Tensor], torch.Tensor]] = {}
 
     def _capture(self, inputs: list[torch.Tensor]) -> tuple:
+        import torch
+
         static = [t.clone() for t in inputs]
 
         def body() -> torch.Tensor:
@@ -121,9 +155,22 @@ class CapturedStep:
             self.runner.update()
             return loss
 
-        between = None if self.inference else lambda: self.runner.optimizer.zero_grad(set_to_none=True)
-        # zero_grad(set_to_none) before the capture too: the graph allocates the gradients it writes
         pool = next(iter(self.graphs.values()))[0].pool() if self.graphs else None
+        if self.inference:
+            graph, out = _capture(body, self.warmup, None, pool)
+            return graph, static, out
+        saved = _snapshot(self.runner)
+        warmed = 0
+
+        def between() -> None:
+            # zero_grad(set_to_none) before the capture too: the graph allocates the gradients it writes
+            nonlocal warmed
+            self.runner.optimizer.zero_grad(set_to_none=True)
+            warmed += 1
+            if warmed == self.warmup:
+                torch.cuda.synchronize()
+                _restore(self.runner, saved)
+
         graph, out = _capture(body, self.warmup, between, pool)
         return graph, static, out
 
