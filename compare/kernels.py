@@ -40,8 +40,8 @@ SFU_EXP2_PER_CLOCK_PER_SM = 16
 
 # Each timed sample runs back-to-back calls filling this many ms, then one sync. A sample also pays a fixed start and
 # stop (the first call's dispatch, the sync): about 0.7 ms with JAX at the long SSD shape on an H200 (12.23 ms a call
-# timed alone, 11.60 over eight; tools/ssd_wall_probe.py). Samples of 200 ms hold 9 or more calls of up to 22 ms,
-# near the steady rate a training loop sees, for either side.
+# timed alone, 11.60 over eight back to back). Samples of 200 ms hold 9 or more calls of up to 22 ms, near the
+# steady rate a training loop sees, for either side.
 SAMPLE_MS = 200.0
 
 

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Usage: tools/find-python312.sh   (PYTHON=/path/to/python3.12 to choose; `make setup` runs it)
 # Prints the path of a Python 3.12 interpreter, or explains how to get one and exits 1.
 # Order: $PYTHON, python3.12 and python3 on PATH, pyenv's installed 3.12.x, uv's managed 3.12.
 set -u

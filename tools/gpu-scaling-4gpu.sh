@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
-# On a 4-GPU machine: the issue-18 scaling points (1, 2 and 4 GPUs) in phases, runs on disjoint GPUs at once, so
-# that the whole set fits one device session. Join each config's points with compare.scaling_join afterwards.
 # Usage: tools/gpu-scaling-4gpu.sh WORK_DIR SDIST_DIR BUILD_PARTS_DIR (tools/gpu-parity.sh export's parts)
+# On a 4-GPU machine: the published scaling points (1, 2 and 4 GPUs; benchmarks/scaling/) in phases, the 1- and
+# 2-GPU runs on disjoint GPUs at once, so that the whole set fits a short lease of the machine. Join each config's
+# points with compare.scaling_join afterwards.
 #   phase 1, at once: each config's 1-GPU point on its own GPU (0: 780m, 1: mamba1-790m, 2: 2.7b, 3: context)
 #   phase 2, at once: 780m on GPUs 0,1 and mamba1-790m on GPUs 2,3
 #   phase 3, at once: 2.7b on GPUs 0,1 and context on GPUs 2,3
 #   phase 4, one at a time on all four: 780m, mamba1-790m, context, 2.7b
 #   phase 5 (JAX only): Mamba-1 DDP with mesh.grad_reduce=early (per-device gradients, each weight's computed with
-#     its layer's backward, all-reduced explicitly), at 1 GPU on GPU 0 beside 2 on GPUs 1,2; then at 4. The sixth
-#     run's phase 5 was PGLE (JAX_ENABLE_PGLE=true), which changed nothing.
+#     its layer's backward, all-reduced explicitly), at 1 GPU on GPU 0 beside 2 on GPUs 1,2; then at 4.
 # Mamba-1 runs with the scan keeping every state its backward reads (model.scan_checkpoint_every=0), the setting of
-# the ninth run's result (benchmarks/scaling/README.md); tools/gpu-ddp-overlap.sh times the default beside it.
+# its published points (benchmarks/scaling/README.md).
 # Every point is a compare.scaling run (JAX, then PyTorch for fsdp/ddp) whose .json/.md land in WORK_DIR/results/;
 # WORK_DIR/progress.log says what ran when. Start it with setsid: it outlasts one device call.
 set -uo pipefail

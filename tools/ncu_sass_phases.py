@@ -4,6 +4,8 @@ groups of ``HGMMA`` (wgmma) instructions (HGMMAs fewer than ``GROUP_GAP`` instru
 a Mosaic GPU kernel's phases (the work before its first products, then each group of products and the work up to the
 next) can be weighed against each other.
 
+Usage: ``python tools/ncu_sass_phases.py FILE.csv [--warps N]``, e.g.
+
     python tools/ncu_sass_phases.py ssd_bwd_dx-h128.csv --warps 131072
 
 ``--warps``: the launch's warps (programs x warps a program), to give instructions per warp; without it, totals.

@@ -1,6 +1,9 @@
 """Print what a Pallas op's kernels compile to for an H100, without a GPU (``compare.triton_ir``): registers, spills,
 shared memory and PTX instruction counts per kernel, for any shape and config.
 
+Usage: ``python tools/pallas_sass_report.py [--op selective_scan|ssd] --shape SHAPE [--config FIELDS] [--backward]
+[--dump DIR]``, e.g.
+
     python tools/pallas_sass_report.py --shape 8,2048,1536,16 --config design=chunked,block_d=8,rows=8 --backward
     python tools/pallas_sass_report.py --op ssd --shape 1,65536,128,64,128,1 --config two_level_states=1 --backward
 """

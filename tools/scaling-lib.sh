@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Usage: work=WORK_DIR; source tools/scaling-lib.sh   (from a queue script such as tools/gpu-scaling-4gpu.sh)
 # Shared by the multi-GPU queue scripts (sourced, not run, after the script sets $work, its work folder): the
 # queue's environment (the repo on PYTHONPATH, unbuffered output, NCCL_NVLS_ENABLE=0), $work/results/ for points,
 # $work/prof/ for profiles and $log ($work/progress.log), then: say, a timestamped line to stdout and $log; point,

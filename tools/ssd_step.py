@@ -1,6 +1,8 @@
 """One jitted forward+backward (or forward) of the Pallas SSD at a shape and config, run a few times: the program to
 put under a profiler (``ncu --kernel-name regex:ssd_bwd_dx ... python tools/ssd_step.py --shape 8,2048,24,64,128,1``).
 
+Usage: ``python tools/ssd_step.py [--shape B,L,H,P,N,G] [--config FIELDS] [--steps N] [--forward-only]``.
+
 The inputs, calls and config are ``python -m compare.kernels --op ssd``'s for the same shape: its Mamba2-like bf16
 values (``compare.kernel_ops.ssd_inputs``), the config ``impl="pallas"`` picks for the shape on this GPU with the
 ``--config`` fields laid over it (``--pallas-config`` syntax). Besides the forward+backward runs, setting up the

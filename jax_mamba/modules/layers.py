@@ -17,9 +17,9 @@ from jax_mamba.modules.per_device import context_size, per_device
 from jax_mamba.modules.weight_grads import tie_weight_grad
 from pallas_kernels import causal_conv1d_fn, matmul_few_rows, rmsnorm_fn
 
-# Linear layers with at most this many rows use the few-rows matmul kernel. Measured on an H100 (Mamba-2 780m
-# decoding, benchmarks/decode/h100-2026-11-25-*): 1 row 600 against 318 tokens/s with XLA's dot (which it turns into
-# a reduction at one row); 8, 16, 32 and 64 rows 1-8% slower than XLA's dot, which is a GEMM there.
+# Linear layers with at most this many rows use the few-rows matmul kernel. Measured on an H100 decoding Mamba-2 780m
+# (benchmarks/decode/): 1 row 600 against 318 tokens/s with XLA's dot (which it turns into a reduction at one row);
+# 8, 16, 32 and 64 rows 1-8% slower than XLA's dot, which is a GEMM there.
 FEW_ROWS = 7
 
 
@@ -166,7 +166,7 @@ class RMSNormGated(nnx.Module):
     """mamba-ssm's gated RMSNorm (``ops.triton.layernorm_gated.RMSNorm``): weight ones, no bias. The backward keeps
     x and z, not the float32 intermediates (five (batch, L, dim) float32 arrays per Mamba-2 layer otherwise): the
     Pallas kernel's backward recomputes the statistics, the reference is rematerialized. Here XLA's fusions of the
-    reference were slow (about 31 ms of a 315 ms mamba2-780m step on an H100, batch 8 x 2048), the Pallas kernels
+    reference are slow (about 31 ms of a 315 ms mamba2-780m step on an H100, batch 8 x 2048), the Pallas kernels
     run at their memory floor (``compare.kernels --op rmsnorm_gated``)."""
 
     def __init__(

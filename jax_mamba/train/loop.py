@@ -1,6 +1,5 @@
 """The training loop: data -> jit step -> metrics, periodic eval and checkpoints, NaN guard, resume."""
 
-import collections
 import dataclasses
 import json
 import math
@@ -28,14 +27,10 @@ from jax_mamba.train.metrics import MetricsLog, plot_loss_curve
 from jax_mamba.train.prefetch import DevicePrefetch
 from jax_mamba.train.sharding import fitted_mesh
 from jax_mamba.train.step import init_training, make_eval_step
+from jax_mamba.train.step_clock import StepClock
 
 # May change on resume; the architecture may not:
 _RUNTIME_FIELDS = ("impl", "compute_dtype", "remat", "scan_checkpoint_every", "ssd_checkpoint_every", "mixer_remat")
-# Steps of an invocation left out of its mean throughput (compilation, autotuning, first kernel loads), at most all
-# but one: the same warm-up as the PyTorch side's benchmark (torch_reference.train_bench --warmup).
-TIMING_WARMUP_STEPS = 3
-# A batch shape first seen after the warm-up (graph size buckets): its first runs are left out too (see _train).
-NEW_SHAPE_RUNS = 2
 
 
 class TrainingDiverged(RuntimeError):
@@ -148,15 +143,80 @@ def train(cfg: RunConfig, *, resume: bool = False, run_dir: Path | None = None, 
         return _train(cfg, task, dataset, resume, run_dir, echo, mesh)
 
 
+def _write_run_info(cfg: RunConfig, run_dir: Path, setup, mesh, dataset: Dataset, echo) -> None:
+    """A new run's ``run.json`` (what ran where: parameters, devices, mesh, dtypes, versions, data), and its line."""
+    n_params = sum(int(np.prod(p.shape)) for p in setup.params.values())
+    info = {
+        "config": cfg.name,
+        "parameters": n_params,
+        "backend": jax.default_backend(),
+        "devices": [str(d) for d in jax.devices()],
+        "processes": jax.process_count(),
+        "mesh": dict(mesh.shape),
+        "compute_dtype": str(np.dtype(compute_dtype_for(cfg.model))),
+        "jax": jax.__version__,
+        "python": platform.python_version(),
+        "data": dataset.describe(),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
+    model = setup.layout.merge(setup.params, setup.state)
+    attention = getattr(model, "attention_implementation", lambda: None)()
+    if attention:  # hybrids: cuDNN flash attention or XLA's
+        info["attention"] = attention
+    if is_leader():
+        (run_dir / "run.json").write_text(json.dumps(info, indent=2))
+    echo(
+        f"{cfg.name}: {n_params / 1e6:.2f}M parameters on {jax.default_backend()} "
+        f"({info['compute_dtype']} compute{f', {attention} attention' if attention else ''}), "
+        f"data {dataset.describe()['kind']}, "
+        + (f"mesh {dict(mesh.shape)}, " if mesh.size > 1 else "")
+        + f"run folder {run_dir}"
+    )
+
+
+@dataclass
+class _StepLog:
+    """Where read steps go: the metrics file's log lines every ``log_every`` steps and at ``end``, the progress bar."""
+
+    metrics: MetricsLog
+    bar: tqdm
+    log_every: int
+    end: int
+    rate_key: str
+
+    def read(self, unread: list[tuple[int, dict]], clock: StepClock, checkpoint: str) -> dict:
+        """Read the metrics of the steps dispatched since the last read point (waiting for the last of them), stop
+        at the first NaN/Inf (``checkpoint``: where the last good one is), log the steps due and count their time.
+        Returns the last step's metrics."""
+        values = jax.device_get([out for _, out in unread])
+        now = time.perf_counter()
+        clock.read(unread[0][0], len(unread), now)
+        last: dict = {}
+        for (at, _), out in zip(unread, values, strict=True):
+            last = {k: float(v) for k, v in out.items()}
+            if not (math.isfinite(last["loss"]) and math.isfinite(last["grad_norm"])):
+                self.metrics.write({"step": at, "event": "diverged", **last})
+                raise TrainingDiverged(
+                    f"training diverged at step {at}: loss={last['loss']}, grad_norm={last['grad_norm']}. "
+                    f"Stopped without saving; the last good checkpoint is {checkpoint}. Lower optim.lr or lengthen "
+                    "optim.warmup_steps, then continue with --resume."
+                )
+        at = unread[-1][0]
+        if at % self.log_every == 0 or at == self.end:  # log steps end a read group: the window is the group's
+            rate = clock.window_rate(now)
+            self.metrics.write({"step": at, **last, self.rate_key: rate, "time": time.time()})
+            self.bar.set_postfix(loss=f"{last['loss']:.4f}", **{self.rate_key: f"{rate:,.0f}"})
+        self.bar.update(len(unread))
+        return last
+
+
 def _train(cfg: RunConfig, task: Task, dataset: Dataset, resume: bool, run_dir: Path, echo, mesh) -> TrainResult:
     t = cfg.train
     if not resume:  # every process checks the folder (so that all stop alike); process 0 writes
         runs.prepare_new(run_dir, cfg, write=is_leader())
     wait_for_all("run folder ready")
-
     setup = init_training(cfg, task, mesh)
-    layout, params, model_state, opt_state = setup.layout, setup.params, setup.state, setup.opt_state
-    train_step, traces = setup.train_step, setup.traces
+    params, model_state, opt_state, train_step = setup.params, setup.state, setup.opt_state, setup.train_step
     store = CheckpointStore(run_dir / runs.CHECKPOINT_DIR, t.keep_checkpoints)
     metrics = MetricsLog(run_dir / "metrics.jsonl", enabled=is_leader())
     start = 0
@@ -165,96 +225,18 @@ def _train(cfg: RunConfig, task: Task, dataset: Dataset, resume: bool, run_dir: 
         metrics.write({"event": "resume", "step": start, "time": time.time()})
         echo(f"resumed {run_dir} at step {start}")
     else:
-        n_params = sum(int(np.prod(p.shape)) for p in params.values())
-        info = {
-            "config": cfg.name,
-            "parameters": n_params,
-            "backend": jax.default_backend(),
-            "devices": [str(d) for d in jax.devices()],
-            "processes": jax.process_count(),
-            "mesh": dict(mesh.shape),
-            "compute_dtype": str(np.dtype(compute_dtype_for(cfg.model))),
-            "jax": jax.__version__,
-            "python": platform.python_version(),
-            "data": dataset.describe(),
-            "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        }
-        attention = getattr(layout.merge(params, model_state), "attention_implementation", lambda: None)()
-        if attention:  # hybrids: cuDNN flash attention or XLA's
-            info["attention"] = attention
-        if is_leader():
-            (run_dir / "run.json").write_text(json.dumps(info, indent=2))
-        echo(
-            f"{cfg.name}: {n_params / 1e6:.2f}M parameters on {jax.default_backend()} "
-            f"({info['compute_dtype']} compute{f', {attention} attention' if attention else ''}), "
-            f"data {dataset.describe()['kind']}, "
-            + (f"mesh {dict(mesh.shape)}, " if mesh.size > 1 else "")
-            + f"run folder {run_dir}"
-        )
-
-    eval_step = make_eval_step(task, layout)
+        _write_run_info(cfg, run_dir, setup, mesh, dataset, echo)
+    eval_step = make_eval_step(task, setup.layout)
     end = t.max_steps if t.stop_after_steps is None else min(t.max_steps, start + t.stop_after_steps)
-    items_per_step = task.items_per_batch() * t.grad_accum_steps
-    rate_key = f"{task.unit}_per_s"
+    clock = StepClock(start, end, task.items_per_batch() * t.grad_accum_steps)
+    shown = t.progress and is_leader()
+    bar = tqdm(total=t.max_steps, initial=start, disable=not shown, dynamic_ncols=True, mininterval=1.0)
+    log = _StepLog(metrics, bar, t.log_every, end, f"{task.unit}_per_s")
     saved_step = start if resume else None
-    last = {"loss": float("nan")}
-    eval_result: dict = {}
-    timed_steps, timed_seconds, data_wait = 0, 0.0, 0.0  # data_wait: seconds the timed steps waited for batches
-    # A batch shape's first runs are not steady state: the first compiles, and XLA does one-time work in the second
-    # too (1.25 s against 16 ms for later steps, peptides-func on an H100). The warm-up steps absorb them for the
-    # shapes they see; a shape first seen later (graph buckets) runs alone (the queue drained before, the result
-    # awaited after) for its first NEW_SHAPE_RUNS steps, and neither their seconds nor their items count.
-    new_shape_seconds, new_shape_steps, shape_runs = 0.0, 0, collections.Counter()
-    timed_after = start + min(TIMING_WARMUP_STEPS, max(end - start - 1, 1))  # steps after this one are timed
-    window_start, window_steps = time.perf_counter(), 0
-    step = start
-    bar = tqdm(
-        total=t.max_steps, initial=start, disable=not (t.progress and is_leader()), dynamic_ncols=True, mininterval=1.0
-    )
-
-    def save(at: int) -> None:
-        nonlocal saved_step
-        if saved_step != at:
-            store.save(at, params, opt_state, model_state, {"step": at, "loss": last["loss"], "config": cfg.name})
-            saved_step = at
-
-    def read(unread: list[tuple[int, dict]]) -> None:
-        """Read the metrics of the steps dispatched since the last read point (waiting for the last of them), stop at
-        the first NaN/Inf, log the steps due and count their time."""
-        nonlocal last, timed_steps, timed_seconds, previous_end, window_start, window_steps
-        values = jax.device_get([out for _, out in unread])
-        now = time.perf_counter()
-        for (at, _), out in zip(unread, values, strict=True):
-            last = {k: float(v) for k, v in out.items()}
-            if not (math.isfinite(last["loss"]) and math.isfinite(last["grad_norm"])):
-                metrics.write({"step": at, "event": "diverged", **last})
-                where = f"step {saved_step} in {store.directory}" if saved_step is not None else "none was saved yet"
-                raise TrainingDiverged(
-                    f"training diverged at step {at}: loss={last['loss']}, grad_norm={last['grad_norm']}. "
-                    f"Stopped without saving; the last good checkpoint is {where}. Lower optim.lr or lengthen "
-                    "optim.warmup_steps, then continue with --resume."
-                )
-            window_steps += 1
-            if at % t.log_every == 0 or at == end:
-                rate = items_per_step * window_steps / max(now - window_start, 1e-9)
-                window_start, window_steps = now, 0
-                record = {"step": at, **last, rate_key: rate, "time": time.time()}
-                metrics.write(record)
-                bar.set_postfix(loss=f"{last['loss']:.4f}", **{rate_key: f"{rate:,.0f}"})
-        bar.update(len(unread))
-        # Their time runs from the previous read point (or the end of evaluation or saving): dispatching,
-        # waiting for data and for the device all count. Not counted: the warm-up steps, evaluation, saving.
-        if unread[0][0] > timed_after:
-            timed_steps, timed_seconds = timed_steps + len(unread), timed_seconds + now - previous_end
-        previous_end = now
-
-    def due(every: int) -> bool:
-        return step % every == 0
-
+    last, eval_result, step = {"loss": float("nan")}, {}, start
     batches = GlobalBatches(dataset, mesh, t.batch_size, t.grad_accum_steps)  # this process's rows, global arrays
     prefetch = DevicePrefetch(batches, start, end)  # batches made while the device works
     try:
-        previous_end = time.perf_counter()
         # Steps are dispatched back to back and their metrics read only at read points (log, eval and save steps,
         # the end of the warm-up, the last step): a read waits for the device, and reading every step would keep
         # the host from queueing the next step while the device works on this one.
@@ -262,35 +244,33 @@ def _train(cfg: RunConfig, task: Task, dataset: Dataset, resume: bool, run_dir: 
         while step < end:
             asked = time.perf_counter()
             batch = prefetch.next(step)
-            if step >= timed_after:  # the steps whose time counts
-                data_wait += time.perf_counter() - asked
-            shape = tuple(np.shape(x) for x in jax.tree.leaves(batch))
-            if step < timed_after:  # the warm-up absorbs this shape's first runs
-                shape_runs[shape] = NEW_SHAPE_RUNS
-            alone = shape_runs[shape] < NEW_SHAPE_RUNS
-            shape_runs[shape] += 1
+            clock.waited_for_data(step, time.perf_counter() - asked)
+            alone = clock.runs_alone(step, batch)
             if alone:
                 jax.block_until_ready([out for _, out in unread])
                 called = time.perf_counter()
             params, opt_state, model_state, out = train_step(params, opt_state, model_state, batch, np.int32(step))
             if alone:
                 jax.block_until_ready(out)
-                new_shape_seconds += time.perf_counter() - called
-                new_shape_steps += 1
+                clock.ran_alone(time.perf_counter() - called)
             step += 1
             unread.append((step, out))
-            if not (due(t.log_every) or due(t.eval_every) or due(t.save_every) or step in (end, timed_after)):
+            log_due, eval_due, save_due = (step % every == 0 for every in (t.log_every, t.eval_every, t.save_every))
+            if not (log_due or eval_due or save_due or step in (end, clock.timed_after)):
                 continue
-            read(unread)  # never evaluate or save past an unread (possibly diverged) step
+            checkpoint = f"step {saved_step} in {store.directory}" if saved_step is not None else "none was saved yet"
+            last = log.read(unread, clock, checkpoint)  # never evaluate or save past an unread (diverged?) step
             unread = []
-            if due(t.eval_every) or step == end:
+            if eval_due or step == end:
                 eval_result = _evaluate(task, eval_step, params, model_state, dataset, mesh)
                 metrics.write({"step": step, **eval_result})
                 echo(f"step {step}: " + ", ".join(f"{k} {v:.4f}" for k, v in eval_result.items()))
-            if t.save_checkpoints and (due(t.save_every) or step == end):
-                save(step)
-            if due(t.eval_every) or due(t.save_every):
-                previous_end = time.perf_counter()
+            if t.save_checkpoints and (save_due or step == end) and saved_step != step:
+                saved = {"step": step, "loss": last["loss"], "config": cfg.name}
+                store.save(step, params, opt_state, model_state, saved)
+                saved_step = step
+            if eval_due or save_due:
+                clock.paused()
     finally:
         prefetch.close()
         bar.close()
@@ -298,21 +278,10 @@ def _train(cfg: RunConfig, task: Task, dataset: Dataset, resume: bool, run_dir: 
         records = metrics.read() if is_leader() else []
         if records:
             plot_loss_curve(records, run_dir / "loss_curve.png", f"{cfg.name} ({run_dir.name})")
-
-    run_seconds, run_steps = timed_seconds - new_shape_seconds, timed_steps - new_shape_steps
-    items_per_s = items_per_step * run_steps / run_seconds if run_steps and run_seconds > 0 else None
-    peak = peak_memory_bytes()
+    timing, peak = clock.summary(), peak_memory_bytes()
+    items_per_s = timing.pop("items_per_s")
     metrics.write(
-        {
-            "event": "end",
-            "step": step,
-            f"{rate_key}_mean": items_per_s,
-            "data_wait_fraction": data_wait / run_seconds if run_steps and run_seconds > 0 else None,
-            "new_shape_steps_excluded": new_shape_steps,
-            "new_shape_seconds_excluded": new_shape_seconds,
-            "peak_memory_bytes": peak,
-            "traces": traces[0],
-            "time": time.time(),
-        }
+        {"event": "end", "step": step, f"{log.rate_key}_mean": items_per_s, **timing, "peak_memory_bytes": peak}
+        | {"traces": setup.traces[0], "time": time.time()}
     )
-    return TrainResult(run_dir, step, last["loss"], eval_result, traces[0], items_per_s, peak, task.unit)
+    return TrainResult(run_dir, step, last["loss"], eval_result, setup.traces[0], items_per_s, peak, task.unit)

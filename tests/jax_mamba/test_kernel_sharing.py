@@ -1,8 +1,8 @@
 """A model's layers share each compiled Pallas kernel, checked by lowering a training gradient for a GPU (an H100)
 on the CPU. XLA compiles a Pallas Triton call once per distinct kernel text (its kernel cache is keyed on the custom
 call's backend config) and a Mosaic GPU kernel once per kernel hash, so a kernel whose text changed from layer to
-layer would be compiled once a layer: the SSD's Mosaic GPU kernels were, until they ran under ``jax.jit``
-(``benchmarks/kernels/ssd-notes.md``, twenty-fifth and twenty-sixth rounds)."""
+layer would be compiled once a layer. The SSD's Mosaic GPU kernels run under ``jax.jit`` so that every layer's call
+shares one compiled kernel (``docs/kernels.md#compiled-once-per-shape``)."""
 
 import collections
 import re

@@ -8,7 +8,8 @@ from jax_mamba.configs import load_config
 from jax_mamba.data import DataError
 from jax_mamba.tasks import task_for
 from jax_mamba.train.__main__ import main
-from jax_mamba.train.loop import NEW_SHAPE_RUNS, TIMING_WARMUP_STEPS, train
+from jax_mamba.train.loop import train
+from jax_mamba.train.step_clock import NEW_SHAPE_RUNS, TIMING_WARMUP_STEPS
 from tests.jax_mamba.training_runs import QUIET, evals, losses, records, whole_and_resumed_runs
 
 GRAPH_CLASSES = [

@@ -455,7 +455,7 @@ def test_default_config_state_passes_take_wider_tiles_only_where_enough_programs
 
 
 def test_default_config_takes_two_level_state_passes_for_long_walks_short_of_programs():
-    """Measured on an H100 (benchmarks/kernels/h100-2026-11-25-ssd-two-level-*)."""
+    """Measured on an H100 (docs/kernels.md#ssd-default-config)."""
     from pallas_kernels.ssd.config import KEEP_EVERY, LONG_SEGMENT, default_config
 
     def two_level(*shape):
@@ -475,9 +475,9 @@ def test_default_config_takes_two_level_state_passes_for_long_walks_short_of_pro
 
 
 def test_default_config_walks_the_backward_state_gradients_one_level_where_mosaic_heads_fill_the_gpu():
-    """Measured on an H200 (benchmarks/kernels/h200-2026-11-29c-ssd-one-level-*, ms forward+backward, two-level
-    against one-level): B1 L65536 H128 13.574 against 12.949, B8 L16384 H24 5.685 against 5.055. One Mosaic state-pass
-    program per 64-dim head then walks at the copy bandwidth; with fewer heads the two levels stay."""
+    """Measured on an H200 (ms forward+backward, two-level against one-level; docs/kernels.md#ssd-default-config): B1
+    L65536 H128 13.574 against 12.949, B8 L16384 H24 5.685 against 5.055. One Mosaic state-pass program per 64-dim head
+    then walks at the copy bandwidth; with fewer heads the two levels stay."""
     from pallas_kernels.ssd.config import default_config
 
     for shape in ((1, 65536, 128, 64, 128), (8, 16384, 24, 64, 128), (2, 16384, 64, 64, 128), (1, 32768, 60, 128, 64)):
@@ -490,10 +490,10 @@ def test_default_config_walks_the_backward_state_gradients_one_level_where_mosai
 
 
 def test_default_config_fuses_the_two_level_forward_per_segment_up_to_n_128():
-    """Measured on an H100 (benchmarks/kernels/h100-2026-11-27-ssd-fused-segments-*): where the state passes are
-    two-level, one fused walk per segment replaced the block-state pass and the output pass (forward 4.87 -> 3.50 ms
-    at B1 L65536 H128), and with it two levels from L 8192 where the forward is split (B2 L8192 H32: 0.404 -> 0.270
-    ms); not past N 128, where the fused tiles spill, nor where the passes stay one-level."""
+    """Measured on an H100 (docs/kernels.md#ssd-default-config): where the state passes are two-level, one fused walk
+    per segment in place of the block-state pass and the output pass (forward 4.87 -> 3.50 ms at B1 L65536 H128), and
+    with it two levels from L 8192 where the forward is split (B2 L8192 H32: 0.404 -> 0.270 ms); not past N 128, where
+    the fused tiles spill, nor where the passes stay one-level."""
     from pallas_kernels.ssd.config import default_config
 
     assert default_config(1, 65536, 128, 64, 128, 2).fused_segments
@@ -510,10 +510,10 @@ def test_default_config_fuses_the_two_level_forward_per_segment_up_to_n_128():
 
 
 def test_default_config_cuts_short_walks_into_segments_where_the_fused_forward_has_few_programs():
-    """Measured on an H200 (benchmarks/kernels/h200-2026-11-27-ssd-short-segments.md): with at most a quarter as
-    many fused programs as SMs, two levels with fused segments of L / 16 (at least 256) from L 2048 (B1 L4096 H24:
-    0.144 / 0.467 -> 0.076 / 0.358 ms forward / forward+backward); not with more programs (B4 L1024 H24: 96,
-    slower), nor past N 128, nor at L 1024 (the forward+backward moved both ways)."""
+    """Measured on an H200 (docs/kernels.md#ssd-default-config): with at most a quarter as many fused programs as SMs,
+    two levels with fused segments of L / 16 (at least 256) from L 2048 (B1 L4096 H24: 0.144 / 0.467 -> 0.076 / 0.358 ms
+    forward / forward+backward); not with more programs (B4 L1024 H24: 96, slower), nor past N 128, nor at L 1024 (the
+    forward+backward moved both ways)."""
     from pallas_kernels.ssd.config import KEEP_EVERY, SHORT_SEGMENT, default_config
 
     def segment(*shape, dstate=128, sm_count=132, wgmma=True):
@@ -534,9 +534,9 @@ def test_default_config_cuts_short_walks_into_segments_where_the_fused_forward_h
 
 
 def test_default_config_cuts_the_forward_into_segments_of_512_where_the_fused_forward_runs_a_partial_wave():
-    """Measured on an H100 (benchmarks/kernels/h100-2026-11-27-ssd-short-segments-between): with a quarter to all of
-    the SMs' worth of fused programs, below L 8192, two levels with fused segments of 512 and the backward one-level
-    (B2 L4096 H32, 64 programs: 0.209 / 0.820 -> 0.151 / 0.780 ms forward / forward+backward)."""
+    """Measured on an H100 (docs/kernels.md#ssd-default-config): with a quarter to all of the SMs' worth of fused
+    programs, below L 8192, two levels with fused segments of 512 and the backward one-level (B2 L4096 H32, 64 programs:
+    0.209 / 0.820 -> 0.151 / 0.780 ms forward / forward+backward)."""
     from pallas_kernels.ssd.config import KEEP_EVERY, PARTIAL_WAVE_SEGMENT, default_config
 
     for shape, groups in (((2, 4096, 32, 64, 128), 1), ((4, 2048, 24, 64, 128), 1), ((4, 4096, 32, 64, 64), 2)):
@@ -552,8 +552,8 @@ def test_default_config_cuts_the_forward_into_segments_of_512_where_the_fused_fo
 
 
 def test_default_config_keeps_wide_tiles_and_the_fused_forward_to_n_128():
-    """Past N 128 they spill on sm_90 (benchmarks/kernels/sass/ssd-sm90-2026-11-25-dstate.txt), and dB/dC take a
-    group's heads whole: the same shapes at N 128 and 256."""
+    """Past N 128 they spill on sm_90 (ptxas's report, docs/kernels.md#ssd-default-config), and dB/dC take a group's
+    heads whole: the same shapes at N 128 and 256."""
     from pallas_kernels.ssd.config import default_config
 
     assert default_config(8, 2048, 24, 64, 128, 2).fused_forward_max_l > 0
@@ -564,18 +564,18 @@ def test_default_config_keeps_wide_tiles_and_the_fused_forward_to_n_128():
     for shape in ((1, 16384, 24, 64), (1, 65536, 128, 64)):  # two-level state passes: their rebuild on 64 dims
         assert default_config(*shape, 128, 2).rebuild_block_p == SsdConfig().rebuild_block_p == 64
         wide = default_config(*shape, 256, 2)
-        assert wide.two_level_states and wide.rebuild_block_p == 64  # spills, and was faster (h100-2026-11-26b-...)
+        assert wide.two_level_states and wide.rebuild_block_p == 64  # spills, yet faster on an H100
     for shape in ((1, 2048, 24, 64), (2, 1024, 8, 64)):  # dB/dC: one program per group past 128 whatever the programs
         assert default_config(*shape, 128, 2).bwd_head_splits == SsdConfig().bwd_head_splits == 4
         assert default_config(*shape, 256, 2).bwd_head_splits == 1
 
 
 def test_default_config_walks_the_forward_on_mosaic_gpu_where_it_covers_the_shape_n_256_included():
-    """Measured on an H100 (benchmarks/kernels/h100-2026-11-28-ssd-mosaic-walk*, ms forward, the Mosaic GPU walk
-    against the Triton forward): 130m 0.179 against 0.185, 2.7b 0.253 against 0.347, B1 L16384 H24 0.200 against
+    """Measured on an H100 (ms forward, the Mosaic GPU walk against the Triton forward;
+    docs/kernels.md#ssd-default-config): 130m 0.179 against 0.185, 2.7b 0.253 against 0.347, B1 L16384 H24 0.200 against
     0.224, B4 L4096 H32 N64 G2 0.192 against 0.240. Its state does not spill at N 256, so there the fused forward and
-    the fused segments run too: B8 L2048 H24 N256 0.351 (whole walks) against 0.436 (split), B2 L8192 H32 G4 N256
-    0.467 (segments of 1024, the backward one-level) against 0.595 (Triton segments) and 0.629 (split, one-level)."""
+    the fused segments run too: B8 L2048 H24 N256 0.351 (whole walks) against 0.436 (split), B2 L8192 H32 G4 N256 0.467
+    (segments of 1024, the backward one-level) against 0.595 (Triton segments) and 0.629 (split, one-level)."""
     from pallas_kernels.ssd.config import default_config
 
     assert default_config(8, 2048, 24, 64, 128, 2).fwd_mosaic
@@ -592,8 +592,8 @@ def test_default_config_walks_the_forward_on_mosaic_gpu_where_it_covers_the_shap
 
 
 def test_default_config_walks_the_state_passes_on_mosaic_gpu_with_the_forward():
-    """Measured on an H200 (benchmarks/kernels/h200-2026-11-28-ssd-mosaic-states*): the state passes on Mosaic GPU
-    were faster at all ten shapes run; they take the forward walk's cover."""
+    """Measured on an H200 (docs/kernels.md#ssd-default-config): the state passes on Mosaic GPU were faster at all ten
+    shapes run; they take the forward walk's cover."""
     from pallas_kernels.ssd.config import default_config
 
     for shape in [(8, 2048, 24, 64, 128), (1, 65536, 128, 64, 128), (2, 8192, 32, 64, 256), (2, 2048, 32, 128, 128)]:
@@ -604,9 +604,9 @@ def test_default_config_walks_the_state_passes_on_mosaic_gpu_with_the_forward():
 
 
 def test_default_config_walks_the_forward_on_one_stage_where_two_programs_then_share_an_sm_in_fewer_rounds():
-    """Measured on an H200 (benchmarks/kernels/h200-2026-11-28-ssd-walk-new): one stage won at 130m (192 programs, one
-    round paired against two alone), B1 L65536 H128 (4096 segment programs) and N 256, lost at 2.7b (320: two paired
-    rounds against three alone). Two stages already pair at N 64; one stage cannot pair past N 192."""
+    """Measured on an H200 (docs/kernels.md#ssd-default-config): one stage won at 130m (192 programs, one round paired
+    against two alone), B1 L65536 H128 (4096 segment programs) and N 256, lost at 2.7b (320: two paired rounds against
+    three alone). Two stages already pair at N 64; one stage cannot pair past N 192."""
     from pallas_kernels.ssd.config import SM_SHARED_BYTES, default_config, walk_shared_bytes
 
     stages = lambda *shape, groups=1: default_config(*shape, 2, ngroups=groups).fwd_walk_stages  # noqa: E731
@@ -621,9 +621,9 @@ def test_default_config_walks_the_forward_on_one_stage_where_two_programs_then_s
 
 
 def test_default_config_holds_the_walks_state_in_halves_on_two_warpgroups_at_n_256():
-    """Measured on an H200 (benchmarks/kernels/h200-2026-11-29b-ssd-walk-halves-*): the state in halves on two
-    warpgroups won the forward at three N 256 shapes against B and C in two pieces, which stay where a walk program
-    may have one warpgroup (the interpreter short of threads); N 192 has no halves of 64-column multiples."""
+    """Measured on an H200 (docs/kernels.md#ssd-default-config): the state in halves on two warpgroups won the forward
+    at three N 256 shapes against B and C in two pieces, which stay where a walk program may have one warpgroup (the
+    interpreter short of threads); N 192 has no halves of 64-column multiples."""
     from pallas_kernels.ssd.config import PROGRAM_RESERVED_BYTES, SM_SHARED_BYTES, default_config, walk_shared_bytes
 
     def walk(*shape, groups=1, warpgroups=2):
@@ -641,8 +641,8 @@ def test_default_config_holds_the_walks_state_in_halves_on_two_warpgroups_at_n_2
 
 
 def test_default_config_takes_a_groups_heads_in_one_dbc_program_where_blocks_and_groups_fill_the_gpu():
-    """Measured on an H100 (benchmarks/kernels/h100-2026-11-26e-ssd-head-splits): one program per block and group
-    beat 4 splits at 256, 128 and 1024 such programs."""
+    """Measured on an H100 (docs/kernels.md#ssd-default-config): one program per block and group beat 4 splits at 256,
+    128 and 1024 such programs."""
     from pallas_kernels.ssd.config import default_config
 
     def splits(batch, seqlen, groups, sm_count=132):
@@ -661,9 +661,8 @@ def test_default_config_takes_a_groups_heads_in_one_dbc_program_where_blocks_and
 @pytest.mark.parametrize("D", ["H", "HP"])
 def test_mosaic_dD_from_bf16_inputs_keeps_float32_accuracy(rng, D):
     """dD is a float32 sum over positions of dy x, with dy = dout silu(z) in float32, as mamba-ssm forms it: its bf16
-    and float32 runs give the same dD to 2e-7. Taken as the diagonal of a bf16 product (dy rounded to bf16, round 36
-    of ``benchmarks/kernels/ssd-notes.md``) it was 1.8e-3 from mamba-ssm at 130m on an H200 (round 37), and
-    4.5e-3 from the oracle here."""
+    and float32 runs give the same dD to 2e-7. Taken as the diagonal of a bf16 product (dy rounded to bf16) it is 1.8e-3
+    from mamba-ssm at 130m (measured on an H200) and 4.5e-3 from the oracle here."""
     arrays, exact, _ = make_inputs(rng, 2, 128, 2, 64, 64, 1, jnp.bfloat16, D=D, z=True, init=False)
     dout = jnp.asarray(rng.normal(size=(2, 128, 2, 64)), jnp.bfloat16)
     dfinal = jnp.zeros((2, 2, 64, 64), jnp.float32)
@@ -836,10 +835,9 @@ def test_the_state_passes_walk_on_mosaic_gpu_only_where_it_covers_the_shape(rng,
 
 
 def test_default_config_runs_the_mosaic_gpu_kernels_on_gpus_with_wgmma(rng, monkeypatch):
-    """Measured on an H100 (benchmarks/kernels/h100-2026-11-27-ssd-mosaic-dx*, ...-11-28-ssd-mosaic-dbc*): both
-    Mosaic GPU kernels up to N 128 and P 64, the per-head one beyond. ``wgmma`` is Hopper's alone (compute capability
-    9.x: not an A100's 8.0, nor a B200's 10.0), and the interpreter stands in for an H100. A config that asks for a
-    Mosaic kernel on another GPU is refused."""
+    """Measured on an H100 (docs/kernels.md#ssd-default-config): both Mosaic GPU kernels up to N 128 and P 64, the
+    per-head one beyond. ``wgmma`` is Hopper's alone (compute capability 9.x: not an A100's 8.0, nor a B200's 10.0), and
+    the interpreter stands in for an H100. A config that asks for a Mosaic kernel on another GPU is refused."""
     from types import SimpleNamespace
 
     from pallas_kernels import _triton
@@ -868,7 +866,7 @@ def test_default_config_runs_the_mosaic_gpu_kernels_on_gpus_with_wgmma(rng, monk
 
 
 def test_default_config_shares_scores_only_where_a_group_has_several_heads():
-    """Measured on an H100 (benchmarks/kernels/h100-2026-11-25-ssd-shared*, ...-ssd-other-b)."""
+    """Measured on an H100 (docs/kernels.md#ssd-default-config)."""
     from pallas_kernels.ssd.config import default_config
 
     assert default_config(8, 2048, 24, 64, 128, 2).shared_scores  # 130m: 24 heads share one group's C·Bᵀ

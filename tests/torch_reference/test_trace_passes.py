@@ -63,8 +63,8 @@ def test_trimmed_trace_keeps_what_the_passes_need():
 
 def test_recorded_trace_puts_every_kernel_in_its_pass():
     """A real trimmed trace (mamba2-tiny, two steps on an H100; tests/compare/fixtures/README.md): the backward's
-    kernels, launched by the autograd thread, all land in the backward (the softmax backward used to land in the
-    forward when kernels went by CPU launch time)."""
+    kernels, launched by the autograd thread, all land in the backward (by CPU launch time alone, the softmax backward
+    would land in the forward)."""
     trace = json.loads(gzip.decompress((Path(__file__).parent / "fixtures" / "torch-trace-mamba2-tiny.json.gz")
                                        .read_bytes()))  # fmt: skip
     passes, launches = kernels_by_pass(trace, steps=2)
