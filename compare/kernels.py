@@ -20,6 +20,7 @@ and ``<out>.md``.
 import argparse
 import dataclasses
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -194,6 +195,12 @@ def floor_ms(cost: dict, ceiling: dict) -> float:
     )
 
 
+def device_folder(device_kind: str) -> str:
+    """The results folder of a device: its model number in lower case ("NVIDIA H200" -> "h200"), else the name."""
+    match = re.search(r"\b([A-Z]\d{2,4}[A-Z]?)\b", device_kind)
+    return (match.group(1) if match else re.sub(r"[^A-Za-z0-9]+", "-", device_kind)).lower()
+
+
 def profiled_kernels(fn, calls: int = 5, idle_kernels: int = 6) -> tuple[dict, dict]:
     """From one trace of ``calls`` calls of ``fn``: {kernel: us per call}, and where the GPU sat idle per call (us:
     traced span, kernels' sum, busy time, and the ``idle_kernels`` kernels with the most idle time before them)."""
@@ -366,7 +373,12 @@ def main(argv: list[str] | None = None) -> int:
         "--profile", action="store_true", help="also record each side's per-kernel times (forward+backward)"
     )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=None, help="output prefix (default benchmarks/kernels/<op>)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="output prefix (default benchmarks/kernels/<device>/<op>, e.g. h200/ssd: the current result's place)",
+    )
     args = parser.parse_args(argv)
     extras = parse_shapes(args.shape, OPS[args.op])
     op = dataclasses.replace(OPS[args.op], shapes={**OPS[args.op].shapes, **extras})
@@ -399,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
         "matmul_tflops": round(tflops, 1),
         "jax": jax.__version__,
     }
-    out = args.out or Path("benchmarks/kernels") / args.op
+    out = args.out or Path("benchmarks/kernels") / device_folder(info["device"]) / args.op
     out.parent.mkdir(parents=True, exist_ok=True)
     output_path(out, ".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     table = markdown(rows, meta)

@@ -22,7 +22,7 @@ have no scope; ``--name_launches`` turns command buffers off in the process (eve
 at the cost of the launches the buffers saved: compare its wall time only with another such run). Its idle time
 then includes the host's launches where kernels are shorter than them: a 2-GPU Mamba-1 790m step on H100s had
 17.9 ms of gaps, 10.4 at the step's start and 3.6 in the optimizer, where the same step with command buffers kept
-two steps queued ahead of the GPUs (``benchmarks/scaling/README.md``).
+two steps queued ahead of the GPUs (``benchmarks/README.md, multi-GPU scaling``).
 
 All per step, in ms. Prints a table, writes ``<out>.json`` / ``<out>.md`` with ``--out`` and the raw trace with
 ``--keep_trace``. Needs GPUs for device timelines (on the CPU the trace has none and only the wall time is

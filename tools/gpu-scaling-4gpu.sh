@@ -10,7 +10,7 @@
 #   phase 5 (JAX only): Mamba-1 DDP with mesh.grad_reduce=early (per-device gradients, each weight's computed with
 #     its layer's backward, all-reduced explicitly), at 1 GPU on GPU 0 beside 2 on GPUs 1,2; then at 4.
 # Mamba-1 runs with the scan keeping every state its backward reads (model.scan_checkpoint_every=0), the setting of
-# its published points (benchmarks/scaling/README.md).
+# its published points (benchmarks/README.md, multi-GPU scaling).
 # Every point is a compare.scaling run (JAX, then PyTorch for fsdp/ddp) whose .json/.md land in WORK_DIR/results/;
 # WORK_DIR/progress.log says what ran when. Start it with setsid: it outlasts one device call.
 set -uo pipefail

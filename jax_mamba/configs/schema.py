@@ -302,7 +302,7 @@ class MeshConfig:
     # How the step uses FSDP-split parameters: "gather" gathers each split parameter whole before the model runs and
     # reduce-scatters its gradient (train.sharding.gather_split_params); "xla" leaves it to XLA's partitioner, which
     # may split the matmuls over the weights' features and move activations instead (slower on every mesh measured
-    # on H100s: benchmarks/scaling/README.md).
+    # on H100s: benchmarks/README.md, multi-GPU scaling).
     fsdp_gather: str = "gather"
     # How a data-parallel step (fsdp 1, context 1) sums the devices' gradients: "xla" leaves it to XLA's partitioner
     # (the all-reduces it adds after each weight gradient ran after the whole backward on 2 GPUs); "early" computes

@@ -2,8 +2,8 @@
 
 A weight's gradient x^T dy is used only by the optimizer, so XLA's scheduler is free to compute it, and to start the
 all-reduce that data parallelism puts after it, at the very end of the backward, where no compute is left to hide
-the all-reduce behind (seen on 2 GPUs: every gradient all-reduce after the last layer's backward,
-benchmarks/scaling/README.md). Inside ``early_weight_grads()`` each ``Linear`` passes its input and weight through
+the all-reduce behind (seen on 2 GPUs: every gradient all-reduce after the last layer's backward; benchmarks/README.md,
+multi-GPU scaling). Inside ``early_weight_grads()`` each ``Linear`` passes its input and weight through
 ``tie_weight_grad``, an identity whose backward joins the two gradients in one optimization barrier: the input's
 gradient, which the layers before need, is released only once the weight's is computed."""
 

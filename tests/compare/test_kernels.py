@@ -318,3 +318,12 @@ def test_replayed_calls_give_the_eager_results():
     torch.testing.assert_close(replay(), torch.relu(x @ w))
     x.copy_(torch.randn_like(x))
     torch.testing.assert_close(replay(), torch.relu(x @ w))
+
+
+def test_results_go_to_the_device_folder():
+    from compare.kernels import device_folder
+
+    assert device_folder("NVIDIA H200") == "h200"
+    assert device_folder("NVIDIA H100 80GB HBM3") == "h100"
+    assert device_folder("NVIDIA A100-SXM4-80GB") == "a100"
+    assert device_folder("Some GPU") == "some-gpu"
