@@ -9,7 +9,7 @@ from pallas_kernels._triton import next_pow2
 class ConvConfig:
     """Defaults: tiles that compile without spilling for an H100 at width 4 (``compare.triton_ir``: forward 72
     registers, backward 167; the backward keeps 2 x width - 1 shifted input tiles live), the backward's the faster
-    of the two tried on an H100 (benchmarks/kernels/h100-2026-11-24-causal_conv1d.md)."""
+    of the two measured on an H100 (docs/kernels.md#causal-conv1d)."""
 
     block_l: int = 32  # forward: time steps per program
     block_d: int = 64  # forward: channels per program (contiguous in memory)

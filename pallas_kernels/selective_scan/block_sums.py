@@ -3,9 +3,9 @@
 The backward writes one (N,) partial per step, group and block of channels: (batch, L, G, nblocks, N) float32,
 2 x 201 MB a layer at mamba1-790m (batch 4 x 2048, 384 blocks). A program reads ``ROWS`` whole rows of nblocks x N
 contiguous floats, ``BLOCKS`` blocks at a time, and writes their sums in B's dtype; the order of the sum is fixed
-(deterministic). On an H100, alone, it takes what XLA's reduction took (0.29-0.32 against 0.27-0.29 ms a layer,
-a first version of ``tools/bench_block_sums.py``), but the mamba1-790m step ran 4.5% faster with it than with
-XLA's reduction fused into the concatenation of (d dt, dB, dC) (benchmarks/kernels/selective_scan-notes.md).
+(deterministic). On an H100, alone, it takes about what XLA's reduction takes (0.29-0.32 against 0.27-0.29 ms a
+layer), but the mamba1-790m step runs 4.5% faster with it than with XLA's reduction fused into the concatenation of
+(d dt, dB, dC) (docs/kernels.md#selective-scan-default-config).
 """
 
 import functools

@@ -121,7 +121,7 @@ RESIDENT_PER_SM = {2: 12, 4: 8}
 def sequential_bwd_unroll(programs: int, sm_count: int = SM_COUNT) -> int:
     """bwd_unroll for ``programs`` sequential-backward programs: 4 (twice the steps in flight per program, 10% faster
     per wave) unless its larger register file needs more waves of programs than 2 does. Each wave costs a whole
-    walk of L, so the count of waves decides (measured on an H100, benchmarks/kernels/selective_scan-notes.md)."""
+    walk of L, so the count of waves decides (measured on an H100: docs/kernels.md#selective-scan-default-config)."""
     waves = {u: -(-programs // (per_sm * sm_count)) for u, per_sm in RESIDENT_PER_SM.items()}
     return 4 if waves[4] == waves[2] else 2
 
@@ -133,7 +133,7 @@ def default_config(
     checkpoint_every: int = KEEP_EVERY,
     sm_count: int = SM_COUNT,
 ) -> ScanConfig:
-    """The tiling measured best on an H100 (benchmarks/kernels/selective_scan-notes.md) for N = 16, scaled for N.
+    """The tiling measured best on an H100 for N = 16, scaled for N (docs/kernels.md#selective-scan-default-config).
 
     ``programs_per_channel`` is batch x groups. Where batch x groups x channel blocks of 8 gives at least
     FILL_PROGRAMS one-warp programs, the backward is the sequential design's (8 channels per program, states every

@@ -11,7 +11,7 @@ No (L, dim, N) state is ever stored. Sums over channels that cross programs (dB,
 batch row) are written as per-program partials and summed by the caller, in a fixed order: deterministic. The dB
 and dC partials are (batch, L, G, nblocks, N): the programs of one step write side by side. Leading with the block
 axis instead (each program's steps contiguous) made this kernel 74 -> 127 ms a mamba1-790m step on an H100 (batch 4
-x 2048) without speeding up the partials' sum (benchmarks/kernels/selective_scan-notes.md).
+x 2048) without speeding up the partials' sum (docs/kernels.md#tried-and-did-not-pay).
 """
 
 import functools

@@ -230,7 +230,7 @@ def block_program(dims: SsdDims, tile=None) -> tuple["Program", jax.Array]:
     """The block-parallel program of ``tile`` (default: this program's id in the grid ``dims.block_grid``) and the
     index of its block. Tiles run headdim block fastest, then head, then (batch row, block): the programs of one
     block, which all read its B and C (G x T x N each, shared by H / G heads) and the same rows of x, run together
-    and find them in L2. Block-fastest order re-read B and C from DRAM once per head at long L (H100, B1 L65536 H128:
+    and find them in L2. Block-fastest order re-reads B and C from DRAM once per head at long L (H100, B1 L65536 H128:
     L2 hit rate 20% in ``ssd_fwd_out``, which moved 11 GB where 6 were needed)."""
     tile = pl.program_id(0) if tile is None else tile
     part, rest = tile % dims.p_blocks, tile // dims.p_blocks

@@ -49,9 +49,7 @@ halves of B and C two blocks ahead (``kernel_fwd_mosaic_halves``): at N 256 one 
 
 With ``shared_scores`` (the default) the forward's output and the backward's per-head kernel read each block's C·Bᵀ
 (T, T), float32, computed once per group by XLA (``block.block_scores``), instead of each program (head, head dims)
-recomputing it. On an H100 (``benchmarks/kernels/h100-2026-11-25-ssd-shared*``) the fused forward took 228 against
-281 us at 130m and 446 against 521 at 2.7b, ``ssd_bwd_dx`` 10.36 against 10.67 ms at B1 L65536 H128;
-``default_config`` turns it off where each group has one head.
+recomputing it (``docs/kernels.md#ssd-kernels``); ``default_config`` turns it off where each group has one head.
 """
 
 import dataclasses
@@ -170,7 +168,7 @@ ONE_DBC_PROGRAM_PER_SM = 0.9  # dB/dC: one program per block and group where the
 MOSAIC_DBC_MAX_HEADDIM = 64  # dB/dC on Mosaic GPU up to this P (one pipeline step a head; N up to WIDE_TILE_MAX_DSTATE)
 SM_SHARED_BYTES = 228 * 1024  # Hopper: shared memory an SM shares among its programs, less 1 KB for each
 PROGRAM_RESERVED_BYTES = 1024  # ... the 1 KB each program's share loses
-PAIRED_WALK_SLOWDOWN = 1.85  # a Mosaic walk program's time with a second one on its SM (measured, next rules)
+PAIRED_WALK_SLOWDOWN = 1.85  # a Mosaic walk program's time with a second one on its SM (130m's, measured)
 WALK_WARPGROUPS = 2  # the Mosaic walk's state in halves of N on this many warpgroups past N = WIDE_TILE_MAX_DSTATE
 WALK_PIECES = 2  # ... else (one warpgroup) its B and C in this many pieces of N's columns
 
@@ -206,7 +204,7 @@ def walk_pieces_fit(dstate: int, pieces: int) -> bool:
 
 def walk_stages(walk_programs: int, dstate: int, sm_count: int) -> int:
     """Pipeline stages of the Mosaic forward walk (``SsdConfig.fwd_walk_stages``): one where that lets two programs
-    share an SM and the rounds of programs that then take (at PAIRED_WALK_SLOWDOWN each) are fewer than alone, and
+    share an SM and the waves of programs that then take (at PAIRED_WALK_SLOWDOWN each) are fewer than alone, and
     past N = WIDE_TILE_MAX_DSTATE (one program an SM either way); else two."""
     if dstate > WIDE_TILE_MAX_DSTATE:
         return 1
@@ -239,151 +237,33 @@ def default_config(
     wgmma: bool = True,
     walk_warpgroups: int = WALK_WARPGROUPS,
 ) -> SsdConfig:
-    """``SsdConfig()`` with twenty rules for the shapes and the GPU (``walk_warpgroups``: the most warpgroups a
-    Mosaic walk program may have; Pallas's interpreter may lack the threads for two, ``api.pallas_config``):
+    """``SsdConfig()`` tiled for these shapes and this GPU (``sm_count`` SMs, ``wgmma``: Hopper's tensor-core
+    instructions; ``walk_warpgroups``: the most warpgroups a Mosaic walk program may have, fewer under Pallas's
+    interpreter, ``api.pallas_config``). "Programs" are batch x heads x head-dim tiles. The rules, each measured
+    against its alternative in ``docs/kernels.md#ssd-default-config``:
 
-    - the fused forward only where its programs (batch x heads x head-dim tiles) fill the GPU's ``sm_count``
-      SMs: on an H100 (forward ms, fused / split, ``benchmarks/kernels/h100-2026-11-24-ssd-fused-vs-split*``) it
-      won with 192, 256 and 320 programs (130m 0.20 / 0.28, b4 L4096 H64 0.42 / 0.79, 2.7b 0.38 / 0.50) and lost
-      with 64 and 128 (B2 L8192 H32 0.65 / 0.42 at N 128, 1.07 / 0.65 at N 256; B16 L512 H8 0.13 / 0.10);
-    - the state kept only every KEEP_EVERY positions where every block's state for the backward
-      (batch, L / block_l, H, P, N) in the inputs' dtype (``itemsize`` bytes) would exceed KEEP_ALL_MAX_BYTES: the
-      mamba2-130m and 2.7b layers at L 2048 keep all (100 and 168 MB), a 65536-long sequence of 128 heads 1/16 of
-      2 GB (every LONG_SEGMENT positions: its state passes are two-level, last rule);
-    - the backward's per-head kernel (``ssd_bwd_dx``) on 32 head dims per program at 4 warps, not whole heads at
-      8, up to N = BWD_SPLIT_MAX_DSTATE: on an H100 (``benchmarks/kernels/h100-2026-11-25-ssd-bwd-split*``) 551
-      against 665 us at 130m and 890 against 1053 at 2.7b (N 128); at N 256 (B2 L8192 H32) 1289 against 1273;
-    - the sequential state passes on whole 64-dim heads where batch x heads alone gives STATE_PASS_PROGRAMS_PER_SM x
-      ``sm_count`` programs, on 32 head dims where that takes two tiles per head and L >= WIDE_STATE_TILE_MIN_L,
-      else on 16: a wider tile repeats the per-block decay work fewer times, fewer programs hide less latency,
-      and a short walk gains little. On an H100 (``benchmarks/kernels/h100-2026-11-25-ssd-state-rows*`` and
-      ``...-ssd-final*``, ``ssd_bwd_dstates`` us at tiles 16 / 32 / 64): 2.7b 305 / 290 / 214 (320 programs at 64),
-      B4 L4096 H64 462 / - / 243, B1 L65536 H128 4674 / 3162 / 3431 (256 programs at 32); 130m 151 / 188 / -
-      (384 at 32, L 2048), B16 L512 H8 24 / 31 / -, B2 L8192 H32 288 / 491 / 516. Splitting N instead
-      (``state_block_n``) was slower everywhere (``...-ssd-state-columns*``);
-    - C·Bᵀ shared through XLA (``shared_scores``) only where a group has more than one head to share it: with one
-      head per group (B16 L512 H8 G8, ``...-ssd-other-b``) it cost 0.288 against 0.253 ms forward+backward;
-    - the state passes in two levels (``two_level_states``) where they do not get whole-head tiles (batch x heads
-      under STATE_PASS_PROGRAMS_PER_SM x ``sm_count``) and L >= TWO_LEVEL_MIN_L, over segments of KEEP_EVERY
-      positions, LONG_SEGMENT from LONG_SEGMENT_MIN_L (the kept states' interval too). On an H100
-      (``benchmarks/kernels/h100-2026-11-25-ssd-two-level-*``, ms forward / forward+backward, one level against
-      two at 1024 / 2048): B1 L16384 H24 0.557 / 1.850 against 0.274 / 1.258 and 0.309 / 1.346, B1 L65536 H8
-      1.706 / 4.765 against 0.463 / 2.136 and 0.401 / 1.970, B1 L131072 H24 4.09 / 14.66 against 2.00 / 10.02 and
-      1.89 / 9.83, B1 L65536 H128 5.07 / 25.50 against 4.98 / 24.65 at 1024; neutral at B2 L8192 H32 N256
-      (0.641 / 3.023 against 0.634 / 3.018) and 130m (1.204 against 1.214 forward+backward), slower with whole-head
-      tiles (B4 L16384 H64: 2.53 / 15.17 against 3.01 / 16.11);
-    - where the state passes are two-level, the forward's outputs from one fused walk per segment (``fused_segments``)
-      up to N = WIDE_TILE_MAX_DSTATE, like the fused forward, and with it two levels from L = FUSED_SEGMENTS_MIN_L
-      where the forward is split (too few programs for the fused forward, or L past its limit). On an H100
-      (``benchmarks/kernels/h100-2026-11-27-ssd-fused-segments-*``, ms forward, block-state pass + output pass
-      against fused segments on 64 head dims at 4 warps) B1 L65536 H128 4.87 against 3.50 (32 or 8 warps: 4.93,
-      6.15), B1 L16384 H24 0.264 against 0.220, B1 L131072 H24 1.906 against 1.367; B2 L8192 H32, one-level before,
-      0.404 / 1.629 forward / forward+backward against 0.270 / 1.534 (segments of 512: 0.284 / 1.543); at N 256
-      (B2 L8192 H32 G4) 0.628 one-level against 0.857 and 1.026 on 32 and 16 head dims (64 spill);
-    - with whole-head tiles too, the forward alone two-level with fused segments (``two_level_backward`` off), where
-      the forward is split and N <= WIDE_TILE_MAX_DSTATE. At B4 L16384 H64 G8 on an H100 the forward took 2.21
-      against 2.47 ms one-level, but with the two-level backward 12.83 against 12.59 ms forward+backward
-      (``...-fused-segments-whole``). With the backward one-level, on an H200
-      (``benchmarks/kernels/h200-2026-11-27-ssd-forward-two-level-whole.txt``, ms forward / forward+backward,
-      one-level against this): B4 L16384 H64 G8 2.206 / 12.323 against 2.103 / 11.438, B2 L16384 H128 1.955 /
-      11.061 against 1.859 / 10.780;
-    - where the fused forward has at most FEW_PROGRAMS_PER_SM x ``sm_count`` programs (so the split forward's
-      one-level state pass, four 16-dim tiles per head, leaves SMs idle), two levels with fused segments from L =
-      SHORT_SEGMENTS_MIN_L up to TWO_LEVEL_MIN_L, over segments of L / SEGMENTS_PER_WALK (at least SHORT_SEGMENT):
-      each segment's walk is then 1/16 of the sequence, and batch x heads x 16 programs walk them. On an H200
-      (``benchmarks/kernels/h200-2026-11-27-ssd-short-segments*``, ms forward / forward+backward, this rule
-      against one level, and segments of 1024 at L 8192): B1 L4096 H24 0.076 / 0.358 against 0.144 / 0.467, B2
-      L8192 H8 0.087 / 0.434 against 0.117 / 0.491, B1 L8192 H24 0.127 / 0.611 against 0.133 / 0.640, B1 L2048 H24
-      0.064 / 0.215 against 0.079 / 0.236, B1 L4096 H8 P128 N64 G2 0.075 / 0.229 against 0.098 / 0.328, B2 L2048 H8
-      0.063 / 0.203 against 0.108 / 0.198. At L 1024 (B1 H8) the forward+backward moved both ways between two runs
-      (0.090 against 0.092, then 0.201 against 0.154: the launches of the two-level backward at 0.1 ms), hence
-      L >= 2048; with more programs, short segments and a two-level backward lost (B4 L1024 H24, 96 programs: 0.073
-      / 0.352 against 0.077 / 0.329) or did nothing (B16 L512 H8, 128: 0.057 / 0.237 against 0.065 / 0.230);
-    - where the fused forward has more programs than that but fewer than ``sm_count`` (split, one-level before), the
-      forward two-level with fused segments of PARTIAL_WAVE_SEGMENT from L = SHORT_SEGMENTS_MIN_L up to
-      FUSED_SEGMENTS_MIN_L, the backward one-level (two-level it lost: B4 L4096 H32 N64 G2, 128 programs, 1.365
-      against 1.409 ms forward+backward on an H200, ``...-short-segments-n64``). On an H100
-      (``benchmarks/kernels/h100-2026-11-27-ssd-short-segments-between``, one level against segments of 512 /
-      256): B2 L4096 H32 0.209 / 0.820 against 0.151 / 0.780 and 0.177 / 0.802, B2 L4096 H48 0.265 / 1.124 against
-      0.205 / 1.097 and 0.251 / 1.146, B2 L2048 H32 P128 0.213 / 0.850 against 0.151 / 0.795 and 0.173 / 0.824, B4
-      L4096 H32 N64 G2 0.270 / 1.387 against 0.231 / 1.370 and 0.266 / 1.387, B4 L2048 H24 0.141 / 0.589 against
-      0.122 / 0.597 and 0.128 / 0.594;
-    - past N = WIDE_TILE_MAX_DSTATE no fused forward and the sequential passes on 16 head dims: their float32
-      (head dims, N) state with the (T, N) B and C tiles outgrows the registers. Compiled for sm_90 at N 256
-      (``benchmarks/kernels/sass/ssd-sm90-2026-11-25-dstate.txt``), bytes spilled a thread: the fused forward
-      888-1008 (468-528 on 32 head dims), ``ssd_bwd_dstates`` on 64 dims 628 (24 on 32, none on 16). The two-level
-      and rebuild kernels stay on 64 dims although they spill 328-372 bytes there, and dB/dC take a group's heads in
-      one program (``bwd_head_splits`` 1: no float32 partials for XLA to sum): on an H100
-      (``benchmarks/kernels/h100-2026-11-26b-ssd-n256-*``, ms forward / forward+backward, both changes against 32
-      dims and 4 splits) B1 L16384 H24 0.451 / 1.620 against 0.512 / 1.889, B2 L8192 H32 G4 0.629 / 2.243 against
-      0.625 / 2.630, B8 L2048 H24 0.419 / 1.554 against 0.422 / 1.665;
-    - up to N = WIDE_TILE_MAX_DSTATE too, dB/dC take a group's heads in one program where batch x blocks x groups
-      alone gives ONE_DBC_PROGRAM_PER_SM x ``sm_count`` programs (4 splits below that, not measured against one):
-      on an H100 (``benchmarks/kernels/h100-2026-11-26e-ssd-head-splits``, ``ssd_bwd_dbc`` us, 4 splits against
-      1) 130m 210 against 173 (256 programs), 2.7b 304 against 281 (128), B1 L65536 H128 3642 against 3524 (1024),
-      and XLA's 28 us sum of the float32 partials at 130m gone;
-    - the backward's decay gradient from row sums (``bwd_rowwise_dcs``) everywhere: on an H100
-      (``benchmarks/kernels/h100x2-2026-11-25-ssd-bwd-candidates.md``) ``ssd_bwd_dx`` took 480 against 508 us at
-      130m and 817 against 839 at 2.7b, and compiled for sm_90 it ran 10-13% fewer instructions at every shape tried
-      (N 64-256, G 1-8, L 512-131072) with no spills and no more registers;
-    - the backward's per-head kernel on Mosaic GPU (``bwd_dx_mosaic``) on a GPU with Hopper's ``wgmma`` (``wgmma``),
-      for the shapes it covers (``kernel_bwd_mosaic.mosaic_dx_supported``: 16-bit inputs, L, P and N multiples of
-      64, no seq_idx; the Triton kernel elsewhere). On an H100 (``benchmarks/kernels/h100-2026-11-27-ssd-mosaic-dx*``,
-      ms forward+backward, Triton against Mosaic) 130m 1.101 against 0.856, B1 L65536 H128 22.589 against 18.240
-      (``...-final``); with an earlier version B4 L16384 H64 G8 12.245 against 9.417, 2.7b 1.869 against 1.473, N 256
-      (B2 L8192 H32 G4) 2.223 against 1.948, N 64 1.365 against 1.076, P 128 0.800 against 0.660, B16 L512 H8 0.248
-      against 0.213;
-    - the backward's dB/dC kernel on Mosaic GPU too (``bwd_dbc_mosaic``, on 128 of N's columns a program) on a GPU
-      with ``wgmma``, up to N = WIDE_TILE_MAX_DSTATE and P = MOSAIC_DBC_MAX_HEADDIM, for the shapes it covers
-      (``kernel_bwd_dbc_mosaic.mosaic_dbc_supported``, as the per-head kernel's). On an H100
-      (``benchmarks/kernels/h100-2026-11-28-ssd-mosaic-dbc-verify*``, ms forward+backward, Triton dB/dC against
-      Mosaic, and Mosaic on 64 columns): 130m 0.855 against 0.821 (0.903), B1 L65536 H128 18.269 against 17.283
-      (19.342), 2.7b 1.425 against 1.385 (1.490), B4 L16384 H64 G8 9.231 against 8.779 (9.503); ``...-other``:
-      B16 L512 H8 0.214 against 0.212, the same with G8 0.274 against 0.256, B4 L4096 H32 N64 G2 1.069 against
-      0.903, B1 L16384 H24 0.904 against 0.879, B1 L131072 H24 6.913 against 6.593. It lost where a program loops
-      over more tiles: at N 256 (B2 L8192 H32 G4, two or four column tiles) 1.929 against 1.990 (2.249), at P 128
-      (B2 L2048 H32, two 64-dim parts a head) 0.643 against 0.668;
-    - the forward's fused walks on Mosaic GPU (``fwd_mosaic``) on a GPU with ``wgmma``, for 16-bit inputs with L, P
-      and N in 64s (``kernel_fwd_mosaic.mosaic_walk_supported`` checks the rest at the call: no seq_idx), and with
-      them the rules above for fused walks at N 256 too (whole where their programs fill the GPU, per segment where
-      the forward is split; the backward one-level there). On an H100
-      (``benchmarks/kernels/h100-2026-11-28-ssd-mosaic-walk*``, ms forward / forward+backward, Mosaic against the
-      Triton forward): 130m 0.179 / 0.812 against 0.185 / 0.858, 2.7b 0.253 / 1.240 against 0.347 / 1.379, B1
-      L16384 H24 0.200 / 0.815 against 0.224 / 0.874, B4 L4096 H32 N64 G2 0.192 / 0.875 against 0.240 / 0.933, B1
-      L131072 H24 1.398 / 6.535 against 1.370 / 6.701; at N 256 B8 L2048 H24 0.351 / 1.437 (whole walks) against
-      0.436 / 1.530 (split), B2 L8192 H32 G4 0.467 / 1.903 (segments of 1024) against 0.595 / 2.042 (Triton
-      segments) and 0.629 / 1.950 (split, one-level, ``...-walk-first-n256``);
-    - the sequential state passes on Mosaic GPU (``states_mosaic``: the forward's segment states and the backward's
-      rebuild, the backward's state gradients one- or two-level) where the forward's walk is (the same cover). On an
-      H200 (``benchmarks/kernels/h200-2026-11-28-ssd-mosaic-states*``, ms forward+backward, Triton passes against
-      Mosaic) 130m 0.736 against 0.633, B1 L65536 H128 14.965 against 13.903, 2.7b 1.121 against 1.022, B1 L16384
-      H24 0.724 against 0.689 (``...-first``); B2 L8192 H32 G4 N256 1.727 against 1.618, B4 L16384 H64 G8 7.531
-      against 7.205, B1 L131072 H24 5.654 against 5.419, B4 L4096 H32 N64 G2 0.784 against 0.685, B2 L2048 H32
-      P128 0.598 against 0.488, B8 L2048 H24 N256 1.294 against 1.174 (``...-other``): faster at every shape run;
-    - with them, the backward's state gradients one-level (``two_level_backward`` off) where batch x heads x 64-dim
-      head parts give MOSAIC_ONE_LEVEL_PROGRAMS_PER_SM x ``sm_count`` programs: one Mosaic program a head then walks
-      the whole sequence near the copy bandwidth, and the two-level pass's extra read of dout, z and C is the loss.
-      On an H200 (``benchmarks/kernels/h200-2026-11-29c-ssd-one-level-*``, ms forward+backward, two-level against
-      one-level): B1 L65536 H128 (128 programs) 13.574 against 12.949 (``...-long-profile``; 12.739 in a later
-      call, mamba-ssm 22.133 there), B8 L16384 H24 (192) 5.685 against 5.055 (``...-other``);
-    - the forward's Mosaic walk on one pipeline stage (``walk_stages``) where that lets two of its programs share an
-      SM and the rounds of programs are then fewer, counting each paired program PAIRED_WALK_SLOWDOWN times as long
-      as alone, and past N = WIDE_TILE_MAX_DSTATE. On an H200 (``benchmarks/kernels/h200-2026-11-28-ssd-walk-new``,
-      ms forward, two stages against one): 130m (192 programs) 0.169 against 0.156, B1 L65536 H128 (4096, per
-      segment) 3.047 against 2.775, 2.7b (320) 0.247 against 0.287; the slowdown is 130m's ratio (0.923 x 2 rounds),
-      which puts the other two at 0.925 and 1.23. N 256 (one program an SM either way): B2 L8192 H32 G4 0.441
-      against 0.421, B8 L2048 H24 0.360 against 0.321;
-    - past N = WIDE_TILE_MAX_DSTATE (N 256), the walk's state in halves of N on WALK_WARPGROUPS warpgroups, each
-      with its halves of B and C two blocks ahead (``fwd_walk_warpgroups``, ``kernel_fwd_mosaic_halves``); where a
-      walk program may have one warpgroup (``walk_warpgroups``), its B and C in WALK_PIECES pieces of N's columns
-      by its hand-made loop instead (``fwd_walk_pieces``, ``kernel_fwd_mosaic_pieces``). On an H200
-      (``benchmarks/kernels/h200-2026-11-29b-ssd-walk-halves-verify`` and ``-more``, ms forward /
-      forward+backward, halves against two pieces, mamba-ssm in the same run): B2 L8192 H32 G4 0.316 / 1.464
-      against 0.415 / 1.722 (mamba-ssm 0.699 / 3.894), B8 L2048 H24 0.219 / 1.094 against 0.281 / 1.148, B1
-      L16384 H24 0.252 / 1.420 against 0.316 / 1.511, B4 L4096 H64 G8 0.418 / 3.554 against 0.534 / 3.554, B16
-      L1024 H16 0.123 / 0.695 against 0.165 / 0.762. At N 128 halves lost (``...-halves-n128``: 130m 0.196
-      against 0.147 forward, 2.7b 0.291 against 0.233, the long shape 3.462 against 2.684); two pieces had gained
-      4-9% over one stage at N 256 and lost at N 128 (``h200-2026-11-28d-ssd-walk-pieces-*``)."""
+    - Mosaic GPU kernels with ``wgmma`` where they cover the shape: the backward's per-head kernel always, dB/dC up
+      to N = WIDE_TILE_MAX_DSTATE and P = MOSAIC_DBC_MAX_HEADDIM, the forward's walks and the state passes for
+      16-bit inputs with L, P and N in 64s;
+    - the fused forward only where its programs fill the SMs (and, past N = WIDE_TILE_MAX_DSTATE, only on Mosaic);
+    - ``shared_scores`` only where a group has more than one head; ``bwd_rowwise_dcs`` everywhere;
+    - the Triton per-head backward on 32 head dims at 4 warps up to N = BWD_SPLIT_MAX_DSTATE;
+    - up to N = WIDE_TILE_MAX_DSTATE, sequential passes on 64-dim tiles where batch x heads gives
+      STATE_PASS_PROGRAMS_PER_SM x ``sm_count`` programs, on 32 from L = WIDE_STATE_TILE_MIN_L where two tiles a
+      head do, else on 16;
+    - two-level state passes from L = TWO_LEVEL_MIN_L without whole-head tiles, and from SHORT_SEGMENTS_MIN_L where
+      the forward is split and can fuse its segments (its outputs then from a fused walk per segment): segments of
+      L / SEGMENTS_PER_WALK (at least SHORT_SEGMENT) with few programs (FEW_PROGRAMS_PER_SM) below TWO_LEVEL_MIN_L,
+      of PARTIAL_WAVE_SEGMENT with a partial wave below FUSED_SEGMENTS_MIN_L, else of KEEP_EVERY (LONG_SEGMENT from
+      LONG_SEGMENT_MIN_L);
+    - the backward's state gradients one-level where whole-head tiles fill the GPU, with a partial wave, past
+      N = WIDE_TILE_MAX_DSTATE, or where Mosaic heads give MOSAIC_ONE_LEVEL_PROGRAMS_PER_SM x ``sm_count`` programs;
+    - one dB/dC program a group where batch x blocks x groups gives ONE_DBC_PROGRAM_PER_SM x ``sm_count``
+      programs, and past N = WIDE_TILE_MAX_DSTATE;
+    - the Mosaic walk on one pipeline stage where pairing its programs cuts their waves, and past
+      N = WIDE_TILE_MAX_DSTATE (``walk_stages``); there its state in halves on WALK_WARPGROUPS warpgroups where a
+      program may have them, else its B and C in WALK_PIECES pieces;
+    - every block's state kept up to KEEP_ALL_MAX_BYTES, else one every ``state_segment`` or KEEP_EVERY positions."""
     wide_tiles = dstate <= WIDE_TILE_MAX_DSTATE
     # the forward's walk on Mosaic GPU where it covers these sizes (in 64s, 16-bit: its own check at the call)
     walk = wgmma and itemsize == 2 and all(size % 64 == 0 for size in (seqlen, headdim, dstate))

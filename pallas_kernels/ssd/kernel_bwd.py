@@ -22,8 +22,8 @@ gradient block-parallel (programs launched head and head dims fastest: see ``blo
     with the states (B dSᵀ, C S_inᵀ, S_in · dS) run over that many of N's columns at a time (``_state_products``).
     M's diagonal (C·Bᵀ's own, decay exp(0) = 1; from ``block_scores`` or the block's B and C) enters Mᵀ dy for dX
     only: in d cs a diagonal entry adds the same value to its row's sum and its column's, which cancel exactly but
-    leave their rounding. At large decays, where the entries below are tiny, that rounding was most of d cs, and the
-    reverse cumulative sum carried it into d dt and dA (a module test at TEST_SEED=32: d A_log 2.16e-4 from a
+    leave their rounding. At large decays, where the entries below are tiny, that rounding would be most of d cs, and
+    the reverse cumulative sum would carry it into d dt and dA (a module test at TEST_SEED=32: d A_log 2.16e-4 from a
     float64 truth with the diagonal in, 3.7e-6 without; the reference at chunk 64, 4.2e-5).
 
 3. ``ssd_bwd_dbc``, one program per (batch row, block, group, split): a program loops over its share (1 / splits)

@@ -15,11 +15,10 @@ accumulate in the same two ``wgmma`` accumulators instead of registers; the Trit
 product instead. dB and dC leave in B's and C's dtype: no float32 partials for XLA to sum.
 
 The Triton kernel (``kernel_bwd._dbc_kernel``) reads the same bytes; at B1 L65536 H128 on an H100 it took 3.5 ms
-against about 2.2 ms for its reads at the H100's 3.35 TB/s (``benchmarks/kernels/ssd-notes.md``, eighteenth round).
-Measured on an H100 (``benchmarks/kernels/h100-2026-11-28-ssd-mosaic-dbc-first.md``, profiler, us a forward+backward):
-the two Mosaic kernels together took 7,966 at B1 L65536 H128 against 5,352 + 3,523 with the Triton dB/dC kernel, and
-363 against 219 + 175 at 130m. At N 256 (two column tiles re-read x, dout and the states) and at P 128 (two pipeline
-steps a head) it lost to the Triton kernel (``default_config`` keeps it to N <= 128, P 64).
+against about 2.2 ms for its reads at the H100's 3.35 TB/s. With this kernel the backward's two Mosaic kernels took
+7,966 us there against 5,352 + 3,523 with the Triton dB/dC kernel (H100, profiler). At N 256 (two column tiles
+re-read x, dout and the states) and at P 128 (two pipeline steps a head) it loses to the Triton kernel, so
+``default_config`` keeps it to N <= 128, P 64 (``docs/kernels.md#ssd-on-mosaic-gpu``).
 
 Covered shapes (``mosaic_dbc_supported``): block_l 64, head dims and N multiples of 64 (N <= 256, in column tiles of
 ``SsdConfig.bwd_dbc_columns``, 64 or 128), L a multiple of 64, 16-bit inputs, no seq_idx. Elsewhere the Triton

@@ -5,21 +5,21 @@ tensor-memory accelerator (TMA) at the program's start, every product on ``wgmma
 The Triton kernel (``kernel_bwd._dx_tile``) holds its tiles in registers: 250-255 of them a thread, two 4-warp
 programs per SM, whose loads the scheduler then waits on (H200, ncu: 40% of the cycles between a warp's instructions
 are L1TEX waits, DRAM at 22% of its peak). Here the inputs wait in shared memory and (64, 64) float32 tiles are 32
-registers a thread. Two things made it fast (H100, 130m, ncu, ``benchmarks/kernels/h100-2026-11-27-ssd-mosaic-dx*``):
+registers a thread. Two things make it fast (H100, 130m, ncu; ``docs/kernels.md#ssd-backward-per-head-kernel``):
 
 - at most two (64, 64) accumulators live at a time (the products in three scopes). With all four (T, P) products in
-  one scope it spilled (255 registers, 6.6 million local-memory requests) and took 414 us; now 224 registers, no
-  spills, 227 us, DRAM at 76% of its peak;
+  one scope it spills (255 registers, 6.6 million local-memory requests) and takes 414 us; in three scopes 224
+  registers, no spills, 227 us, DRAM at 76% of its peak;
 - five (64, 64) tiles of shared memory reused (x, then dx; dout, then dy; z, then dz / ypre, then dz; M; X) beside
   B, C, S_in and dS: 112 KB at N 128, so two programs share an SM.
 
-On an H200 (ncu, round 36 of ``benchmarks/kernels/ssd-notes.md``, dD then from a bf16 product, reverted in round 37
-for its accuracy) it is bound by its own instructions: about 3,200 a warp a program, two warps a scheduler issuing
-0.45 a cycle, the waits for its loads 9% of the stall samples.
+On an H200 (ncu) it is bound by its own instructions: about 3,200 a warp a program, two warps a scheduler issuing
+0.45 a cycle, the waits for its loads 9% of the stall samples. dD is a float32 column sum of dy x: the diagonal of a
+``wgmma`` on bf16 dy is cheaper but misses mamba-ssm's dD accuracy, which sums float32 dy x.
 
-A program looping over several heads of a group (C·Bᵀ once, the next head's loads during this head's math) was
-slower in every case tried (B1 L65536 H128: 27.4-28.5 ms forward+backward against 22.8 with the Triton kernel in
-the same run) and was dropped.
+A program looping over several heads of a group (C·Bᵀ once, the next head's loads during this head's math) is
+slower in every case measured (B1 L65536 H128: 27.4-28.5 ms forward+backward against 22.8 with the Triton kernel;
+``docs/kernels.md#tried-and-did-not-pay``).
 
 Per program, with T = 64 positions i (rows of M) and j (columns), cs the block's cumulative dt·A (from XLA):
 

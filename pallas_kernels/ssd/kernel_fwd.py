@@ -297,8 +297,8 @@ def ssd_forward(
     if whole_walk and mosaic and keep:
         # The Mosaic walk stores every block's state or none: to keep float32 states every few blocks it runs once per
         # segment of them instead, from the two-level state pass's. On an H200 the Triton walk that keeps them took
-        # 1.11 of 3.53 ms forward+backward at B4 L4096 H64 N256 G8; asked for by config, this way took 2.13 against
-        # 2.50 ms at B8 L2048 H80 N128 (benchmarks/kernels/h200-2026-11-29b-ssd-kept-walk-*)
+        # 1.11 of 3.53 ms forward+backward at B4 L4096 H64 N256 G8; this way took 2.13 against 2.50 ms at B8 L2048
+        # H80 N128 (docs/kernels.md#ssd-kept-states)
         config = dataclasses.replace(config, two_level_states=True, fused_segments=True)
         whole_walk = False
     if whole_walk and mosaic:

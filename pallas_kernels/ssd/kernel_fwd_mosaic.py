@@ -28,14 +28,15 @@ block waits for that store only before it stages its own E (the pre-gate output,
 own). Shared memory (``config.walk_shared_bytes``), with z and the pre-gate output: ``stages`` blocks' x, z, B, C
 and decay vectors, S's copy, E and the pre-gate output; at N 128 on one stage 81 KB, so two programs share an SM
 (``config.walk_stages`` picks one stage where that pays), at N 256 on two 211 KB. At N 256 the state (128 registers
-a thread) with the block's accumulators spills (ncu, ``benchmarks/kernels/h200-2026-11-28-ssd-walk-ncu-*``).
+a thread) with the block's accumulators spills (ncu): ``docs/kernels.md#ssd-walk-at-n-256``.
 
-Measured on an H100 (``benchmarks/kernels/h100-2026-11-28-ssd-mosaic-walk*``, ms forward, against the Triton
-forward): 130m 0.179 against 0.185, 2.7b 0.253 against 0.347, B2 L8192 H32 G4 N256 (per segment) 0.467 against 0.595,
-B8 L2048 H24 N256 0.351 against 0.436 (split), B4 L4096 H32 N64 G2 0.192 against 0.240, B1 L16384 H24 0.200 against
-0.224; even at B1 L65536 H128 (3.51 against 3.55, the first version) and B1 L131072 H24 (1.398 against 1.370).
+Measured on an H100 (ms forward, against the Triton forward; ``docs/kernels.md#ssd-on-mosaic-gpu``): 130m 0.179
+against 0.185, 2.7b 0.253 against 0.347, B2 L8192 H32 G4 N256 (per segment) 0.467 against 0.595, B8 L2048 H24 N256
+0.351 against 0.436 (split), B4 L4096 H32 N64 G2 0.192 against 0.240, B1 L16384 H24 0.200 against 0.224; about
+even at B1 L65536 H128 (3.51 against 3.55) and B1 L131072 H24 (1.398 against 1.370).
 
-With ``pieces`` > 1 (``SsdConfig.fwd_walk_pieces``, the default at N 256) the loop over blocks is
+With ``pieces`` > 1 (``SsdConfig.fwd_walk_pieces``, the N 256 default where a program may have only one warpgroup;
+with two, ``kernel_fwd_mosaic_halves``) the loop over blocks is
 ``kernel_fwd_mosaic_pieces``'s instead of ``emit_pipeline``: B and C come in pieces of N's columns, the state is one
 accumulator a piece, and each block does piece i's C Bᵀ, C Sᵀ and update terms in turn (the last piece's update and
 C Sᵀ still beside W x), each piece's slot taking the next block's piece once its products are done.

@@ -4,8 +4,8 @@ two blocks deep.
 
 Why: at N 256 the one-warpgroup walk holds the (64, 256) float32 state, 128 registers a thread, beside its
 accumulators, and ptxas spills about 790 bytes a thread. Those spills hit L1 only while the program's shared memory
-leaves L1 room. Two pipeline stages of B and C (``benchmarks/kernels/ssd-notes.md``, round 28) and two heads a
-program (round 29) left none and ran slower (7% of the spill loads hit L1 against 96%, ncu). Here each warpgroup
+leaves L1 room. Two pipeline stages of B and C, and two heads a program, leave none and run slower (7% of the spill
+loads hit L1 against 96%, ncu; ``docs/kernels.md#ssd-walk-at-n-256``). Here each warpgroup
 holds a (64, N / 2) half of the state (64 registers at N 256), so B and C can be two blocks ahead without spills.
 
 The block's math is ``kernel_fwd_mosaic``'s, each warpgroup on its half of N: its C_h B_hᵀ, C_h S_hᵀ and state

@@ -4,9 +4,8 @@ columns, written by hand instead of ``emit_pipeline``: ``SsdConfig.fwd_walk_piec
 Why: at N 256 one block's B and C are 64 KB. Two pipeline stages of them beside x, z, S's copy and the staged tiles
 take 211 KB, and the walk then ran slower than on one stage, where each block waits for its loads (0.431 against
 0.415 ms forward at B2 L8192 H32 G4 on an H200). With B and C loaded once for the whole walk (wrong outputs, timing
-only) and two stages of the rest, the same forward took 0.305 ms (``benchmarks/kernels/ssd-notes.md``, twenty-eighth
-round, ``benchmarks/kernels/h200-2026-11-28d-ssd-walk-loads-probe``): the block's B and C loads, not its products, held
-the walk.
+only) and two stages of the rest, the same forward took 0.305 ms: the block's B and C loads, not its products, held
+the walk (``docs/kernels.md#ssd-walk-at-n-256``).
 
 x, z and the decay vectors have ROW_SLOTS slots (the next block's in flight while this one computes). B and C have
 one slot per piece, one block deep: the block does piece i's products (C_i B_iᵀ into C Bᵀ, C_i S_iᵀ into C Sᵀ, and
@@ -16,12 +15,12 @@ while the later pieces and the block's output run. The block's math is ``kernel_
 Shared memory at N 256 in two pieces, with z and the pre-gate output (``config.walk_shared_bytes``): 2 x (x, z,
 decays) 34 KB, B and C 64 KB, S's copy 32 KB, the staged update and the pre-gate output 16 KB: 146 KB.
 
-Measured on an H200 (``benchmarks/kernels/h200-2026-11-28d-ssd-walk-pieces-*``, ms forward, one stage against two
-pieces): B2 L8192 H32 G4 0.421 against 0.401, B8 L2048 H24 0.316 against 0.286, B1 L16384 H24 0.326 against 0.314,
-far from the 0.305 and 0.215 of the probe without B and C loads: those loads still cost most of what they did. ncu
-puts neither loop near a bandwidth (L2 at 42% and 53% of its peak at the first shape), so the cost is not the
-bytes; the loads' latency, which one block of lead does not hide, is the likely one (not measured). Four pieces were
-slower than one stage at every N 256 shape.
+Measured on an H200 (ms forward, one stage against two pieces): B2 L8192 H32 G4 0.421 against 0.401, B8 L2048 H24
+0.316 against 0.286, B1 L16384 H24 0.326 against 0.314, far from the 0.305 and 0.215 of the probe without B and C
+loads: those loads still cost most of what they cost on one stage. ncu puts neither loop near a bandwidth (L2 at 42%
+and 53% of its peak at the first shape), so the cost is not the bytes; the loads' latency, which one block of lead
+does not hide, is the likely one (not measured). Four pieces are slower than one stage at every N 256 shape
+measured.
 """
 
 import jax.numpy as jnp

@@ -18,9 +18,9 @@ leave its float32 end state: the segment's own contribution from a zero start (t
 decay from XLA: ``segment_decays``), the final state, or d initial_states.
 
 The Triton passes hold the same tile in registers and loop with Triton's software pipelining. On an H200 at B1
-L65536 H128 (``benchmarks/kernels/h200-2026-11-28-ssd-mosaic-states-first.md`` and ``...-names.md``, profiler) they
-took 814 (forward segment states), 1,273 (rebuild), 1,226 (segment state gradients) and 1,645 us (block state
-gradients), these kernels 428, 1,148, 697 and 1,433: 1.1-1.3x the time their bytes take at the run's copy bandwidth.
+L65536 H128 (profiler, ``docs/kernels.md#ssd-state-passes-and-segments``) they took 814 (forward segment states),
+1,273 (rebuild), 1,226 (segment state gradients) and 1,645 us (block state gradients), these kernels 428, 1,148, 697
+and 1,433: 1.1-1.3x the time their bytes take at the run's copy bandwidth.
 At 130m the one-level state gradients took 153 us on Triton, 64 here.
 
 Shared memory at N 128 with z: two stages of V, W, z and the two vectors (65 KB), the stored state's copy and w ∘ V

@@ -66,8 +66,8 @@ def call_kernel(
 
 def sigmoid(z: jax.Array) -> jax.Array:
     """1 / (1 + exp(-z)), as the square of rsqrt(1 + exp(-z)). Mosaic GPU lowers ``/`` to a correctly rounded
-    division, about ten instructions with its special cases (ncu, ``ssd_bwd_dx``, round 36 of
-    ``benchmarks/kernels/ssd-notes.md``), and ``rsqrt`` under ``approx_math`` to one ``rsqrt.approx`` (relative
+    division, about ten instructions with its special cases (ncu on ``ssd_bwd_dx``), and ``rsqrt`` under
+    ``approx_math`` to one ``rsqrt.approx`` (relative
     error about 2^-22). 1 + exp(-z) >= 1, so the root is real, and exp's overflow (z below about -88) gives 0."""
     root = lax.rsqrt(1.0 + jnp.exp(-z))
     return root * root

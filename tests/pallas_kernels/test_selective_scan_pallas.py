@@ -141,7 +141,7 @@ def test_default_config_tiles_small_and_large_states():
 
 def test_the_sequential_backward_unrolls_further_where_that_adds_no_wave_of_programs():
     """4 steps reversed together where the programs' larger register file (8 resident per SM, not 12) does not add a
-    wave of programs; measured on an H100 at nine shapes (benchmarks/kernels/selective_scan-notes.md)."""
+    wave of programs; measured on an H100 at nine shapes (docs/kernels.md#selective-scan-default-config)."""
     cases = {  # (dim, batch x groups) -> programs of 8 channels -> bwd_unroll on 132 SMs
         (2048, 8): 4,  # 370m layer: 2048 programs, 2 waves either way
         (4096, 4): 4,  # 1.4b layer
