@@ -59,7 +59,7 @@ LONGEST_FILES = (
     "jax_mamba/test_induction_heads.py",
     "jax_mamba/test_train_graph.py",
     "jax_mamba/test_multi_device.py",
-    "pallas_kernels/test_ssd_pallas.py",
+    "pallas_kernels/ssd/test_kernels.py",
     "compare/test_parity.py",
     "pallas_kernels/test_selective_scan_pallas.py",
     "jax_mamba/test_train.py",

@@ -13,8 +13,9 @@ from compare.kernel_ops import OPS
 from compare.tolerances import assert_close
 from pallas_kernels import mamba_chunk_scan_combined
 from pallas_kernels.ssd.config import SsdConfig
-from tests.pallas_kernels import test_ssd_pallas as cpu
 from tests.pallas_kernels.gpu_checks import assert_matches_reference_and_mamba_ssm
+from tests.pallas_kernels.ssd import configs
+from tests.pallas_kernels.ssd import test_kernels as cpu
 
 pytestmark = pytest.mark.gpu
 
@@ -31,16 +32,16 @@ PERSISTENT = SsdConfig(bwd_persistent_programs=4, bwd_num_warps=8)  # ssd_bwd_dx
 MOSAIC_DX = SsdConfig(bwd_dx_mosaic=True)  # the backward's per-head kernel on Mosaic GPU
 MOSAIC = SsdConfig(bwd_dx_mosaic=True, bwd_dbc_mosaic=True)  # ... and its dB/dC kernel (128 of N's columns a program)
 MOSAIC_64_COLUMNS = dataclasses.replace(MOSAIC, bwd_dbc_columns=64)
-MOSAIC_FORWARD = cpu.MOSAIC_FORWARD  # ... and the forward's walk, whole
-MOSAIC_FORWARD_ONE_STAGE = cpu.MOSAIC_FORWARD_ONE_STAGE  # ... on one pipeline stage
-MOSAIC_SEGMENTS = cpu.MOSAIC_SEGMENTS  # ... per segment of 2 blocks, every block's state stored
-MOSAIC_SEGMENTS_KEPT = cpu.MOSAIC_SEGMENTS_KEPT  # ... float32 states kept every 2 blocks, one stage
-MOSAIC_FORWARD_KEPT = cpu.MOSAIC_FORWARD_KEPT  # ... a whole walk keeping them: run per segment of 2 blocks
-MOSAIC_FORWARD_PIECES = cpu.MOSAIC_FORWARD_PIECES  # ... whole, B and C in two pieces of N's columns
-MOSAIC_SEGMENTS_PIECES = cpu.MOSAIC_SEGMENTS_PIECES  # ... per segment of 2 blocks, in two pieces
+MOSAIC_FORWARD = configs.MOSAIC_FORWARD  # ... and the forward's walk, whole
+MOSAIC_FORWARD_ONE_STAGE = configs.MOSAIC_FORWARD_ONE_STAGE  # ... on one pipeline stage
+MOSAIC_SEGMENTS = configs.MOSAIC_SEGMENTS  # ... per segment of 2 blocks, every block's state stored
+MOSAIC_SEGMENTS_KEPT = configs.MOSAIC_SEGMENTS_KEPT  # ... float32 states kept every 2 blocks, one stage
+MOSAIC_FORWARD_KEPT = configs.MOSAIC_FORWARD_KEPT  # ... a whole walk keeping them: run per segment of 2 blocks
+MOSAIC_FORWARD_PIECES = configs.MOSAIC_FORWARD_PIECES  # ... whole, B and C in two pieces of N's columns
+MOSAIC_SEGMENTS_PIECES = configs.MOSAIC_SEGMENTS_PIECES  # ... per segment of 2 blocks, in two pieces
 MOSAIC_SEGMENTS_FOUR_PIECES = dataclasses.replace(MOSAIC_SEGMENTS_PIECES, fwd_walk_pieces=4)
-MOSAIC_FORWARD_HALVES = cpu.MOSAIC_FORWARD_HALVES  # ... whole, the state in halves of N on two warpgroups
-MOSAIC_SEGMENTS_HALVES = cpu.MOSAIC_SEGMENTS_HALVES  # ... per segment of 2 blocks, in halves
+MOSAIC_FORWARD_HALVES = configs.MOSAIC_FORWARD_HALVES  # ... whole, the state in halves of N on two warpgroups
+MOSAIC_SEGMENTS_HALVES = configs.MOSAIC_SEGMENTS_HALVES  # ... per segment of 2 blocks, in halves
 MOSAIC_LONG_SEGMENTS_HALVES = dataclasses.replace(MOSAIC_SEGMENTS_HALVES, state_segment=256)  # ... of 4 blocks
 MOSAIC_FORWARD_HALVES_KEPT = dataclasses.replace(MOSAIC_FORWARD_HALVES, checkpoint_every=128)  # ... keeping states
 
