@@ -21,10 +21,10 @@ import jax.numpy as jnp
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from compare import kernel_ops, kernels
-from pallas_kernels.ssd import kernel_bwd_mosaic as kernel_module
-from pallas_kernels.ssd.block import SsdDims
-from pallas_kernels.ssd.kernel_bwd_mosaic import dx_kernel_call, dx_kernel_inputs
-from pallas_kernels.ssd.mosaic import TILE, block_decays
+from pallas_kernels.ssd.dims import SsdDims
+from pallas_kernels.ssd.mosaic_gpu import backward_dx as kernel_module
+from pallas_kernels.ssd.mosaic_gpu.backward_dx import dx_kernel_call, dx_kernel_inputs
+from pallas_kernels.ssd.mosaic_gpu.common import TILE, block_decays
 
 PAD_BYTES = 64 * 1024
 # the kernel's copies and waits in the order it issues them (z and D present): which to leave out for noBC and noS

@@ -22,15 +22,13 @@ from pallas_kernels._triton import (
     interpret_mode,
     interpreted_warpgroups,
 )
-from pallas_kernels.ssd import pallas, reference
-from pallas_kernels.ssd.block import ssd_dims
-from pallas_kernels.ssd.config import (
-    MAX_DSTATE,
-    MAX_HEADDIM,
+from pallas_kernels.ssd import reference, vjp
+from pallas_kernels.ssd.config import MAX_DSTATE, MAX_HEADDIM, SsdConfig
+from pallas_kernels.ssd.dims import ssd_dims
+from pallas_kernels.ssd.heuristics import (
     PROGRAM_RESERVED_BYTES,
     SM_SHARED_BYTES,
     WALK_WARPGROUPS,
-    SsdConfig,
     default_config,
     keeping_states_every,
     walk_pieces_fit,
@@ -39,7 +37,7 @@ from pallas_kernels.ssd.config import (
 )
 
 _AVAILABLE_IMPLS = ("reference", "pallas")
-SAVED_STATES_NAME = pallas.STATES_NAME  # what a jax.checkpoint policy names to keep the Pallas SSD's states
+SAVED_STATES_NAME = vjp.STATES_NAME  # what a jax.checkpoint policy names to keep the Pallas SSD's states
 MAMBA_SSM_TRITON = "mamba_ssm_triton"  # mamba-ssm's Triton kernels from JAX: registered by torch_reference
 _REGISTERED: dict[str, Callable] = {}
 
@@ -255,7 +253,7 @@ def _scan(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, dt
         seq = None if seq_idx is None else seq_idx.astype(jnp.int32)
         init = None if initial_states is None else initial_states.astype(jnp.float32)
         B, C = B.astype(x.dtype), C.astype(x.dtype)  # the dots take one operand dtype
-        return pallas.ssd(x, dt, A, B, C, D_heads, z, dt_bias, init, seq, dims, config)
+        return vjp.ssd(x, dt, A, B, C, D_heads, z, dt_bias, init, seq, dims, config)
 
     return reference.chunk_scan(
         x,

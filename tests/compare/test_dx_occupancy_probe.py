@@ -4,7 +4,7 @@ shape with two heads and two blocks)."""
 
 import numpy as np
 
-from pallas_kernels.ssd.kernel_bwd_mosaic import mosaic_dx
+from pallas_kernels.ssd.mosaic_gpu.backward_dx import mosaic_dx
 from tools.dx_occupancy_probe import dx_call, probe_inputs, variants
 
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from pallas_kernels import mamba_chunk_scan_combined
-from pallas_kernels.ssd.block import SsdDims
 from pallas_kernels.ssd.config import SsdConfig
+from pallas_kernels.ssd.dims import SsdDims
 from tests.pallas_kernels.ssd.configs import (
     MOSAIC,
     MOSAIC_DX,
@@ -66,9 +66,9 @@ def test_persistent_backward_kernel_runs_when_fewer_programs_than_tiles(rng, pro
 def test_mosaic_gpu_backward_kernels_cover_16_bit_shapes_in_blocks_and_tiles_of_64():
     """``mosaic_dx_supported`` and ``mosaic_dbc_supported``: the shapes the Mosaic GPU kernels take (the rest stay
     on the Triton kernels)."""
-    from pallas_kernels.ssd.block import ssd_dims
-    from pallas_kernels.ssd.kernel_bwd_dbc_mosaic import mosaic_dbc_supported
-    from pallas_kernels.ssd.kernel_bwd_mosaic import mosaic_dx_supported
+    from pallas_kernels.ssd.dims import ssd_dims
+    from pallas_kernels.ssd.mosaic_gpu.backward_dbc import mosaic_dbc_supported
+    from pallas_kernels.ssd.mosaic_gpu.backward_dx import mosaic_dx_supported
 
     def covered(seqlen=128, headdim=64, dstate=64, dtype=jnp.bfloat16, seq=False, block_l=64, kernel="dx"):
         x = jnp.zeros((1, seqlen, 2, headdim), dtype)
@@ -114,14 +114,14 @@ def test_the_backward_runs_the_mosaic_gpu_kernels_only_where_they_cover_the_shap
     """``bwd_dx_mosaic`` and ``bwd_dbc_mosaic`` send a covered shape to ``mosaic_dx`` and ``mosaic_dbc`` and the
     others (seq_idx here) to the Triton kernels (the gradients of both: the cases ``mosaic*`` of test_kernels.py);
     each switch alone moves its own kernel."""
-    from pallas_kernels.ssd import kernel_bwd
+    from pallas_kernels.ssd import dispatch
 
-    jax.clear_caches()  # traced afresh: a call cached by an earlier test (pallas.py's jit) would record nothing
+    jax.clear_caches()  # traced afresh: a call cached by an earlier test (vjp.py's jit) would record nothing
     calls = []
     dims_of = lambda args: next(a for a in args if isinstance(a, SsdDims))  # noqa: E731
     for name in ("mosaic_dx", "mosaic_dbc"):
-        real = getattr(kernel_bwd, name)
-        monkeypatch.setattr(kernel_bwd, name, lambda *a, n=name, f=real: calls.append((n, dims_of(a))) or f(*a))
+        real = getattr(dispatch, name)
+        monkeypatch.setattr(dispatch, name, lambda *a, n=name, f=real: calls.append((n, dims_of(a))) or f(*a))
     runs = ((False, MOSAIC, ["mosaic_dx", "mosaic_dbc"]), (True, MOSAIC, []))  # with seq_idx: none
     runs += ((False, MOSAIC_DX, ["mosaic_dx"]), (False, SsdConfig(bwd_dbc_mosaic=True), ["mosaic_dbc"]))
     for seq, config, expected in runs:
@@ -136,12 +136,12 @@ def test_the_forward_keeps_the_pre_gate_output_only_for_a_backward_that_reads_it
     """The Mosaic GPU per-head kernel recomputes the pre-gate output (its dz is checked against the oracle in the
     ``mosaic*`` cases of test_kernels.py), so the forward leaves it out of the residuals there; the Triton kernel,
     which reads it, gets it: seq_idx, the switch off, a partial last block."""
-    from pallas_kernels.ssd import pallas
+    from pallas_kernels.ssd import vjp
 
-    jax.clear_caches()  # traced afresh: a call cached by an earlier test (pallas.py's jit) would record nothing
+    jax.clear_caches()  # traced afresh: a call cached by an earlier test (vjp.py's jit) would record nothing
     kept = []
-    real = pallas.ssd_backward
-    monkeypatch.setattr(pallas, "ssd_backward", lambda *a: kept.append(a[11] is not None) or real(*a))
+    real = vjp.ssd_backward
+    monkeypatch.setattr(vjp, "ssd_backward", lambda *a: kept.append(a[11] is not None) or real(*a))
     runs = [(False, 128, MOSAIC, False), (False, 128, MOSAIC_DX, False), (False, 128, MOSAIC_FORWARD, False)]
     runs += [(True, 128, MOSAIC, True), (False, 100, MOSAIC, True), (False, 128, SsdConfig(), True)]
     for seq, seqlen, config, expected in runs:
@@ -156,12 +156,12 @@ def test_the_forward_walks_on_mosaic_gpu_only_where_it_covers_the_shape(rng, mon
     to the Triton kernels: seq_idx, a partial last block. A whole walk that keeps float32 states every few blocks
     runs per segment of them (the Mosaic walk stores every block's or none). Outputs and final states agree with the
     oracle either way (the cases ``mosaic-forward*`` and ``mosaic-segments*`` of test_kernels.py)."""
-    from pallas_kernels.ssd import kernel_fwd
+    from pallas_kernels.ssd import dispatch
 
-    jax.clear_caches()  # traced afresh: a call cached by an earlier test (pallas.py's jit) would record nothing
+    jax.clear_caches()  # traced afresh: a call cached by an earlier test (vjp.py's jit) would record nothing
     calls = []
-    real = kernel_fwd.mosaic_walk
-    monkeypatch.setattr(kernel_fwd, "mosaic_walk", lambda *a, **k: calls.append(k["segment_blocks"]) or real(*a, **k))
+    real = dispatch.mosaic_walk
+    monkeypatch.setattr(dispatch, "mosaic_walk", lambda *a, **k: calls.append(k["segment_blocks"]) or real(*a, **k))
     runs = [  # seq_idx, L, config, the walks' segment lengths in blocks
         (False, 192, MOSAIC_FORWARD, [3]),
         (False, 320, MOSAIC_SEGMENTS, [2]),
@@ -183,18 +183,17 @@ def test_the_state_passes_walk_on_mosaic_gpu_only_where_it_covers_the_shape(rng,
     ``mosaic_state_walk``, and the rest to the Triton kernels: seq_idx, a partial last block, the switch off. Their
     values are the cases ``mosaic-forward*`` and ``mosaic-segments*`` of test_kernels.py: here, which walks a
     forward+backward traces."""
-    from pallas_kernels.ssd import kernel_bwd, kernel_fwd
+    from pallas_kernels.ssd import dispatch
 
-    jax.clear_caches()  # traced afresh: a call cached by an earlier test (pallas.py's jit) would record nothing
+    jax.clear_caches()  # traced afresh: a call cached by an earlier test (vjp.py's jit) would record nothing
     calls = []
-    real = kernel_fwd.mosaic_state_walk
+    real = dispatch.mosaic_state_walk
 
     def record(*args, **kwargs):
         calls.append(tuple(kwargs[k] for k in ("reverse", "segment_blocks", "states", "end")))
         return real(*args, **kwargs)
 
-    for module in (kernel_fwd, kernel_bwd):
-        monkeypatch.setattr(module, "mosaic_state_walk", record)
+    monkeypatch.setattr(dispatch, "mosaic_state_walk", record)
     local, segment_grads = (False, 2, False, True), [(True, 2, False, True), (True, 2, True, False)]
     runs = [  # seq_idx, L, config, the walks (reverse, segment blocks, block states stored, end state left)
         (False, 192, MOSAIC_FORWARD, [(True, 3, True, True)]),  # the one-level backward, to d initial_states

@@ -1,4 +1,4 @@
-"""``default_config`` and its helpers (pallas_kernels/ssd/config.py): which tilings and kernels, Triton or Mosaic
+"""``default_config`` and its helpers (pallas_kernels/ssd/heuristics.py): which tilings and kernels, Triton or Mosaic
 GPU, each shape and GPU get. Rules on shapes alone: nothing is compiled or run (a refused config raises before any
 work). The measurements behind each rule are in docs/kernels.md#ssd-default-config."""
 
@@ -11,7 +11,7 @@ from tests.pallas_kernels.test_ssd_reference import make_inputs
 
 
 def test_keeping_states_every_matches_the_two_level_segments():
-    from pallas_kernels.ssd.config import default_config, keeping_states_every
+    from pallas_kernels.ssd.heuristics import default_config, keeping_states_every
 
     two_level = default_config(1, 65536, 24, 64, 128, 2)
     assert two_level.two_level_states
@@ -22,7 +22,7 @@ def test_keeping_states_every_matches_the_two_level_segments():
 
 
 def test_default_config_keeps_every_block_state_only_while_they_are_small():
-    from pallas_kernels.ssd.config import KEEP_EVERY, LONG_SEGMENT, default_config
+    from pallas_kernels.ssd.heuristics import KEEP_EVERY, LONG_SEGMENT, default_config
 
     assert default_config(8, 2048, 24, 64, 128, 2).checkpoint_every == 0  # mamba2-130m layer: 100 MB
     assert default_config(4, 2048, 80, 64, 128, 2).checkpoint_every == 0  # 2.7b layer: 168 MB
@@ -32,7 +32,7 @@ def test_default_config_keeps_every_block_state_only_while_they_are_small():
 
 
 def test_default_config_fuses_the_forward_only_where_its_programs_fill_the_gpu():
-    from pallas_kernels.ssd.config import default_config
+    from pallas_kernels.ssd.heuristics import default_config
 
     assert default_config(8, 2048, 24, 64, 128, 2).fused_forward_max_l > 0  # 192 programs on 132 SMs
     assert default_config(4, 2048, 80, 64, 128, 2).fused_forward_max_l > 0  # 320
@@ -43,7 +43,7 @@ def test_default_config_fuses_the_forward_only_where_its_programs_fill_the_gpu()
 
 
 def test_default_config_splits_the_backward_head_dims_up_to_n_128():
-    from pallas_kernels.ssd.config import default_config
+    from pallas_kernels.ssd.heuristics import default_config
 
     for dstate in (64, 128):
         config = default_config(8, 2048, 24, 64, dstate, 2)
@@ -53,7 +53,7 @@ def test_default_config_splits_the_backward_head_dims_up_to_n_128():
 
 
 def test_default_config_takes_the_rowwise_decay_gradient_at_every_shape():
-    from pallas_kernels.ssd.config import default_config
+    from pallas_kernels.ssd.heuristics import default_config
 
     shapes = [(8, 2048, 24, 64, 128), (1, 65536, 128, 64, 128), (2, 8192, 32, 64, 256), (16, 512, 8, 64, 64)]
     assert all(default_config(*shape, 2).bwd_rowwise_dcs for shape in shapes)
@@ -61,7 +61,7 @@ def test_default_config_takes_the_rowwise_decay_gradient_at_every_shape():
 
 
 def test_default_config_state_passes_take_wider_tiles_only_where_enough_programs_remain():
-    from pallas_kernels.ssd.config import default_config
+    from pallas_kernels.ssd.heuristics import default_config
 
     assert default_config(4, 2048, 80, 64, 128, 2).state_block_p == 64  # 2.7b: 320 programs
     assert default_config(4, 4096, 64, 64, 128, 2).state_block_p == 64  # 256
@@ -74,7 +74,7 @@ def test_default_config_state_passes_take_wider_tiles_only_where_enough_programs
 
 def test_default_config_takes_two_level_state_passes_for_long_walks_short_of_programs():
     """Measured on an H100 (docs/kernels.md#ssd-default-config)."""
-    from pallas_kernels.ssd.config import KEEP_EVERY, LONG_SEGMENT, default_config
+    from pallas_kernels.ssd.heuristics import KEEP_EVERY, LONG_SEGMENT, default_config
 
     def two_level(*shape):
         config = default_config(*shape)
@@ -96,7 +96,7 @@ def test_default_config_walks_the_backward_state_gradients_one_level_where_mosai
     """Measured on an H200 (ms forward+backward, two-level against one-level; docs/kernels.md#ssd-default-config): B1
     L65536 H128 13.574 against 12.949, B8 L16384 H24 5.685 against 5.055. One Mosaic state-pass program per 64-dim head
     then walks at the copy bandwidth; with fewer heads the two levels stay."""
-    from pallas_kernels.ssd.config import default_config
+    from pallas_kernels.ssd.heuristics import default_config
 
     for shape in ((1, 65536, 128, 64, 128), (8, 16384, 24, 64, 128), (2, 16384, 64, 64, 128), (1, 32768, 60, 128, 64)):
         config = default_config(*shape, 2)
@@ -112,7 +112,7 @@ def test_default_config_fuses_the_two_level_forward_per_segment_up_to_n_128():
     per segment in place of the block-state pass and the output pass (forward 4.87 -> 3.50 ms at B1 L65536 H128), and
     with it two levels from L 8192 where the forward is split (B2 L8192 H32: 0.404 -> 0.270 ms); not past N 128, where
     the fused tiles spill, nor where the passes stay one-level."""
-    from pallas_kernels.ssd.config import default_config
+    from pallas_kernels.ssd.heuristics import default_config
 
     assert default_config(1, 65536, 128, 64, 128, 2).fused_segments
     assert default_config(1, 16384, 24, 64, 128, 2).fused_segments
@@ -132,7 +132,7 @@ def test_default_config_cuts_short_walks_into_segments_where_the_fused_forward_h
     two levels with fused segments of L / 16 (at least 256) from L 2048 (B1 L4096 H24: 0.144 / 0.467 -> 0.076 / 0.358 ms
     forward / forward+backward); not with more programs (B4 L1024 H24: 96, slower), nor past N 128, nor at L 1024 (the
     forward+backward moved both ways)."""
-    from pallas_kernels.ssd.config import KEEP_EVERY, SHORT_SEGMENT, default_config
+    from pallas_kernels.ssd.heuristics import KEEP_EVERY, SHORT_SEGMENT, default_config
 
     def segment(*shape, dstate=128, sm_count=132, wgmma=True):
         config = default_config(*shape, 64, dstate, 2, sm_count, wgmma=wgmma)
@@ -155,7 +155,7 @@ def test_default_config_cuts_the_forward_into_segments_of_512_where_the_fused_fo
     """Measured on an H100 (docs/kernels.md#ssd-default-config): with a quarter to all of the SMs' worth of fused
     programs, below L 8192, two levels with fused segments of 512 and the backward one-level (B2 L4096 H32, 64 programs:
     0.209 / 0.820 -> 0.151 / 0.780 ms forward / forward+backward)."""
-    from pallas_kernels.ssd.config import KEEP_EVERY, PARTIAL_WAVE_SEGMENT, default_config
+    from pallas_kernels.ssd.heuristics import KEEP_EVERY, PARTIAL_WAVE_SEGMENT, default_config
 
     for shape, groups in (((2, 4096, 32, 64, 128), 1), ((4, 2048, 24, 64, 128), 1), ((4, 4096, 32, 64, 64), 2)):
         config = default_config(*shape, 2, ngroups=groups)
@@ -172,7 +172,7 @@ def test_default_config_cuts_the_forward_into_segments_of_512_where_the_fused_fo
 def test_default_config_keeps_wide_tiles_and_the_fused_forward_to_n_128():
     """Past N 128 they spill on sm_90 (ptxas's report, docs/kernels.md#ssd-default-config), and dB/dC take a group's
     heads whole: the same shapes at N 128 and 256."""
-    from pallas_kernels.ssd.config import default_config
+    from pallas_kernels.ssd.heuristics import default_config
 
     assert default_config(8, 2048, 24, 64, 128, 2).fused_forward_max_l > 0
     assert default_config(8, 2048, 24, 64, 256, 2, wgmma=False).fused_forward_max_l == 0  # (Mosaic: the next test)
@@ -194,7 +194,7 @@ def test_default_config_walks_the_forward_on_mosaic_gpu_where_it_covers_the_shap
     0.224, B4 L4096 H32 N64 G2 0.192 against 0.240. Its state does not spill at N 256, so there the fused forward and
     the fused segments run too: B8 L2048 H24 N256 0.351 (whole walks) against 0.436 (split), B2 L8192 H32 G4 N256 0.467
     (segments of 1024, the backward one-level) against 0.595 (Triton segments) and 0.629 (split, one-level)."""
-    from pallas_kernels.ssd.config import default_config
+    from pallas_kernels.ssd.heuristics import default_config
 
     assert default_config(8, 2048, 24, 64, 128, 2).fwd_mosaic
     assert not default_config(8, 2048, 24, 64, 128, 2, wgmma=False).fwd_mosaic
@@ -212,7 +212,7 @@ def test_default_config_walks_the_forward_on_mosaic_gpu_where_it_covers_the_shap
 def test_default_config_walks_the_state_passes_on_mosaic_gpu_with_the_forward():
     """Measured on an H200 (docs/kernels.md#ssd-default-config): the state passes on Mosaic GPU were faster at all ten
     shapes run; they take the forward walk's cover."""
-    from pallas_kernels.ssd.config import default_config
+    from pallas_kernels.ssd.heuristics import default_config
 
     for shape in [(8, 2048, 24, 64, 128), (1, 65536, 128, 64, 128), (2, 8192, 32, 64, 256), (2, 2048, 32, 128, 128)]:
         assert default_config(*shape, 2).states_mosaic
@@ -225,7 +225,7 @@ def test_default_config_walks_the_forward_on_one_stage_where_two_programs_then_s
     """Measured on an H200 (docs/kernels.md#ssd-default-config): one stage won at 130m (192 programs, one round paired
     against two alone), B1 L65536 H128 (4096 segment programs) and N 256, lost at 2.7b (320: two paired rounds against
     three alone). Two stages already pair at N 64; one stage cannot pair past N 192."""
-    from pallas_kernels.ssd.config import SM_SHARED_BYTES, default_config, walk_shared_bytes
+    from pallas_kernels.ssd.heuristics import SM_SHARED_BYTES, default_config, walk_shared_bytes
 
     stages = lambda *shape, groups=1: default_config(*shape, 2, ngroups=groups).fwd_walk_stages  # noqa: E731
     assert stages(8, 2048, 24, 64, 128) == 1
@@ -242,7 +242,7 @@ def test_default_config_holds_the_walks_state_in_halves_on_two_warpgroups_at_n_2
     """Measured on an H200 (docs/kernels.md#ssd-default-config): the state in halves on two warpgroups won the forward
     at three N 256 shapes against B and C in two pieces, which stay where a walk program may have one warpgroup (the
     interpreter short of threads); N 192 has no halves of 64-column multiples."""
-    from pallas_kernels.ssd.config import PROGRAM_RESERVED_BYTES, SM_SHARED_BYTES, default_config, walk_shared_bytes
+    from pallas_kernels.ssd.heuristics import PROGRAM_RESERVED_BYTES, SM_SHARED_BYTES, default_config, walk_shared_bytes
 
     def walk(*shape, groups=1, warpgroups=2):
         config = default_config(*shape, 2, ngroups=groups, walk_warpgroups=warpgroups)
@@ -261,7 +261,7 @@ def test_default_config_holds_the_walks_state_in_halves_on_two_warpgroups_at_n_2
 def test_default_config_takes_a_groups_heads_in_one_dbc_program_where_blocks_and_groups_fill_the_gpu():
     """Measured on an H100 (docs/kernels.md#ssd-default-config): one program per block and group beat 4 splits at 256,
     128 and 1024 such programs."""
-    from pallas_kernels.ssd.config import default_config
+    from pallas_kernels.ssd.heuristics import default_config
 
     def splits(batch, seqlen, groups, sm_count=132):
         return default_config(batch, seqlen, 24, 64, 128, 2, sm_count, ngroups=groups).bwd_head_splits
@@ -284,7 +284,7 @@ def test_default_config_runs_the_mosaic_gpu_kernels_on_gpus_with_wgmma(rng, monk
 
     from pallas_kernels import _triton
     from pallas_kernels.ssd.api import pallas_config
-    from pallas_kernels.ssd.config import default_config
+    from pallas_kernels.ssd.heuristics import default_config
 
     for wgmma in (True, False):
         config = default_config(8, 2048, 24, 64, 128, 2, wgmma=wgmma)
@@ -309,7 +309,7 @@ def test_default_config_runs_the_mosaic_gpu_kernels_on_gpus_with_wgmma(rng, monk
 
 def test_default_config_shares_scores_only_where_a_group_has_several_heads():
     """Measured on an H100 (docs/kernels.md#ssd-default-config)."""
-    from pallas_kernels.ssd.config import default_config
+    from pallas_kernels.ssd.heuristics import default_config
 
     assert default_config(8, 2048, 24, 64, 128, 2).shared_scores  # 130m: 24 heads share one group's C·Bᵀ
     assert default_config(4, 4096, 64, 64, 128, 2, ngroups=8).shared_scores  # 8 heads per group

@@ -32,10 +32,10 @@ gradient block-parallel (programs launched head and head dims fastest: see ``blo
     dCB = Σ_heads dM ∘ decay,   dC = dCB B + Σ_heads from_start ∘ (dy S),   dB = dCBᵀ C + Σ_heads to_end ∘ (X dS)
 
 With ``SsdConfig.bwd_dx_mosaic`` (``default_config`` sets it on Hopper GPUs) step 2 runs on Mosaic GPU instead
-where that kernel covers the shape (``kernel_bwd_mosaic``): the same math from shared memory and ``wgmma``, about
+where that kernel covers the shape (``mosaic_gpu.backward_dx``): the same math from shared memory and ``wgmma``, about
 twice as fast as the Triton kernel at 130m and at L 65536 on an H100, and recomputing the pre-gate output that the
 Triton kernel reads (``dx_on_mosaic``: the forward then leaves it out). With ``SsdConfig.bwd_dbc_mosaic``
-(``default_config`` sets it on Hopper GPUs up to N 128, P 64) step 3 does too (``kernel_bwd_dbc_mosaic``): the group's
+(``default_config`` sets it on Hopper GPUs up to N 128, P 64) step 3 does too (``mosaic_gpu.backward_dbc``): the group's
 heads pipelined through shared memory, their state products accumulated by ``wgmma``, 26% less time than the Triton
 kernel at L 65536 on an H100. dB and dC then leave in B's dtype, with no partials.
 
@@ -53,28 +53,22 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
 from pallas_kernels._triton import sigmoid
-from pallas_kernels.ssd.block import (
+from pallas_kernels.ssd.dims import SsdDims
+from pallas_kernels.ssd.triton.block import (
     Block,
     Program,
-    SsdDims,
     block_scores,
     call_kernel,
     for_each_tile,
-    long_lived_programs,
     mm,
     optional_refs,
     segment_block,
-    segment_dims,
     segment_program,
     segment_tiles,
     sequential_program,
     tile_grid,
 )
-from pallas_kernels.ssd.kernel_bwd_dbc_mosaic import mosaic_dbc, mosaic_dbc_supported
-from pallas_kernels.ssd.kernel_bwd_mosaic import dx_on_mosaic, mosaic_dx
-from pallas_kernels.ssd.kernel_states_mosaic import mosaic_state_walk, segment_decays, walk_vectors
-from pallas_kernels.ssd.mosaic import block_decays, covers_tiles
-from pallas_kernels.ssd.segments import segment_outputs, segment_walk
+from pallas_kernels.ssd.triton.segments import segment_outputs
 
 
 def _reverse_cumsum(v: jax.Array) -> jax.Array:
@@ -147,19 +141,31 @@ def _dstates_segment_kernel(dt_ref, A_ref, C_ref, dout_ref, *refs, dims: SsdDims
         decay_ref[prog.b, segment, prog.h] = decay
 
 
-def _two_level_dstates(dt, A, C, dout, dfinal, z, dt_bias, seq_idx, states, dims: SsdDims, config):
-    """``ssd_bwd_dstates`` in two levels (``SsdConfig.two_level_states``): each segment's own contribution and decay
-    in parallel, the reverse walk over segments from d final_states, then each segment's blocks from the gradient of
-    the state leaving it. Returns the block state gradients (like ``states``) and d initial_states."""
-    if config.states_mosaic and covers_tiles(dims, dout.dtype):
-        weight, last = walk_vectors(dt, A, dt_bias, dims, reverse=True)
-        walk = functools.partial(
-            mosaic_state_walk, dout, C, weight, last, z, dims=dims, segment_blocks=dims.keep_blocks, reverse=True
-        )
-        local = walk(None, states=False, end=True, name="ssd_bwd_segment_dstates")[1]
-        decay = segment_decays(last, dims.keep_blocks)
-        ends, dinit = segment_walk(local, decay, dfinal, dims, config, reverse=True, name="ssd_bwd_segment_walk")
-        return walk(ends, states=True, end=False, name="ssd_bwd_block_dstates")[0], dinit
+def dstates_pass(dt, A, C, dout, dfinal, z, dt_bias, seq_idx, states, initial_states, dims: SsdDims, config):
+    """``ssd_bwd_dstates``, the one-level pass: the block state gradients (like ``states``) and a list holding d
+    initial_states (batch, H, P, N) float32 where ``initial_states`` is given, else empty."""
+    batch, _, nheads, headdim = dout.shape
+    state_shape = jax.ShapeDtypeStruct((batch, nheads, headdim, dims.dstate), jnp.float32)
+    sdims = dims.with_state_tiles(config.state_block_p, config.state_block_n)
+    inputs = [dt, A, C, dout, dfinal] + [t for t in (z, dt_bias, seq_idx) if t is not None]
+    shapes = [jax.ShapeDtypeStruct(states.shape, states.dtype)]
+    shapes += [state_shape] if initial_states is not None else []
+    dstates, *dinit = call_kernel(
+        functools.partial(_dstates_kernel, dims=sdims),
+        inputs,
+        shapes,
+        sdims.grid,
+        sdims,
+        config.state_num_warps,
+        config.bwd_num_stages,
+        "ssd_bwd_dstates",
+    )
+    return dstates, dinit
+
+
+def segment_dstates(dt, A, C, dout, z, dt_bias, seq_idx, dims: SsdDims, config):
+    """``ssd_bwd_segment_dstates``: every segment's own contribution to the gradient of the state entering it (from
+    a zero end) and its decay (``segments.segment_outputs``), all segments in parallel."""
     sdims = dims.with_state_tiles(config.rebuild_block_p, config.state_block_n)
     grid = (segment_tiles(sdims),)
     inputs = [dt, A, C, dout] + [t for t in (z, dt_bias, seq_idx) if t is not None]
@@ -167,12 +173,21 @@ def _two_level_dstates(dt, A, C, dout, dfinal, z, dt_bias, seq_idx, states, dims
     local_kernel = functools.partial(_dstates_segment_kernel, dims=sdims, expand=False)
     outputs = segment_outputs(dims)
     local, decay = call_kernel(local_kernel, inputs, outputs, grid, sdims, warps, stages, "ssd_bwd_segment_dstates")
-    ends, dinit = segment_walk(local, decay, dfinal, dims, config, reverse=True, name="ssd_bwd_segment_walk")
+    return local, decay
+
+
+def block_dstates(dt, A, C, dout, z, dt_bias, seq_idx, ends, states, dims: SsdDims, config):
+    """``ssd_bwd_block_dstates``: every block's state gradient (like ``states``) from the gradient of the state
+    leaving its segment (``ends``), all segments in parallel."""
+    sdims = dims.with_state_tiles(config.rebuild_block_p, config.state_block_n)
+    grid = (segment_tiles(sdims),)
+    inputs = [dt, A, C, dout] + [t for t in (z, dt_bias, seq_idx) if t is not None]
+    warps, stages = config.state_num_warps, config.bwd_num_stages
     expand_kernel = functools.partial(_dstates_segment_kernel, dims=sdims, expand=True)
     shape = jax.ShapeDtypeStruct(states.shape, states.dtype)
     name = "ssd_bwd_block_dstates"
     (dstates,) = call_kernel(expand_kernel, [*inputs, ends], [shape], grid, sdims, warps, stages, name)
-    return dstates, dinit
+    return dstates
 
 
 def _head_inputs(prog: Program, k, ins, opt, dz_ref=None, below: bool = False):
@@ -344,58 +359,10 @@ def head_splits(heads_per_group: int, most: int) -> int:
     return max(d for d in range(1, min(most, heads_per_group) + 1) if heads_per_group % d == 0)
 
 
-def ssd_backward(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, states, ypre, dout, dfinal, dims, config):
-    """Returns dx, ddt and dz or None in their inputs' dtypes, partials dB and dC (batch, L, G * splits, N; float32
-    where splits > 1, else in B's and C's dtypes), dA (batch, nblocks, H), dD (batch, nblocks, H, P) or None and
-    d dt_bias (batch, nblocks, H) or None, and d initial_states (batch, H, P, N) float32 or None. ``dims`` has whole
-    heads (block_p >= headdim); the per-head kernel splits them by ``config.bwd_block_p``."""
-    batch, _, nheads, headdim = x.shape
-    f32 = jnp.float32
-    segments = segment_dims(dims, config) if config.two_level_backward else None
-    if segments is not None:
-        dstates, dinit = _two_level_dstates(dt, A, C, dout, dfinal, z, dt_bias, seq_idx, states, segments, config)
-        dinit = [dinit] if initial_states is not None else []
-    elif config.states_mosaic and covers_tiles(dims, dout.dtype):
-        weight, last = walk_vectors(dt, A, dt_bias, dims, reverse=True)
-        walk = dict(segment_blocks=dims.nblocks, reverse=True, states=True, name="ssd_bwd_dstates")
-        dstates, end = mosaic_state_walk(
-            dout, C, weight, last, z, dfinal[:, None], dims, end=initial_states is not None, **walk
-        )
-        dinit = [] if end is None else [end[:, 0]]
-    else:
-        state_shape = jax.ShapeDtypeStruct((batch, nheads, headdim, dims.dstate), f32)
-        sdims = dims.with_state_tiles(config.state_block_p, config.state_block_n)
-        inputs = [dt, A, C, dout, dfinal] + [t for t in (z, dt_bias, seq_idx) if t is not None]
-        shapes = [jax.ShapeDtypeStruct(states.shape, states.dtype)]
-        shapes += [state_shape] if initial_states is not None else []
-        dstates, *dinit = call_kernel(
-            functools.partial(_dstates_kernel, dims=sdims),
-            inputs,
-            shapes,
-            sdims.grid,
-            sdims,
-            config.state_num_warps,
-            config.bwd_num_stages,
-            "ssd_bwd_dstates",
-        )
-
-    tensors = [x, dt, A, B, C, states, dstates, dout]
-    dx_mosaic = dx_on_mosaic(dims, config, x.dtype)
-    dbc_mosaic = config.bwd_dbc_mosaic and mosaic_dbc_supported(dims, x.dtype, config.bwd_dbc_columns)
-    decays = block_decays(dt, A, dt_bias, dims) if dx_mosaic or dbc_mosaic else None  # once for both kernels
-    if dx_mosaic:
-        dx, ddt, dA, dbias, dD, dz = mosaic_dx(x, dt, A, decays, B, C, D, z, dt_bias, states, dstates, dout, dims)
-    else:
-        dx, ddt, dA, dD, dz, dbias = _triton_dx(tensors, D, z, dt_bias, seq_idx, ypre, dims, config)
-    if dbc_mosaic:
-        dB, dC = mosaic_dbc(x, decays, B, C, z, states, dstates, dout, dims, config.bwd_dbc_columns)
-    else:
-        dB, dC = _dbc(tensors, z, dt_bias, seq_idx, dims, config)
-    return dx, ddt, dB, dC, dA, dD, dz, dbias, (dinit[0] if dinit else None)
-
-
-def _triton_dx(tensors, D, z, dt_bias, seq_idx, ypre, dims: SsdDims, config):
-    """``ssd_bwd_dx`` on the Triton backend: dx, ddt, dA, dD or None, dz or None, d dt_bias or None."""
+def dx(tensors, D, z, dt_bias, seq_idx, ypre, dims: SsdDims, config, programs: int):
+    """``ssd_bwd_dx`` (``ssd_bwd_dx_persistent``: ``programs`` long-lived programs, ``block.for_each_tile``): dx,
+    ddt, dA, dD or None, dz or None, d dt_bias or None. ``dims`` has whole heads; the kernel splits them by
+    ``config.bwd_block_p``."""
     x, dt, B, C = tensors[0], tensors[1], tensors[3], tensors[4]
     batch, _, nheads, headdim = x.shape
     f32 = jnp.float32
@@ -412,7 +379,6 @@ def _triton_dx(tensors, D, z, dt_bias, seq_idx, ypre, dims: SsdDims, config):
     ddt_shape = jax.ShapeDtypeStruct((*dt.shape, parts), dt.dtype if parts == 1 else f32)
     shapes = [jax.ShapeDtypeStruct(x.shape, x.dtype), ddt_shape, per_block]
     shapes += [shape for flag, shape in optional_outs if flag]
-    programs = long_lived_programs(xdims, config.bwd_persistent_programs)
     dx, ddt, dA, *rest = call_kernel(
         functools.partial(
             _dx_kernel,
@@ -436,7 +402,7 @@ def _triton_dx(tensors, D, z, dt_bias, seq_idx, ypre, dims: SsdDims, config):
     return dx, ddt, dA, dD, dz, dbias
 
 
-def _dbc(tensors, z, dt_bias, seq_idx, dims: SsdDims, config):
+def dbc(tensors, z, dt_bias, seq_idx, dims: SsdDims, config):
     """``ssd_bwd_dbc``: dB and dC, float32 partials per (group, split) or, with one split, in B's and C's dtypes."""
     x, B, C = tensors[0], tensors[3], tensors[4]
     batch, seqlen = x.shape[:2]

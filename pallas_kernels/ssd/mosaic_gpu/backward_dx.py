@@ -2,7 +2,7 @@
 row, block of 64 positions, head, 64 head dims), one warpgroup, every input brought into shared memory by the
 tensor-memory accelerator (TMA) at the program's start, every product on ``wgmma``.
 
-The Triton kernel (``kernel_bwd._dx_tile``) holds its tiles in registers: 250-255 of them a thread, two 4-warp
+The Triton kernel (``triton.backward._dx_tile``) holds its tiles in registers: 250-255 of them a thread, two 4-warp
 programs per SM, whose loads the scheduler then waits on (H200, ncu: 40% of the cycles between a warp's instructions
 are L1TEX waits, DRAM at 22% of its peak). Here the inputs wait in shared memory and (64, 64) float32 tiles are 32
 registers a thread. Two things make it fast (H100, 130m, ncu; ``docs/kernels.md#ssd-backward-per-head-kernel``):
@@ -26,7 +26,7 @@ Per program, with T = 64 positions i (rows of M) and j (columns), cs the block's
     M  = C Bᵀ ∘ exp(cs_i - cs_j) below the diagonal, in the dot dtype (Mᵀ dy reads its tile transposed)
     dX = Mᵀ dy + diag(C Bᵀ) ∘ dy + to_end ∘ (B dSᵀ),   dx = dt dX + D dy,   dD = Σ_i dy x,
     ypre = M X + diag(C Bᵀ) ∘ X + from_start ∘ C S_inᵀ + D x,   dz = dout ypre silu'(z)
-    d cs (row sums, as ``kernel_bwd._dcs_rowwise``) = dy · (M X + from_start ∘ C S_inᵀ) - X · Mᵀ dy - q,
+    d cs (row sums, as ``triton.backward._dcs_rowwise``) = dy · (M X + from_start ∘ C S_inᵀ) - X · Mᵀ dy - q,
     q = to_end ∘ (X · B dSᵀ)
 
 with dy = dout silu(z), X = dt x. The pre-gate output ypre is recomputed from the products d cs needs anyway, so the
@@ -47,19 +47,13 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-from pallas_kernels.ssd.block import SsdDims
-from pallas_kernels.ssd.mosaic import TILE, TRANSFORMS, call_kernel, covers_tiles, sigmoid
+from pallas_kernels.ssd.dims import SsdDims
+from pallas_kernels.ssd.mosaic_gpu.common import TILE, TRANSFORMS, call_kernel, covers_tiles, sigmoid
 
 
 def mosaic_dx_supported(dims: SsdDims, dtype) -> bool:
     """Whether the Mosaic GPU kernel covers this problem (else the Triton kernel runs)."""
     return covers_tiles(dims, dtype)
-
-
-def dx_on_mosaic(dims: SsdDims, config, dtype) -> bool:
-    """Whether the backward's per-head kernel runs on Mosaic GPU: then it recomputes the pre-gate output itself, so
-    the forward neither stores nor keeps it (the Triton kernel reads it)."""
-    return config.bwd_dx_mosaic and mosaic_dx_supported(dims, dtype)
 
 
 def ssd_bwd_dx_mosaic(*refs, dims: SsdDims, parts: int):

@@ -1,4 +1,4 @@
-"""What the two Mosaic GPU walks share (``kernel_fwd_mosaic``'s fused walk, ``kernel_states_mosaic``'s state
+"""What the two Mosaic GPU walks share (``mosaic_gpu.forward``'s fused walk, ``mosaic_gpu.states``'s state
 passes): a program's place on their grid (H x 64-dim parts, segments, batch), the float32 state it starts from, and
 the pipelined loop over its segment's blocks that leaves the end state."""
 
@@ -10,8 +10,8 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-from pallas_kernels.ssd.block import SsdDims
-from pallas_kernels.ssd.mosaic import TILE
+from pallas_kernels.ssd.dims import SsdDims
+from pallas_kernels.ssd.mosaic_gpu.common import TILE
 
 STEPS_IN_FLIGHT = 2  # pipeline stages: the next block's copies in flight while this one computes
 

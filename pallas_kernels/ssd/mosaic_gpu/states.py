@@ -1,6 +1,6 @@
-"""The sequential state passes on Pallas's Mosaic GPU backend: the forward's state walk (``kernel_fwd``'s
+"""The sequential state passes on Pallas's Mosaic GPU backend: the forward's state walk (``triton.forward``'s
 ``ssd_fwd_segment_states``, ``ssd_fwd_block_states`` and ``ssd_bwd_rebuild_states``) and the backward's walk of the
-state gradients, last block first (``kernel_bwd``'s ``ssd_bwd_dstates``, ``ssd_bwd_segment_dstates`` and
+state gradients, last block first (``triton.backward``'s ``ssd_bwd_dstates``, ``ssd_bwd_segment_dstates`` and
 ``ssd_bwd_block_dstates``). One program per (batch row, segment of blocks, head, 64 head dims), one warpgroup, walks
 its segment with the (64, N) float32 state (or state gradient) as a ``wgmma`` accumulator; each block's tiles come
 into shared memory by TMA while the block before it computes (``emit_pipeline``).
@@ -25,7 +25,7 @@ At 130m the one-level state gradients took 153 us on Triton, 64 here.
 
 Shared memory at N 128 with z: two stages of V, W, z and the two vectors (65 KB), the stored state's copy and w ∘ V
 (24 KB), so two programs fit an SM's 228 KB, each one's register work beside the other's products (the occupancy
-reached was not measured). Covered shapes as the other Mosaic GPU kernels (``mosaic.covers_tiles``).
+reached was not measured). Covered shapes as the other Mosaic GPU kernels (``common.covers_tiles``).
 """
 
 import functools
@@ -35,9 +35,9 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-from pallas_kernels.ssd.block import SsdDims
-from pallas_kernels.ssd.mosaic import TILE, TRANSFORMS, block_cumsums, call_kernel, products, sigmoid
-from pallas_kernels.ssd.mosaic_walk import start_state, walk_blocks, walk_grid, walk_program
+from pallas_kernels.ssd.dims import SsdDims
+from pallas_kernels.ssd.mosaic_gpu.common import TILE, TRANSFORMS, block_cumsums, call_kernel, products, sigmoid
+from pallas_kernels.ssd.mosaic_gpu.walk import start_state, walk_blocks, walk_grid, walk_program
 
 
 def walk_vectors(dt: jax.Array, A: jax.Array, dt_bias, dims: SsdDims, *, reverse: bool):

@@ -1,4 +1,4 @@
-"""The loop of the forward's Mosaic GPU walk (``kernel_fwd_mosaic``) with B and C brought in by pieces of N's
+"""The loop of the forward's Mosaic GPU walk (``mosaic_gpu.forward``) with B and C brought in by pieces of N's
 columns, written by hand instead of ``emit_pipeline``: ``SsdConfig.fwd_walk_pieces`` > 1.
 
 Why: at N 256 one block's B and C are 64 KB. Two pipeline stages of them beside x, z, S's copy and the staged tiles
@@ -10,9 +10,9 @@ the walk (``docs/kernels.md#ssd-walk-at-n-256``).
 x, z and the decay vectors have ROW_SLOTS slots (the next block's in flight while this one computes). B and C have
 one slot per piece, one block deep: the block does piece i's products (C_i B_iᵀ into C Bᵀ, C_i S_iᵀ into C Sᵀ, and
 the update of the state's columns i, S_i = exp(cs_last) S_i + Eᵀ B_i), then the slot takes the next block's piece
-while the later pieces and the block's output run. The block's math is ``kernel_fwd_mosaic``'s.
+while the later pieces and the block's output run. The block's math is ``mosaic_gpu.forward``'s.
 
-Shared memory at N 256 in two pieces, with z and the pre-gate output (``config.walk_shared_bytes``): 2 x (x, z,
+Shared memory at N 256 in two pieces, with z and the pre-gate output (``heuristics.walk_shared_bytes``): 2 x (x, z,
 decays) 34 KB, B and C 64 KB, S's copy 32 KB, the staged update and the pre-gate output 16 KB: 146 KB.
 
 Measured on an H200 (ms forward, one stage against two pieces): B2 L8192 H32 G4 0.421 against 0.401, B8 L2048 H24
@@ -28,8 +28,8 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-from pallas_kernels.ssd.mosaic import TILE, TRANSFORMS
-from pallas_kernels.ssd.mosaic_walk import WalkProgram
+from pallas_kernels.ssd.mosaic_gpu.common import TILE, TRANSFORMS
+from pallas_kernels.ssd.mosaic_gpu.walk import WalkProgram
 
 ROW_SLOTS = 2  # blocks of x, z and decay vectors in shared memory at once
 VECTORS = ("dt", "cs", "last")  # the decay vectors of a row slot, in order
@@ -51,7 +51,7 @@ def piece_scratch(dstate: int, dtype, pieces: int, has_z: bool) -> list:
 
 def walk_by_pieces(inputs: dict, scratch: list, prog: WalkProgram, pieces: int, block, state: list, end_ref) -> None:
     """``block`` over the segment's blocks, the loop of the module docstring. ``inputs``: the global x, B, C, dt, cs,
-    last and z (or None) of ``kernel_fwd_mosaic``; ``scratch``: ``piece_scratch``'s. ``block(k, x_s, z, vectors,
+    last and z (or None) of ``mosaic_gpu.forward``; ``scratch``: ``piece_scratch``'s. ``block(k, x_s, z, vectors,
     piece_slot, release, state)`` is the k-th block of the segment; it takes z's tile from ``z[0]()`` (z None
     without z), piece i's B and C tiles from ``piece_slot(i)``, calls ``release(i)`` once their products are done
     and returns the state's pieces, (64, N / pieces) float32 each. The end state goes to ``end_ref`` (batch,

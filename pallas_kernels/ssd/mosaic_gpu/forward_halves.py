@@ -1,4 +1,4 @@
-"""The loop of the forward's Mosaic GPU walk (``kernel_fwd_mosaic``) with the state's N columns in halves on two
+"""The loop of the forward's Mosaic GPU walk (``mosaic_gpu.forward``) with the state's N columns in halves on two
 warpgroups of one program (``SsdConfig.fwd_walk_warpgroups`` 2), each with its own half of every block's B and C
 two blocks deep.
 
@@ -8,12 +8,12 @@ leaves L1 room. Two pipeline stages of B and C, and two heads a program, leave n
 loads hit L1 against 96%, ncu; ``docs/kernels.md#ssd-walk-at-n-256``). Here each warpgroup
 holds a (64, N / 2) half of the state (64 registers at N 256), so B and C can be two blocks ahead without spills.
 
-The block's math is ``kernel_fwd_mosaic``'s, each warpgroup on its half of N: its C_h B_hᵀ, C_h S_hᵀ and state
+The block's math is ``mosaic_gpu.forward``'s, each warpgroup on its half of N: its C_h B_hᵀ, C_h S_hᵀ and state
 update, and its part of y, exp(cs) C_h S_hᵀ + W_h x with W_h from C_h B_hᵀ (y is linear in N's halves). The second
 warpgroup hands its part to the first through shared memory in the inputs' dtype, as out itself is stored; the
 first adds the two, D x and the gate, and stores out.
 
-Shared memory (``config.walk_shared_bytes``): x and the decay vectors two blocks deep (z one, read by the first
+Shared memory (``heuristics.walk_shared_bytes``): x and the decay vectors two blocks deep (z one, read by the first
 warpgroup, refilled once read), B's and C's halves two blocks deep for each warpgroup, each warpgroup's S copy and
 staged update, the handed part of y and the pre-gate output: 220 KB at N 256 with z and the pre-gate output (every
 buffer takes whole KB).
@@ -27,8 +27,8 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-from pallas_kernels.ssd.mosaic import TILE, TRANSFORMS
-from pallas_kernels.ssd.mosaic_walk import WalkProgram
+from pallas_kernels.ssd.mosaic_gpu.common import TILE, TRANSFORMS
+from pallas_kernels.ssd.mosaic_gpu.walk import WalkProgram
 
 WARPGROUPS = 2  # the state's halves of N, one a warpgroup
 ROW_SLOTS = 2  # blocks of x and decay vectors in shared memory at once (z: one)
@@ -60,9 +60,9 @@ def halves_scratch(dstate: int, dtype, has_z: bool) -> list:
 
 def walk_in_halves(inputs: dict, scratch: list, prog: WalkProgram, block, state: list, end_ref) -> None:
     """``block`` over the segment's blocks in each of the two warpgroups (``prog.w``), on its half of N: the loop of
-    the module docstring. ``inputs``: the global x, B, C, dt, cs, last and z (or None) of ``kernel_fwd_mosaic``;
+    the module docstring. ``inputs``: the global x, B, C, dt, cs, last and z (or None) of ``mosaic_gpu.forward``;
     ``scratch``: ``halves_scratch``'s. ``block(k, x_s, z, vectors, piece_slot, release, state, combine)`` is
-    ``kernel_fwd_mosaic``'s block on one piece, this warpgroup's half; ``combine(y, outputs)`` takes this
+    ``mosaic_gpu.forward``'s block on one piece, this warpgroup's half; ``combine(y, outputs)`` takes this
     warpgroup's part of y and calls ``outputs`` with the whole y in the first warpgroup. ``state``: this
     warpgroup's half of the state, [(64, N / 2) float32]; its end goes to ``end_ref`` (batch, segments, H, P, N)
     float32 if given."""

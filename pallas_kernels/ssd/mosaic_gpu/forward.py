@@ -1,15 +1,15 @@
-"""The forward's fused walk (``kernel_fwd``'s ``ssd_fwd_fused`` and ``ssd_fwd_fused_segments`` math) on Pallas's
+"""The forward's fused walk (``triton.forward``'s ``ssd_fwd_fused`` and ``ssd_fwd_fused_segments`` math) on Pallas's
 Mosaic GPU backend: one program per (batch row, segment of blocks, head, 64 head dims), one warpgroup, walking its
 segment's blocks of 64 positions with the (64, N) float32 state in registers, every product on ``wgmma``, each
 block's tiles (x, B, C, z and the per-position decays) copied into shared memory by TMA while the block before it
 computes (``emit_pipeline``).
 
 The Triton fused forward holds the same state in registers too, but beside its (T, N) B and C tiles: past N 128 it
-spills (888-1008 bytes a thread at N 256, ``config.WIDE_TILE_MAX_DSTATE``), so N 256 ran the split forward. Here B
+spills (888-1008 bytes a thread at N 256, ``heuristics.WIDE_TILE_MAX_DSTATE``), so N 256 ran the split forward. Here B
 and C wait in shared memory and the state is 128 registers a thread at N 256.
 
 Per block, with T = 64 positions i (rows) and j (columns), cs the block's cumulative dt·A, cs_last its sum over the
-block (from XLA, ``mosaic.block_cumsums``) and S the (P, N) state entering the block:
+block (from XLA, ``common.block_cumsums``) and S the (P, N) state entering the block:
 
     W  = C Bᵀ ∘ exp(cs_i - cs_j) ∘ dt_j on and below the diagonal, in the dot dtype
     y  = exp(cs_i) ∘ (C Sᵀ) + W x + D x,      out = y silu(z) (y kept as the pre-gate output when saving)
@@ -25,9 +25,9 @@ and C Sᵀ, and while they run W is formed in registers from C Bᵀ and issued a
 from its TMA slot: ``products``' late pairs). The update's accumulator starts at exp(cs_last) S: the state is never
 in registers twice. Out leaves from E's tile once the update has read it, with no wait at the block's end: the next
 block waits for that store only before it stages its own E (the pre-gate output, when saved, has a tile of its
-own). Shared memory (``config.walk_shared_bytes``), with z and the pre-gate output: ``stages`` blocks' x, z, B, C
+own). Shared memory (``heuristics.walk_shared_bytes``), with z and the pre-gate output: ``stages`` blocks' x, z, B, C
 and decay vectors, S's copy, E and the pre-gate output; at N 128 on one stage 81 KB, so two programs share an SM
-(``config.walk_stages`` picks one stage where that pays), at N 256 on two 211 KB. At N 256 the state (128 registers
+(``heuristics.walk_stages`` picks one stage where that pays), at N 256 on two 211 KB. At N 256 the state (128 registers
 a thread) with the block's accumulators spills (ncu): ``docs/kernels.md#ssd-walk-at-n-256``.
 
 Measured on an H100 (ms forward, against the Triton forward; ``docs/kernels.md#ssd-on-mosaic-gpu``): 130m 0.179
@@ -36,8 +36,8 @@ against 0.185, 2.7b 0.253 against 0.347, B2 L8192 H32 G4 N256 (per segment) 0.46
 even at B1 L65536 H128 (3.51 against 3.55) and B1 L131072 H24 (1.398 against 1.370).
 
 With ``pieces`` > 1 (``SsdConfig.fwd_walk_pieces``, the N 256 default where a program may have only one warpgroup;
-with two, ``kernel_fwd_mosaic_halves``) the loop over blocks is
-``kernel_fwd_mosaic_pieces``'s instead of ``emit_pipeline``: B and C come in pieces of N's columns, the state is one
+with two, ``mosaic_gpu.forward_halves``) the loop over blocks is
+``mosaic_gpu.forward_pieces``'s instead of ``emit_pipeline``: B and C come in pieces of N's columns, the state is one
 accumulator a piece, and each block does piece i's C Bᵀ, C Sᵀ and update terms in turn (the last piece's update and
 C Sᵀ still beside W x), each piece's slot taking the next block's piece once its products are done.
 
@@ -53,11 +53,19 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-from pallas_kernels.ssd.block import SsdDims
-from pallas_kernels.ssd.kernel_fwd_mosaic_halves import halves_scratch, walk_in_halves
-from pallas_kernels.ssd.kernel_fwd_mosaic_pieces import piece_scratch, walk_by_pieces
-from pallas_kernels.ssd.mosaic import TILE, TRANSFORMS, block_cumsums, call_kernel, covers_tiles, products, sigmoid
-from pallas_kernels.ssd.mosaic_walk import STEPS_IN_FLIGHT, start_state, walk_blocks, walk_grid, walk_program
+from pallas_kernels.ssd.dims import SsdDims
+from pallas_kernels.ssd.mosaic_gpu.common import (
+    TILE,
+    TRANSFORMS,
+    block_cumsums,
+    call_kernel,
+    covers_tiles,
+    products,
+    sigmoid,
+)
+from pallas_kernels.ssd.mosaic_gpu.forward_halves import halves_scratch, walk_in_halves
+from pallas_kernels.ssd.mosaic_gpu.forward_pieces import piece_scratch, walk_by_pieces
+from pallas_kernels.ssd.mosaic_gpu.walk import STEPS_IN_FLIGHT, start_state, walk_blocks, walk_grid, walk_program
 
 
 def mosaic_walk_supported(dims: SsdDims, dtype) -> bool:
@@ -77,8 +85,8 @@ def ssd_fwd_walk_mosaic(
     warpgroups: int,
 ):
     """One (batch row, segment, head, 64 head dims): the walk over the segment's blocks (module docstring), by
-    ``emit_pipeline`` (pieces 1), with B and C in ``pieces`` of N's columns (``kernel_fwd_mosaic_pieces``), or with
-    the state in halves of N on two ``warpgroups`` (``kernel_fwd_mosaic_halves``). ``outs`` names the outputs after
+    ``emit_pipeline`` (pieces 1), with B and C in ``pieces`` of N's columns (``mosaic_gpu.forward_pieces``), or with
+    the state in halves of N on two ``warpgroups`` (``mosaic_gpu.forward_halves``). ``outs`` names the outputs after
     ``out``, in order: "ypre", "states", "end"."""
     n_in = 6 + dims.has_D + dims.has_z + has_start
     ins, out_refs, scratch = refs[:n_in], refs[n_in : n_in + 1 + len(outs)], refs[n_in + 1 + len(outs) :]

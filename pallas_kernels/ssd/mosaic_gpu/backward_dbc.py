@@ -4,7 +4,7 @@ parts of a head) with ``emit_pipeline``: each step's tiles (x, dout, z, the bloc
 gradient dS of its outgoing one) are copied into shared memory by TMA while the previous step computes.
 
 Per step, with T = 64 positions i (rows) and j (columns), cs the block's cumulative dt·A (from XLA, as for
-``kernel_bwd_mosaic``), dy = dout silu(z) and X = dt x:
+``mosaic_gpu.backward_dx``), dy = dout silu(z) and X = dt x:
 
     dCB += (dy Xᵀ) ∘ exp(cs_i - cs_j) on and below the diagonal          (registers, float32)
     dC  += (from_start ∘ dy) S_in,   dB += (to_end ∘ X) dS                 (two wgmma accumulators)
@@ -14,7 +14,7 @@ and to_end = exp(cs_last - cs_j) (both <= 1) are applied to the dot operands, so
 accumulate in the same two ``wgmma`` accumulators instead of registers; the Triton kernel scales each float32
 product instead. dB and dC leave in B's and C's dtype: no float32 partials for XLA to sum.
 
-The Triton kernel (``kernel_bwd._dbc_kernel``) reads the same bytes; at B1 L65536 H128 on an H100 it took 3.5 ms
+The Triton kernel (``triton.backward._dbc_kernel``) reads the same bytes; at B1 L65536 H128 on an H100 it took 3.5 ms
 against about 2.2 ms for its reads at the H100's 3.35 TB/s. With this kernel the backward's two Mosaic kernels took
 7,966 us there against 5,352 + 3,523 with the Triton dB/dC kernel (H100, profiler). At N 256 (two column tiles
 re-read x, dout and the states) and at P 128 (two pipeline steps a head) it loses to the Triton kernel, so
@@ -33,8 +33,8 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-from pallas_kernels.ssd.block import SsdDims
-from pallas_kernels.ssd.mosaic import TILE, TRANSFORMS, call_kernel, covers_tiles, sigmoid
+from pallas_kernels.ssd.dims import SsdDims
+from pallas_kernels.ssd.mosaic_gpu.common import TILE, TRANSFORMS, call_kernel, covers_tiles, sigmoid
 
 STEPS_IN_FLIGHT = 2  # pipeline stages: one step's copies in flight while the previous one computes
 

@@ -1,7 +1,7 @@
 """What the Mosaic GPU SSD kernels share: their tile, shared-memory layout, cover, per-position decays and products
 into accumulators that start at a value.
 
-Each of them (``kernel_fwd_mosaic``, ``kernel_states_mosaic``, ``kernel_bwd_mosaic``, ``kernel_bwd_dbc_mosaic``) is
+Each of them (``mosaic_gpu.forward``, ``mosaic_gpu.states``, ``mosaic_gpu.backward_dx``, ``mosaic_gpu.backward_dbc``) is
 one warpgroup working on blocks of TILE positions and TILE head dims, with 16-bit tiles in shared memory in rows of
 64 elements (128-byte swizzle, what ``wgmma`` reads). The per-position decays come from XLA as (batch, H, L) float32
 vectors, so that a program reads them with the tensor-memory accelerator like any other tile.
@@ -13,7 +13,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-from pallas_kernels.ssd.block import SsdDims
+from pallas_kernels.ssd.dims import SsdDims
 from pallas_kernels.ssd.reference import process_dt
 
 TILE = 64  # positions per block and head dims per program: one warpgroup's wgmma rows

@@ -14,7 +14,8 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from pallas_kernels.ssd.block import SsdDims, call_kernel, optional_refs, sequential_program
+from pallas_kernels.ssd.dims import SsdDims
+from pallas_kernels.ssd.triton.block import call_kernel, optional_refs, sequential_program
 
 
 def _walk_kernel(local_ref, decay_ref, *refs, dims: SsdDims, has_start: bool, reverse: bool):

@@ -15,53 +15,40 @@ With two-level state passes (``SsdConfig.two_level_states``) the split form's st
 incoming state; ``SsdConfig.fused_segments`` then runs the fused walk once per segment, all segments in parallel
 (``ssd_fwd_fused_segments``), instead of writing every block's state (``ssd_fwd_block_states``) for the output
 pass to read back.
-With ``SsdConfig.fwd_mosaic`` (the default on Hopper) both fused walks run on Mosaic GPU (``kernel_fwd_mosaic``)
+With ``SsdConfig.fwd_mosaic`` (the default on Hopper) both fused walks run on Mosaic GPU (``mosaic_gpu.forward``)
 where it covers the shape; a whole walk that keeps float32 states every few blocks for the backward runs per segment
 of them there (the two-level state pass's segment states, then the Mosaic walk once per segment).
 Per block, on tensor cores: C·Bᵀ (T, T), masked decays, y = (C·Bᵀ ∘ decay ∘ dt) x plus the incoming state's term
 exp(cs) C·stateᵀ; the state update is a (block_p, T) x (T, Np) dot. Dot operands are in the input dtype (bf16 in
 training), accumulation float32; the stored states are in the dot dtype, as the dots read them. With z and saving
 for the backward, the output before the gate is stored too where the backward's per-head kernel reads it (on Triton:
-the Mosaic GPU one recomputes it, ``kernel_bwd_mosaic.dx_on_mosaic``).
+the Mosaic GPU one recomputes it, ``dispatch.dx_on_mosaic``).
 """
 
-import dataclasses
 import functools
 
 import jax
 import jax.numpy as jnp
 
 from pallas_kernels._triton import sigmoid
-from pallas_kernels.ssd.block import (
+from pallas_kernels.ssd.dims import SsdDims
+from pallas_kernels.ssd.triton.block import (
     Block,
     Program,
-    SsdDims,
     block_scores,
     call_kernel,
     for_each_tile,
-    long_lived_programs,
     mm,
     optional_refs,
     segment_block,
-    segment_dims,
     segment_program,
     segment_tiles,
     sequential_program,
     tile_grid,
 )
-from pallas_kernels.ssd.kernel_bwd_mosaic import dx_on_mosaic
-from pallas_kernels.ssd.kernel_fwd_mosaic import mosaic_walk, mosaic_walk_supported
-from pallas_kernels.ssd.kernel_states_mosaic import mosaic_state_walk, segment_decays, walk_vectors
-from pallas_kernels.ssd.mosaic import covers_tiles
-from pallas_kernels.ssd.segments import segment_outputs, segment_walk
+from pallas_kernels.ssd.triton.segments import segment_outputs
 
 _FLAGS = ("has_D", "has_z", "has_bias", "has_init", "has_seq", "has_scores")
-
-
-def _walk_loop(config) -> dict:
-    """The Mosaic walk's loop from ``config``: its pipeline depth, the pieces of N it loads B and C by, or its
-    state's halves on two warpgroups."""
-    return dict(stages=config.fwd_walk_stages, pieces=config.fwd_walk_pieces, warpgroups=config.fwd_walk_warpgroups)
 
 
 def _flags(dims: SsdDims) -> tuple[bool, ...]:
@@ -201,52 +188,6 @@ def _segment_kernel(x_ref, dt_ref, A_ref, B_ref, *refs, dims: SsdDims, rebuild: 
     decay_ref[prog.b, segment, prog.h] = decay
 
 
-def rebuild_block_states(
-    x, dt, A, B, dt_bias, seq_idx, kept, dims: SsdDims, config, name: str = "ssd_bwd_rebuild_states"
-) -> jax.Array:
-    """Every block's incoming state (batch, nblocks, H, P, N) in x.dtype from the kept float32 states
-    (batch, nkept, H, P, N), every ``dims.keep_blocks`` blocks."""
-    if config.states_mosaic and covers_tiles(dims, x.dtype):
-        weight, last = walk_vectors(dt, A, dt_bias, dims, reverse=False)
-        walk = dict(segment_blocks=dims.keep_blocks, reverse=False, states=True, end=False, name=name)
-        return mosaic_state_walk(x, B, weight, last, None, kept, dims, **walk)[0]
-    batch, _, nheads, headdim = x.shape
-    sdims = dims.with_state_tiles(config.rebuild_block_p, config.state_block_n)
-    inputs = [x, dt, A, B] + [t for t in (dt_bias, seq_idx) if t is not None] + [kept]
-    shape = jax.ShapeDtypeStruct((batch, dims.nblocks, nheads, headdim, dims.dstate), x.dtype)
-    kernel = functools.partial(_segment_kernel, dims=sdims, rebuild=True)
-    grid = (segment_tiles(sdims),)
-    (states,) = call_kernel(kernel, inputs, [shape], grid, sdims, config.state_num_warps, config.num_stages, name)
-    return states
-
-
-def two_level_states(x, dt, A, B, dt_bias, initial_states, seq_idx, dims: SsdDims, config):
-    """The forward's state pass in two levels (``SsdConfig.two_level_states``): every segment's own end state and
-    decay in parallel (``ssd_fwd_segment_states``), then the elementwise walk over segments (``segments``). Returns
-    the state entering each segment (batch, nkept, H, P, N) float32, the states the backward keeps, and the final
-    state (batch, H, P, N) float32."""
-    if config.states_mosaic and covers_tiles(dims, x.dtype):
-        weight, last = walk_vectors(dt, A, dt_bias, dims, reverse=False)
-        walk = dict(segment_blocks=dims.keep_blocks, reverse=False, states=False, end=True)
-        local = mosaic_state_walk(x, B, weight, last, None, None, dims, **walk, name="ssd_fwd_segment_states")[1]
-        decay = segment_decays(last, dims.keep_blocks)
-    else:
-        sdims = dims.with_state_tiles(config.rebuild_block_p, config.state_block_n)
-        inputs = [x, dt, A, B] + [t for t in (dt_bias, seq_idx) if t is not None]
-        kernel = functools.partial(_segment_kernel, dims=sdims, rebuild=False)
-        local, decay = call_kernel(
-            kernel,
-            inputs,
-            segment_outputs(dims),
-            (segment_tiles(sdims),),
-            sdims,
-            config.state_num_warps,
-            config.num_stages,
-            "ssd_fwd_segment_states",
-        )
-    return segment_walk(local, decay, initial_states, dims, config, reverse=False, name="ssd_fwd_segment_walk")
-
-
 def _output_tile(prog: Program, k, x_ref, dt_ref, A_ref, B_ref, C_ref, states_ref, refs) -> None:
     """The output of block ``k`` for ``prog``'s batch row, head and head dims, from the block's stored state."""
     dims = prog.dims
@@ -273,13 +214,10 @@ def _output_kernel(x_ref, dt_ref, A_ref, B_ref, C_ref, states_ref, *refs, dims: 
     for_each_tile(dims, programs, tile)
 
 
-def ssd_forward(
-    x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, dims: SsdDims, config, save: bool
-) -> tuple[jax.Array, jax.Array, jax.Array | None, jax.Array | None]:
-    """Returns out (batch, L, H, P) x.dtype, final states (batch, H, P, N) float32, and when ``save`` the
-    block-start states (batch, nblocks, H, P, N) in x.dtype, or with ``dims.keep_blocks`` > 1 those of every
-    keep_blocks-th block (batch, nkept, H, P, N) float32, and (with z, when the backward reads it) the pre-gate output
-    (batch, L, H, P)."""
+def _shapes(x, dims: SsdDims) -> tuple[jax.ShapeDtypeStruct, ...]:
+    """out (batch, L, H, P) x.dtype, the final state (batch, H, P, N) float32, every block's incoming state (batch,
+    nblocks, H, P, N) x.dtype, and the states kept for the backward: those, or with ``dims.keep_blocks`` > 1 every
+    keep_blocks-th block's (batch, nkept, H, P, N) float32."""
     batch, _, nheads, headdim = x.shape
     out_shape = jax.ShapeDtypeStruct(x.shape, x.dtype)
     final_shape = jax.ShapeDtypeStruct((batch, nheads, headdim, dims.dstate), jnp.float32)
@@ -287,75 +225,103 @@ def ssd_forward(
     kept_shape = states_shape
     if dims.keep_blocks > 1:
         kept_shape = jax.ShapeDtypeStruct((batch, dims.nkept, nheads, headdim, dims.dstate), jnp.float32)
-    # the pre-gate output, for a backward that reads it (the Mosaic GPU one recomputes it)
-    save_ypre = save and z is not None and not dx_on_mosaic(dims, config, x.dtype)
-    extra = [out_shape] if save_ypre else []
-    warps, stages = config.num_warps, config.num_stages
-    keep = save and dims.keep_blocks > 1
-    mosaic = config.fwd_mosaic and mosaic_walk_supported(dims, x.dtype)
-    whole_walk = dims.seqlen <= config.fused_forward_max_l
-    if whole_walk and mosaic and keep:
-        # The Mosaic walk stores every block's state or none: to keep float32 states every few blocks it runs once per
-        # segment of them instead, from the two-level state pass's. On an H200 the Triton walk that keeps them took
-        # 1.11 of 3.53 ms forward+backward at B4 L4096 H64 N256 G8; this way took 2.13 against 2.50 ms at B8 L2048
-        # H80 N128 (docs/kernels.md#ssd-kept-states)
-        config = dataclasses.replace(config, two_level_states=True, fused_segments=True)
-        whole_walk = False
-    if whole_walk and mosaic:
-        starts = None if initial_states is None else initial_states[:, None]
-        walk = dict(segment_blocks=dims.nblocks, states=save, ypre=save_ypre, end=True, **_walk_loop(config))
-        out, ypre, states, end = mosaic_walk(x, dt, A, B, C, D, z, dt_bias, starts, dims, **walk)
-        return out, end[:, 0], states, ypre
-    scores = block_scores(B, C, dims.block_l) if dims.has_scores else None
-    if whole_walk:
-        optional = (D, z, dt_bias, initial_states, seq_idx, scores)
-        inputs = [x, dt, A, B, C] + [t for t in optional if t is not None]
-        shapes = [out_shape, final_shape] + ([kept_shape] if save else []) + extra
-        kernel = functools.partial(_fused_kernel, dims=dims, save=save)
-        out, final, *saved = call_kernel(kernel, inputs, shapes, dims.grid, dims, warps, stages, "ssd_fwd_fused")
-        return out, final, (saved[0] if save else None), (saved[1] if extra else None)
+    return out_shape, final_shape, states_shape, kept_shape
 
-    segments = segment_dims(dims, config)
-    if segments is not None:
-        kept, final = two_level_states(x, dt, A, B, dt_bias, initial_states, seq_idx, segments, config)
-        store_blocks = save and not keep
-        if config.fused_segments and mosaic:
-            walk = dict(
-                segment_blocks=segments.keep_blocks,
-                states=store_blocks,
-                ypre=save_ypre,
-                end=False,
-                **_walk_loop(config),
-            )
-            out, ypre, states, _ = mosaic_walk(x, dt, A, B, C, D, z, dt_bias, kept, segments, **walk)
-            return out, final, ((kept if keep else states) if save else None), ypre
-        if config.fused_segments:
-            shapes = [out_shape] + ([states_shape] if store_blocks else []) + extra
-            inputs = [x, dt, A, B, C, kept] + [t for t in (D, z, dt_bias, seq_idx, scores) if t is not None]
-            kernel = functools.partial(_fused_segment_kernel, dims=segments, store_blocks=store_blocks)
-            grid = (segment_tiles(segments),)
-            out, *saved = call_kernel(kernel, inputs, shapes, grid, segments, warps, stages, "ssd_fwd_fused_segments")
-            states = saved[0] if store_blocks else None
-            return out, final, ((kept if keep else states) if save else None), (saved[-1] if extra else None)
-        states = rebuild_block_states(x, dt, A, B, dt_bias, seq_idx, kept, segments, config, "ssd_fwd_block_states")
-        kept = [kept]
-    else:
-        inputs = [x, dt, A, B] + [t for t in (dt_bias, initial_states, seq_idx) if t is not None]
-        state_dims = dims.with_state_tiles(config.state_block_p, config.state_block_n)
-        kernel = functools.partial(_states_kernel, dims=state_dims, keep=keep)
-        states, final, *kept = call_kernel(
-            kernel,
-            inputs,
-            [states_shape, final_shape] + ([kept_shape] if keep else []),
-            state_dims.grid,
-            state_dims,
-            config.state_num_warps,
-            stages,
-            "ssd_fwd_states",
-        )
+
+def fused_forward(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, dims: SsdDims, config, save, save_ypre):
+    """``ssd_fwd_fused``, the whole walk: out, the final state, the kept states when ``save`` (else None) and the
+    pre-gate output when ``save_ypre`` (else None)."""
+    out_shape, final_shape, _, kept_shape = _shapes(x, dims)
+    extra = [out_shape] if save_ypre else []
+    scores = block_scores(B, C, dims.block_l) if dims.has_scores else None
+    optional = (D, z, dt_bias, initial_states, seq_idx, scores)
+    inputs = [x, dt, A, B, C] + [t for t in optional if t is not None]
+    shapes = [out_shape, final_shape] + ([kept_shape] if save else []) + extra
+    kernel = functools.partial(_fused_kernel, dims=dims, save=save)
+    warps, stages = config.num_warps, config.num_stages
+    out, final, *saved = call_kernel(kernel, inputs, shapes, dims.grid, dims, warps, stages, "ssd_fwd_fused")
+    return out, final, (saved[0] if save else None), (saved[1] if extra else None)
+
+
+def fused_segments_forward(
+    x, dt, A, B, C, D, z, dt_bias, seq_idx, starts, dims: SsdDims, config, store_blocks, save_ypre
+):
+    """``ssd_fwd_fused_segments``, the fused walk once per segment of ``dims.keep_blocks`` blocks from the float32
+    state entering it (``starts``): out, every block's incoming state when ``store_blocks`` (else None) and the
+    pre-gate output when ``save_ypre`` (else None)."""
+    out_shape, _, states_shape, _ = _shapes(x, dims)
+    extra = [out_shape] if save_ypre else []
+    scores = block_scores(B, C, dims.block_l) if dims.has_scores else None
+    shapes = [out_shape] + ([states_shape] if store_blocks else []) + extra
+    inputs = [x, dt, A, B, C, starts] + [t for t in (D, z, dt_bias, seq_idx, scores) if t is not None]
+    kernel = functools.partial(_fused_segment_kernel, dims=dims, store_blocks=store_blocks)
+    grid = (segment_tiles(dims),)
+    warps, stages = config.num_warps, config.num_stages
+    out, *saved = call_kernel(kernel, inputs, shapes, grid, dims, warps, stages, "ssd_fwd_fused_segments")
+    return out, (saved[0] if store_blocks else None), (saved[-1] if extra else None)
+
+
+def state_pass(x, dt, A, B, dt_bias, initial_states, seq_idx, dims: SsdDims, config, keep: bool):
+    """``ssd_fwd_states``, the one-level state pass: every block's incoming state, the final state and a list of
+    the kept float32 states (one array with ``keep``, else empty)."""
+    _, final_shape, states_shape, kept_shape = _shapes(x, dims)
+    inputs = [x, dt, A, B] + [t for t in (dt_bias, initial_states, seq_idx) if t is not None]
+    state_dims = dims.with_state_tiles(config.state_block_p, config.state_block_n)
+    kernel = functools.partial(_states_kernel, dims=state_dims, keep=keep)
+    states, final, *kept = call_kernel(
+        kernel,
+        inputs,
+        [states_shape, final_shape] + ([kept_shape] if keep else []),
+        state_dims.grid,
+        state_dims,
+        config.state_num_warps,
+        config.num_stages,
+        "ssd_fwd_states",
+    )
+    return states, final, kept
+
+
+def segment_states(x, dt, A, B, dt_bias, seq_idx, dims: SsdDims, config):
+    """``ssd_fwd_segment_states``: every segment's own end state from a zero start and its decay
+    (``segments.segment_outputs``), all segments in parallel."""
+    sdims = dims.with_state_tiles(config.rebuild_block_p, config.state_block_n)
+    inputs = [x, dt, A, B] + [t for t in (dt_bias, seq_idx) if t is not None]
+    kernel = functools.partial(_segment_kernel, dims=sdims, rebuild=False)
+    local, decay = call_kernel(
+        kernel,
+        inputs,
+        segment_outputs(dims),
+        (segment_tiles(sdims),),
+        sdims,
+        config.state_num_warps,
+        config.num_stages,
+        "ssd_fwd_segment_states",
+    )
+    return local, decay
+
+
+def rebuild_block_states(x, dt, A, B, dt_bias, seq_idx, kept, dims: SsdDims, config, name: str) -> jax.Array:
+    """Every block's incoming state (batch, nblocks, H, P, N) in x.dtype from the kept float32 states
+    (batch, nkept, H, P, N), every ``dims.keep_blocks`` blocks, each segment in parallel."""
+    batch, _, nheads, headdim = x.shape
+    sdims = dims.with_state_tiles(config.rebuild_block_p, config.state_block_n)
+    inputs = [x, dt, A, B] + [t for t in (dt_bias, seq_idx) if t is not None] + [kept]
+    shape = jax.ShapeDtypeStruct((batch, dims.nblocks, nheads, headdim, dims.dstate), x.dtype)
+    kernel = functools.partial(_segment_kernel, dims=sdims, rebuild=True)
+    grid = (segment_tiles(sdims),)
+    (states,) = call_kernel(kernel, inputs, [shape], grid, sdims, config.state_num_warps, config.num_stages, name)
+    return states
+
+
+def output_pass(x, dt, A, B, C, states, D, z, dt_bias, seq_idx, dims: SsdDims, config, programs: int, save_ypre):
+    """``ssd_fwd_out``, block-parallel from every block's incoming state (``ssd_fwd_out_persistent``: ``programs``
+    long-lived programs, ``block.for_each_tile``): out and the pre-gate output when ``save_ypre`` (else None)."""
+    out_shape = jax.ShapeDtypeStruct(x.shape, x.dtype)
+    extra = [out_shape] if save_ypre else []
+    scores = block_scores(B, C, dims.block_l) if dims.has_scores else None
     inputs = [x, dt, A, B, C, states] + [t for t in (D, z, dt_bias, seq_idx, scores) if t is not None]
-    programs = long_lived_programs(dims, config.persistent_programs)
     kernel = functools.partial(_output_kernel, dims=dims, programs=programs)
     grid, name = tile_grid(dims, programs), ("ssd_fwd_out_persistent" if programs else "ssd_fwd_out")
+    warps, stages = config.num_warps, config.num_stages
     out, *saved = call_kernel(kernel, inputs, [out_shape, *extra], grid, dims, warps, stages, name)
-    return out, final, ((kept[0] if keep else states) if save else None), (saved[0] if extra else None)
+    return out, (saved[0] if extra else None)

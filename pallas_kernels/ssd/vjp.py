@@ -6,7 +6,7 @@ float32; B, C (batch, L, G, N) in x's dtype; D (H, P) float32 or None; dt_bias (
 states (batch, H, P, N) float32). Residuals for the backward: the inputs, the block-start states (batch,
 L / block_l, H, P, N) in x.dtype (or, with ``config.checkpoint_every``, every that many positions' state in float32,
 from which the backward first rebuilds the block states) and, with z, the pre-gate output where the backward's per-head
-kernel reads it (on Triton; the Mosaic GPU one recomputes it: ``kernel_bwd_mosaic.dx_on_mosaic``).
+kernel reads it (on Triton; the Mosaic GPU one recomputes it: ``dispatch.dx_on_mosaic``).
 """
 
 import functools
@@ -15,10 +15,9 @@ import jax
 import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 
-from pallas_kernels.ssd.block import SsdDims
 from pallas_kernels.ssd.config import SsdConfig
-from pallas_kernels.ssd.kernel_bwd import ssd_backward
-from pallas_kernels.ssd.kernel_fwd import rebuild_block_states, ssd_forward
+from pallas_kernels.ssd.dims import SsdDims
+from pallas_kernels.ssd.dispatch import rebuild_block_states, ssd_backward, ssd_forward
 
 # The kept states' name for jax.checkpoint policies: a rematerialized region that saves them
 # (jax.checkpoint_policies.save_only_these_names(STATES_NAME, ...)) recomputes the SSD's inputs in the backward but
