@@ -20,7 +20,7 @@ from compare.kernels import parse_config
 from compare.triton_ir import compile_sm90, triton_modules
 from pallas_kernels import selective_scan_fn
 from pallas_kernels.selective_scan import api as selective_scan_api
-from pallas_kernels.selective_scan.config import default_config
+from pallas_kernels.selective_scan.heuristics import default_config
 from pallas_kernels.ssd import api as ssd_api
 
 SSD_WARPS = {  # SsdConfig's warps field of each kernel; the state passes and walks take state_num_warps

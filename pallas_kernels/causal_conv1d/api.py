@@ -7,7 +7,7 @@ import jax.numpy as jnp
 
 from pallas_kernels._checks import check_array, check_config, check_impl, check_seq_idx, check_shape
 from pallas_kernels._triton import interpret_mode
-from pallas_kernels.causal_conv1d import pallas, reference
+from pallas_kernels.causal_conv1d import reference, vjp
 from pallas_kernels.causal_conv1d.config import ConvConfig
 
 _AVAILABLE_IMPLS = ("reference", "pallas")
@@ -74,7 +74,7 @@ def causal_conv1d_fn(
         check_config(config, ConvConfig)
         silu = activation in ("silu", "swish")
         states = None if initial_states is None else initial_states.astype(x.dtype)  # as the reference rounds them
-        out = pallas.causal_conv1d(x, weight, bias, seq_idx, states, silu, config or ConvConfig(), interpret_mode())
+        out = vjp.causal_conv1d(x, weight, bias, seq_idx, states, silu, config or ConvConfig(), interpret_mode())
         final_states = _last_inputs(x, initial_states, width) if return_final_states else None
     else:
         out, final_states = reference.causal_conv1d(x, weight, bias, seq_idx, initial_states, activation)

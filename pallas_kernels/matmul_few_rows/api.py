@@ -4,7 +4,7 @@ import jax
 
 from pallas_kernels._checks import check_array, check_config, check_impl
 from pallas_kernels._triton import gpu_sm_count, interpret_mode
-from pallas_kernels.matmul_few_rows import pallas, reference
+from pallas_kernels.matmul_few_rows import reference, vjp
 from pallas_kernels.matmul_few_rows.config import MatmulFewRowsConfig
 
 _AVAILABLE_IMPLS = ("reference", "pallas")
@@ -34,4 +34,4 @@ def matmul_few_rows(
         return reference.matmul_few_rows(x, w)
     if x.shape[0] > MAX_ROWS:
         raise ValueError(f"impl='pallas' takes x with at most {MAX_ROWS} rows, got {x.shape[0]} (use the reference)")
-    return pallas.matmul_few_rows(x, w, config or MatmulFewRowsConfig(), gpu_sm_count(), interpret_mode())
+    return vjp.matmul_few_rows(x, w, config or MatmulFewRowsConfig(), gpu_sm_count(), interpret_mode())

@@ -26,13 +26,3 @@ class MatmulFewRowsConfig:
             )
         if not isinstance(self.num_stages, int) or self.num_stages < 1:
             raise ValueError(f"MatmulFewRowsConfig.num_stages must be a positive int, got {self.num_stages!r}")
-
-
-def k_splits(n: int, k: int, config: MatmulFewRowsConfig, sm_count: int) -> tuple[int, int]:
-    """(splits of K, block_k steps per split): at least ``programs_per_sm`` x ``sm_count`` programs where K has the
-    blocks for them (so that every SM keeps loads in flight), the last split not empty."""
-    column_blocks = -(-n // config.block_n)
-    k_blocks = -(-k // config.block_k)
-    wanted = max(1, -(-config.programs_per_sm * sm_count // column_blocks))
-    steps = max(1, k_blocks // wanted)
-    return -(-k_blocks // steps), steps

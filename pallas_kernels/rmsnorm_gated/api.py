@@ -4,7 +4,7 @@ import jax
 
 from pallas_kernels._checks import check_array, check_config, check_divides, check_impl, check_shape
 from pallas_kernels._triton import gpu_sm_count, interpret_mode
-from pallas_kernels.rmsnorm_gated import pallas, reference
+from pallas_kernels.rmsnorm_gated import reference, vjp
 from pallas_kernels.rmsnorm_gated.config import NormConfig
 
 _AVAILABLE_IMPLS = ("reference", "pallas")
@@ -51,5 +51,5 @@ def rmsnorm_fn(
         group = dim if group_size is None else group_size
         config = config or NormConfig()
         args = (float(eps), group, bool(norm_before_gate), config, gpu_sm_count(), interpret_mode())
-        return pallas.rmsnorm(x, weight, bias, z, *args)
+        return vjp.rmsnorm(x, weight, bias, z, *args)
     return reference.rmsnorm(x, weight, bias, z, float(eps), group_size, bool(norm_before_gate))

@@ -8,11 +8,12 @@ import jax.numpy as jnp
 
 from pallas_kernels._checks import check_array, check_config, check_divides, check_impl, check_shape
 from pallas_kernels._triton import gpu_sm_count, interpret_mode
-from pallas_kernels.selective_scan import pallas, reference
-from pallas_kernels.selective_scan.config import KEEP_EVERY, MAX_DSTATE, ScanConfig, default_config
+from pallas_kernels.selective_scan import reference, vjp
+from pallas_kernels.selective_scan.config import MAX_DSTATE, ScanConfig
+from pallas_kernels.selective_scan.heuristics import KEEP_EVERY, default_config
 
 Layout = Literal["channels_last", "channels_first"]
-SAVED_STATES_NAME = pallas.STATES_NAME  # what a jax.checkpoint policy names to keep the Pallas scan's states
+SAVED_STATES_NAME = vjp.STATES_NAME  # what a jax.checkpoint policy names to keep the Pallas scan's states
 _AVAILABLE_IMPLS = ("reference", "pallas")
 
 
@@ -94,7 +95,7 @@ def selective_scan_fn(
             keep = KEEP_EVERY if checkpoint_every is None else checkpoint_every
             config = default_config(dstate, dim // B.shape[2], batch * B.shape[2], keep, gpu_sm_count())
             config.validate()
-        out, last_state = pallas.selective_scan(
+        out, last_state = vjp.selective_scan(
             u, delta, A, B, C, D, z, delta_bias, bool(delta_softplus), config, interpret_mode()
         )
     else:

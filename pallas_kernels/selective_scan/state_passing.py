@@ -1,5 +1,5 @@
 """The chunked design's short passes between kernels (XLA): each boundary's true state or adjoint from what every
-stretch of time does on its own (``kernel_segment_states``). A stretch maps a boundary value v to
+stretch of time does on its own (``triton.chunked_boundaries``). A stretch maps a boundary value v to
 exp(A sum dt) * v + local (per state and channel); composing those maps along the stretches is a linear scan over
 (batch, stretches, N, dim + 1) float32 arrays, run as ``lax.associative_scan``.
 """
@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from pallas_kernels._linear_scan import linear_scan
-from pallas_kernels.selective_scan.tiles import padded_rows
+from pallas_kernels.selective_scan.layout import padded_rows
 
 
 def _decays(A: jax.Array, dt_sums: jax.Array) -> jax.Array:

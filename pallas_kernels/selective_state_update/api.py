@@ -4,8 +4,8 @@ import jax
 
 from pallas_kernels._checks import check_array, check_config, check_divides, check_impl, check_shape
 from pallas_kernels._triton import interpret_mode
-from pallas_kernels.selective_state_update import pallas, reference
-from pallas_kernels.selective_state_update.pallas import StateUpdateConfig
+from pallas_kernels.selective_state_update import reference, vjp
+from pallas_kernels.selective_state_update.config import StateUpdateConfig
 
 _AVAILABLE_IMPLS = ("reference", "pallas")
 
@@ -55,7 +55,7 @@ def selective_state_update(
         A, D, dt_bias = map(per_channel, (A, D, dt_bias))
     if impl == "pallas":
         args = (state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, config or StateUpdateConfig(), interpret_mode())
-        out, new_state = pallas.selective_state_update(*args)
+        out, new_state = vjp.selective_state_update(*args)
     else:
         out, new_state = reference.selective_state_update(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus)
     return (out, new_state) if heads else (out[:, 0], new_state[:, 0])

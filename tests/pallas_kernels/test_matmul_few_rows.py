@@ -9,7 +9,8 @@ import pytest
 
 from compare.tolerances import assert_close
 from pallas_kernels import available_impls, matmul_few_rows
-from pallas_kernels.matmul_few_rows.config import MatmulFewRowsConfig, k_splits
+from pallas_kernels.matmul_few_rows.config import MatmulFewRowsConfig
+from pallas_kernels.matmul_few_rows.heuristics import k_splits
 
 SMALL = MatmulFewRowsConfig(block_n=16, block_k=16, programs_per_sm=4)  # several splits of K at small shapes
 

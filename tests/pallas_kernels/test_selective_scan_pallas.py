@@ -14,7 +14,8 @@ import pytest
 
 from compare.tolerances import assert_close
 from pallas_kernels import selective_scan_fn
-from pallas_kernels.selective_scan.config import ScanConfig, default_config, segment_length, sequential_bwd_unroll
+from pallas_kernels.selective_scan.config import ScanConfig
+from pallas_kernels.selective_scan.heuristics import default_config, segment_length, sequential_bwd_unroll
 from tests.pallas_kernels.one_program import forward_and_backward
 from tests.pallas_kernels.test_selective_scan_reference import assert_matches_oracle, make_inputs, oracle
 
@@ -206,7 +207,7 @@ def test_unsupported_inputs_are_refused_before_work(rng):
 def test_block_partials_sum_to_the_exact_total(rng, shape, dtype):
     """The dB/dC partials' sum kernel: rows not a multiple of its row tile, more blocks than one load takes (40 >
     16) and fewer, N not a power of two; the float64 sum rounded once to the output dtype."""
-    from pallas_kernels.selective_scan.block_sums import sum_block_partials
+    from pallas_kernels.selective_scan.triton.block_sums import sum_block_partials
 
     dB, dC = (jnp.asarray(rng.normal(size=shape), jnp.float32) for _ in range(2))
     got_b, got_c = sum_block_partials(dB, dC, dtype, interpret=True)

@@ -8,7 +8,7 @@ import pytest
 
 from compare.tolerances import assert_close
 from pallas_kernels import mamba_chunk_scan_combined, selective_scan_fn, selective_state_update
-from pallas_kernels.selective_state_update.pallas import StateUpdateConfig
+from pallas_kernels.selective_state_update.config import StateUpdateConfig
 
 
 def numpy_step(state, x, dt, A, B, C, D, z, dt_bias, softplus):

@@ -9,7 +9,8 @@ import jax
 import jax.numpy as jnp
 
 from pallas_kernels._triton import next_pow2
-from pallas_kernels.matmul_few_rows.config import MIN_ROWS, MatmulFewRowsConfig, k_splits
+from pallas_kernels.matmul_few_rows.config import MIN_ROWS, MatmulFewRowsConfig
+from pallas_kernels.matmul_few_rows.heuristics import k_splits
 from pallas_kernels.matmul_few_rows.kernel import FewRowsDims, matmul_partials
 
 

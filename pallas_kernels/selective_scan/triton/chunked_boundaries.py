@@ -17,9 +17,11 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
 from pallas_kernels._linear_scan import linear_scan
-from pallas_kernels.selective_scan.chunk_tiles import ChunkLoader, decays, row, states
-from pallas_kernels.selective_scan.kernel_fwd_chunked import chunks_per_segment, segment_grid
-from pallas_kernels.selective_scan.tiles import ScanDims, Tile, a2_transposed, optional_refs, silu
+from pallas_kernels.selective_scan.dims import ScanDims
+from pallas_kernels.selective_scan.layout import a2_transposed
+from pallas_kernels.selective_scan.triton.chunk_tiles import ChunkLoader, decays, row, states
+from pallas_kernels.selective_scan.triton.chunked_forward import chunks_per_segment, segment_grid
+from pallas_kernels.selective_scan.triton.tiles import Tile, optional_refs, silu
 
 
 def _end_kernel(u_ref, delta_ref, A2_ref, B_ref, *refs, dims: ScanDims):

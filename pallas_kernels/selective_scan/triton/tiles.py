@@ -1,10 +1,10 @@
-"""What the forward and backward selective-scan kernels share: static sizes, a program's tile, one step's math.
+"""What the Triton selective-scan kernels share: a program's tile and one step's math.
 
 Tiles are (Np, block_d): states along the first axis (N padded to a power of two, Np), channels along the second,
 so per-channel sums over states stay inside a thread (or a few lanes) and loads along channels are contiguous.
 Layouts in HBM: u, delta, z, out (batch, L, dim); B, C (batch, L, G, N); A2 = A * log2(e) transposed to (N, dim);
 chunk states (batch, nchunks, N, dim), float32. Every (N, dim) array has its rows padded to dim + 1 (see
-``padded_rows``).
+``layout.padded_rows``).
 """
 
 import dataclasses
@@ -14,90 +14,8 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from pallas_kernels._triton import LOG2_E, exp2, next_pow2, sigmoid, softplus
-from pallas_kernels.selective_scan.config import ScanConfig, segment_length
-
-
-@dataclasses.dataclass(frozen=True)
-class ScanDims:
-    """Static problem description: sizes, which optional inputs exist, the tiling."""
-
-    batch: int
-    seqlen: int
-    dim: int
-    groups: int
-    dstate: int
-    has_D: bool
-    has_z: bool
-    has_bias: bool
-    softplus: bool
-    block_d: int
-    chunk: int
-    prefetch: int
-    bwd_unroll: int
-    interpret: bool
-    save_every: int  # steps between the states the forward saves (the backward: it reads)
-    segment_len: int  # chunked forward: steps per segment scanned in parallel with the others
-
-    @property
-    def nsegments(self) -> int:
-        return -(-self.seqlen // self.segment_len)
-
-    @property
-    def nsaved(self) -> int:
-        return -(-self.seqlen // self.save_every)
-
-    @property
-    def dim_per_group(self) -> int:
-        return self.dim // self.groups
-
-    @property
-    def np_(self) -> int:
-        return next_pow2(self.dstate)
-
-    @property
-    def nblocks(self) -> int:
-        return -(-self.dim_per_group // self.block_d)
-
-    @property
-    def nchunks(self) -> int:
-        return -(-self.seqlen // self.chunk)
-
-    @property
-    def grid(self) -> tuple[int, int, int]:
-        return (self.batch, self.groups, self.nblocks)
-
-
-def scan_dims(u, B, A, D, z, delta_bias, softplus_: bool, config: ScanConfig, interpret: bool, *, bwd: bool):
-    batch, seqlen, dim = u.shape
-    groups, dstate = B.shape[2], B.shape[3]
-    block = config.bwd_block_d if bwd else config.block_d
-    block_size = min(block, next_pow2(dim // groups))
-    return ScanDims(
-        batch=batch,
-        seqlen=seqlen,
-        dim=dim,
-        groups=groups,
-        dstate=dstate,
-        has_D=D is not None,
-        has_z=z is not None,
-        has_bias=delta_bias is not None,
-        softplus=bool(softplus_),
-        block_d=block_size,
-        chunk=_chunk(config, bwd),
-        save_every=config.save_every if bwd else config.kept_every,
-        segment_len=segment_length(config, seqlen, batch * groups * -(-(dim // groups) // block_size)),
-        prefetch=config.bwd_prefetch if bwd else config.prefetch,
-        bwd_unroll=config.bwd_unroll,
-        interpret=interpret,
-    )
-
-
-def _chunk(config: ScanConfig, bwd: bool) -> int:
-    """Steps per loop iteration: the sequential design's ``chunk``; the chunked design's ``rows`` / ``bwd_rows``."""
-    if (config.bwd_design if bwd else config.design) != "chunked":
-        return config.chunk
-    return config.bwd_rows if bwd else config.rows
+from pallas_kernels._triton import exp2, sigmoid, softplus
+from pallas_kernels.selective_scan.dims import ScanDims
 
 
 class Tile:
@@ -194,18 +112,3 @@ def optional_refs(refs, flags):
     """Split the tail of a kernel's ref list into the optional inputs (None where the flag is off)."""
     it = iter(refs)
     return [next(it) if flag else None for flag in flags], list(it)
-
-
-def padded_rows(x: jax.Array) -> jax.Array:
-    """(..., N, dim) -> (..., N, dim + 1): the layout of every (state, channel) array the kernels read or write.
-
-    The odd row stride keeps Triton from vectorizing these tile loads and stores along channels, so it lays the
-    state tile out with each thread owning whole channels (all N states) and lanes along channels. That layout
-    makes the per-step sums over N thread-local and matches the per-step channel vectors (no layout conversion,
-    hence no barrier, in the time loop)."""
-    return jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, 1)])
-
-
-def a2_transposed(A: jax.Array) -> jax.Array:
-    """A (dim, N) -> A log2(e) as padded (N, dim + 1), the kernels' layout."""
-    return padded_rows((A.astype(jnp.float32) * LOG2_E).T)

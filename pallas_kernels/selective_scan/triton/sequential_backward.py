@@ -22,15 +22,14 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
 from pallas_kernels._triton import LN_2, sigmoid
-from pallas_kernels.selective_scan.prefetch import ALL_PARTS, Prefetcher, StepRefs
-from pallas_kernels.selective_scan.tiles import (
-    ScanDims,
+from pallas_kernels.selective_scan.dims import ScanDims
+from pallas_kernels.selective_scan.layout import a2_transposed, padded_rows
+from pallas_kernels.selective_scan.triton.prefetch import ALL_PARTS, Prefetcher, StepRefs
+from pallas_kernels.selective_scan.triton.tiles import (
     Tile,
-    a2_transposed,
     advance,
     decay,
     optional_refs,
-    padded_rows,
     prepare,
     readout,
 )

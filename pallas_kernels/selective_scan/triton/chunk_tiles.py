@@ -15,7 +15,7 @@ from jax.experimental.pallas import triton as plgpu
 
 from pallas_kernels._linear_scan import linear_scan
 from pallas_kernels._triton import exp2, sigmoid, softplus
-from pallas_kernels.selective_scan.tiles import Tile
+from pallas_kernels.selective_scan.triton.tiles import Tile
 
 
 @dataclasses.dataclass

@@ -12,11 +12,11 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from pallas_kernels.selective_scan.prefetch import Prefetcher, StepRefs
-from pallas_kernels.selective_scan.tiles import (
-    ScanDims,
+from pallas_kernels.selective_scan.dims import ScanDims
+from pallas_kernels.selective_scan.layout import a2_transposed
+from pallas_kernels.selective_scan.triton.prefetch import Prefetcher, StepRefs
+from pallas_kernels.selective_scan.triton.tiles import (
     Tile,
-    a2_transposed,
     advance,
     decay,
     optional_refs,

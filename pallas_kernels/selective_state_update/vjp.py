@@ -3,26 +3,14 @@
 
 Arguments are pre-checked by ``api.selective_state_update`` and in ``kernel``'s layout (heads axis present)."""
 
-import dataclasses
 import functools
 
 import jax
 
 from pallas_kernels._triton import next_pow2
 from pallas_kernels.selective_state_update import reference
+from pallas_kernels.selective_state_update.config import StateUpdateConfig
 from pallas_kernels.selective_state_update.kernel import StepDims, state_update_step
-
-
-@dataclasses.dataclass(frozen=True)
-class StateUpdateConfig:
-    block_p: int = 16  # head dims per program
-    num_warps: int = 4
-
-    def validate(self) -> None:
-        for name in ("block_p", "num_warps"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1 or value != next_pow2(value):
-                raise ValueError(f"StateUpdateConfig.{name} must be a positive power of two, got {value!r}")
 
 
 def step_dims(state, dt, A, B, D, z, dt_bias, dt_softplus: bool, config: StateUpdateConfig, interpret: bool):

@@ -17,8 +17,10 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from pallas_kernels.selective_scan.chunk_tiles import ChunkLoader, decays, readout, row, states
-from pallas_kernels.selective_scan.tiles import ScanDims, Tile, a2_transposed, optional_refs, silu
+from pallas_kernels.selective_scan.dims import ScanDims
+from pallas_kernels.selective_scan.layout import a2_transposed
+from pallas_kernels.selective_scan.triton.chunk_tiles import ChunkLoader, decays, readout, row, states
+from pallas_kernels.selective_scan.triton.tiles import Tile, optional_refs, silu
 
 
 def segment_grid(dims: ScanDims, nsegments: int) -> tuple[int, int, int, int]:
@@ -64,9 +66,9 @@ def _fwd_kernel(u_ref, delta_ref, A2_ref, B_ref, start_ref, *refs, dims: ScanDim
 
 
 def scan_forward_chunked(u, delta, A, B, C, D, z, delta_bias, starts, dims: ScanDims, num_warps: int, save_states):
-    """As ``kernel_fwd.scan_forward``, from each segment's start state ``starts`` (batch, nsegments, N, dim + 1):
-    out (batch, L, dim) u.dtype, last (batch, N, dim) f32 and the states every ``save_every`` steps
-    (batch, nsaved, N, dim + 1) f32, or None."""
+    """As ``sequential_forward.scan_forward``, from each segment's start state ``starts``
+    (batch, nsegments, N, dim + 1): out (batch, L, dim) u.dtype, last (batch, N, dim) f32 and the states every
+    ``save_every`` steps (batch, nsaved, N, dim + 1) f32, or None."""
     out, last, saved = _call(u, delta, A, B, C, D, z, delta_bias, starts, dims, num_warps, save_states, outputs=True)
     return out, last, saved
 

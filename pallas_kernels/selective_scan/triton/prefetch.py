@@ -12,7 +12,7 @@ import jax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from pallas_kernels.selective_scan.tiles import Tile
+from pallas_kernels.selective_scan.triton.tiles import Tile
 
 
 @dataclasses.dataclass(frozen=True)

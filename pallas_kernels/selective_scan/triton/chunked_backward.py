@@ -23,9 +23,11 @@ from jax.experimental.pallas import triton as plgpu
 
 from pallas_kernels._linear_scan import linear_scan
 from pallas_kernels._triton import LN_2
-from pallas_kernels.selective_scan.chunk_tiles import ChunkLoader, decays, readout, states
-from pallas_kernels.selective_scan.kernel_bwd import silu_parts
-from pallas_kernels.selective_scan.tiles import ScanDims, Tile, a2_transposed, optional_refs
+from pallas_kernels.selective_scan.dims import ScanDims
+from pallas_kernels.selective_scan.layout import a2_transposed
+from pallas_kernels.selective_scan.triton.chunk_tiles import ChunkLoader, decays, readout, states
+from pallas_kernels.selective_scan.triton.sequential_backward import silu_parts
+from pallas_kernels.selective_scan.triton.tiles import Tile, optional_refs
 
 
 def _bwd_kernel(u_ref, delta_ref, A2_ref, B_ref, C_ref, states_ref, after_ref, dout_ref, *refs, dims: ScanDims):

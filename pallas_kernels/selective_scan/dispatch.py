@@ -1,0 +1,91 @@
+"""Which kernels run each pass of the Pallas selective scan, forward and backward, for a config: the sequential or
+the chunked design (``ScanConfig.design``, ``ScanConfig.bwd_design``), the chunked design's boundary passes, and
+the backward's rebuild of the states the forward did not keep. All kernels are Triton ones (``triton/``); their
+modules hold only the kernels and their launches.
+
+The forward: the chunked design first finds every segment's start state (``triton.chunked_boundaries`` per
+segment, composed by ``state_passing``) where L is split into segments, then scans all segments at once
+(``triton.chunked_forward``); the sequential design walks L in one program per channel block
+(``triton.sequential_forward``).
+The backward: the chunked design first finds the adjoint after every chunk the same way, then runs every chunk at
+once (``triton.chunked_backward``); the sequential design walks L backward (``triton.sequential_backward``) and sums
+its per-channel-block dB and dC partials (``triton.block_sums``).
+"""
+
+import dataclasses
+
+import jax.numpy as jnp
+
+from pallas_kernels.selective_scan.dims import ScanDims, scan_dims
+from pallas_kernels.selective_scan.layout import padded_rows
+from pallas_kernels.selective_scan.state_passing import chunk_end_adjoints, segment_start_states
+from pallas_kernels.selective_scan.triton.block_sums import sum_block_partials
+from pallas_kernels.selective_scan.triton.chunked_backward import scan_backward_chunked
+from pallas_kernels.selective_scan.triton.chunked_boundaries import chunk_start_adjoints, segment_end_states
+from pallas_kernels.selective_scan.triton.chunked_forward import rebuild_states, scan_forward_chunked
+from pallas_kernels.selective_scan.triton.sequential_backward import scan_backward
+from pallas_kernels.selective_scan.triton.sequential_forward import scan_forward
+
+
+def scan_forward_pass(u, delta, A, B, C, D, z, delta_bias, softplus, config, interpret, save_states):
+    """Returns out (batch, L, dim) u.dtype, the last state (batch, dim, N) float32 and, when ``save_states``, the
+    states every ``config.kept_every`` steps (batch, nkept, N, dim + 1) float32, else None."""
+    dims = scan_dims(u, B, A, D, z, delta_bias, softplus, config, interpret, bwd=False)
+    if config.design == "chunked":
+        starts = _segment_starts(u, delta, A, B, delta_bias, dims, config.num_warps)
+        out, last, states = scan_forward_chunked(
+            u, delta, A, B, C, D, z, delta_bias, starts, dims, config.num_warps, save_states
+        )
+    else:
+        out, last, states = scan_forward(u, delta, A, B, C, D, z, delta_bias, dims, config.num_warps, save_states)
+    return out, jnp.swapaxes(last, 1, 2), states
+
+
+def _segment_starts(u, delta, A, B, delta_bias, dims: ScanDims, num_warps):
+    """Every forward segment's start state (batch, nsegments, N, dim + 1): the segments' own end states from zero
+    (one kernel), composed in order."""
+    if dims.nsegments == 1:
+        return jnp.zeros((dims.batch, 1, dims.dstate, dims.dim + 1), jnp.float32)
+    ends, dt_sums = segment_end_states(u, delta, A, B, delta_bias, dims, num_warps)
+    return segment_start_states(ends, dt_sums, A)
+
+
+def rebuild_saved_states(u, delta, A, B, D, z, delta_bias, softplus, config, interpret, kept):
+    """The states every ``config.save_every`` steps (batch, nsaved, N, dim + 1) float32 from those the forward kept
+    every ``config.kept_every`` steps: the chunked forward's recurrence rerun without outputs."""
+    dims = scan_dims(u, B, A, D, z, delta_bias, softplus, config, interpret, bwd=False)
+    dims = dataclasses.replace(dims, save_every=config.save_every, segment_len=config.kept_every)
+    return rebuild_states(u, delta, A, B, delta_bias, kept, dims, config.num_warps)
+
+
+def scan_backward_pass(u, delta, A, B, C, D, z, delta_bias, softplus, config, interpret, states, dout, dlast):
+    """Gradients from the states every ``config.save_every`` steps (batch, nsaved, N, dim + 1) float32, dout in u's
+    dtype and d last_state (batch, N, dim) float32. Returns du, ddelta, dz in their inputs' dtypes, dB and dC
+    (batch, L, G, N), dA (dim, N), dD and d delta_bias (dim,) float32; None for absent inputs."""
+    dims = scan_dims(u, B, A, D, z, delta_bias, softplus, config, interpret, bwd=True)
+    warps = config.bwd_num_warps
+    if config.bwd_design == "chunked":
+        after = _chunk_adjoints(delta, A, C, dout, z, delta_bias, padded_rows(dlast), dims, warps)
+        du, ddelta, dz, dB, dC, dA, dD, dbias = scan_backward_chunked(
+            u, delta, A, B, C, D, z, delta_bias, states, after, dout, dims, warps
+        )
+        summed = (0, 1)  # per-chunk partials of dA, dD, d bias: (batch, chunks, ...)
+    else:
+        du, ddelta, dz, dB, dC, dA, dD, dbias = scan_backward(
+            u, delta, A, B, C, D, z, delta_bias, states, dout, dlast, dims, warps
+        )
+        dB, dC = sum_block_partials(dB, dC, B.dtype, interpret)  # per-channel-block partials
+        summed = (0,)
+    dA = dA.sum(axis=summed).T
+    dD = None if D is None else dD.sum(axis=summed)
+    dbias = None if delta_bias is None else dbias.sum(axis=summed)
+    return du, ddelta, dz, dB, dC, dA, dD, dbias
+
+
+def _chunk_adjoints(delta, A, C, dout, z, delta_bias, dlast, dims: ScanDims, num_warps):
+    """The adjoint right after every backward chunk (batch, nchunks, N, dim + 1): the chunks' own start adjoints
+    from zero (one kernel), composed last to first from d last_state (batch, N, dim + 1)."""
+    if dims.nchunks == 1:
+        return dlast[:, None]
+    starts, dt_sums = chunk_start_adjoints(delta, A, C, dout, z, delta_bias, dims, num_warps)
+    return chunk_end_adjoints(starts, dt_sums, A, dlast)

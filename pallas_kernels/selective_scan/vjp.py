@@ -1,0 +1,55 @@
+"""The Pallas selective scan as a differentiable function: its forward and backward passes (``dispatch``) under
+``jax.custom_vjp``.
+
+Arguments are channels-last and pre-checked by ``api.selective_scan_fn``: u, delta, z (batch, L, dim); B, C
+(batch, L, G, N); A (dim, N) float32; D, delta_bias (dim,) or None. Returns (out (batch, L, dim) in u.dtype,
+last state (batch, dim, N) float32). Residuals for the backward: the inputs and the float32 states
+(batch, L / kept_every, N, dim + 1) every ``config.kept_every`` steps; where that is coarser than the backward's
+chunk (``config.checkpoint_every``), the backward first rebuilds the states at every chunk start from them.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
+
+from pallas_kernels.selective_scan.config import ScanConfig
+from pallas_kernels.selective_scan.dispatch import rebuild_saved_states, scan_backward_pass, scan_forward_pass
+
+# The kept states' name for jax.checkpoint policies: a rematerialized region that saves them
+# (jax.checkpoint_policies.save_only_these_names(STATES_NAME)) recomputes the scan's inputs in the backward, not
+# the scan itself (the recomputed forward's outputs go unused, and XLA drops its kernels).
+STATES_NAME = "selective_scan_states"
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(8, 9, 10))
+def selective_scan(u, delta, A, B, C, D, z, delta_bias, softplus: bool, config: ScanConfig, interpret: bool):
+    args = (u, delta, A, B, C, D, z, delta_bias, softplus, config, interpret)
+    out, last, _ = scan_forward_pass(*args, save_states=False)
+    return out, last
+
+
+def _selective_scan_fwd(u, delta, A, B, C, D, z, delta_bias, softplus, config, interpret):
+    args = (u, delta, A, B, C, D, z, delta_bias, softplus, config, interpret)
+    out, last, states = scan_forward_pass(*args, save_states=True)
+    return (out, last), (u, delta, A, B, C, D, z, delta_bias, checkpoint_name(states, STATES_NAME))
+
+
+def _selective_scan_bwd(softplus, config, interpret, residuals, cotangents):
+    u, delta, A, B, C, D, z, delta_bias, states = residuals
+    dout, dlast = cotangents
+    if config.rebuilds_states:
+        states = rebuild_saved_states(u, delta, A, B, D, z, delta_bias, softplus, config, interpret, states)
+    dout = dout.astype(u.dtype)
+    dlast = jnp.swapaxes(dlast.astype(jnp.float32), 1, 2)
+    du, ddelta, dz, dB, dC, dA, dD, dbias = scan_backward_pass(
+        u, delta, A, B, C, D, z, delta_bias, softplus, config, interpret, states, dout, dlast
+    )
+    dA = dA.astype(A.dtype)
+    dD = None if D is None else dD.astype(D.dtype)
+    dbias = None if delta_bias is None else dbias.astype(delta_bias.dtype)
+    return du, ddelta, dA, dB.astype(B.dtype), dC.astype(C.dtype), dD, dz, dbias
+
+
+selective_scan.defvjp(_selective_scan_fwd, _selective_scan_bwd)
