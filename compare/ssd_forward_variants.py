@@ -1,5 +1,5 @@
-"""The seed paper's open questions 1 (persistent thread blocks) and 3 (fusing dependent SSD kernels), answered by
-measurement: ``python -m compare.ssd_forward_variants [--shape 130m] [--torch] [--programs-per-sm K] [--out DIR]``.
+"""The seed paper's open question 3 (fusing dependent SSD kernels), answered by measurement:
+``python -m compare.ssd_forward_variants [--shape 130m] [--torch] [--out DIR]``.
 
 The chunked SSD forward at one ``compare.kernel_ops`` shape, several ways:
 - ``fused``: our fused forward (one sequential kernel per batch row, head and head-dim block that keeps the running
@@ -7,8 +7,6 @@ The chunked SSD forward at one ``compare.kernel_ops`` shape, several ways:
 - ``split``: a state pass storing every block's state, then a block-parallel output kernel with one short-lived
   program per (block, head, head-dim block) tile (``fused_forward_max_l=0``), the form of mamba-ssm's
   ``_chunk_scan_fwd`` that the paper found short-lived;
-- ``split-persistent``: the same with the output kernel as a persistent grid of K x SM-count programs, each looping
-  over tiles (``persistent_programs``);
 - with ``--torch``, ``mamba-ssm``: its five Triton kernels (cumsum, chunk state, state passing, C·Bᵀ, chunk scan),
   and ``mamba-ssm-from-jax``: the same five kernels launched by JAX through jax-triton
   (``torch_reference.ssd_jax_triton``), which separates what the kernels cost from what the framework adds.
@@ -33,25 +31,16 @@ from pallas_kernels.ssd.config import SsdConfig
 
 MAMBA_SSM = "mamba-ssm"
 MAMBA_SSM_FROM_JAX = "mamba-ssm-from-jax"
-NAMES = ("fused", "split", "split-persistent", MAMBA_SSM, MAMBA_SSM_FROM_JAX)
+NAMES = ("fused", "split", MAMBA_SSM, MAMBA_SSM_FROM_JAX)
 
 
-def pallas_variant(name: str, programs: int) -> Variant:
-    """Our forward as ``name`` says; ``programs``: the persistent output kernel's program count."""
-    configs = {
-        "fused": SsdConfig(),
-        "split": SsdConfig(fused_forward_max_l=0),
-        "split-persistent": SsdConfig(fused_forward_max_l=0, persistent_programs=programs),
-    }
+def pallas_variant(name: str) -> Variant:
+    """Our forward as ``name`` says."""
+    configs = {"fused": SsdConfig(), "split": SsdConfig(fused_forward_max_l=0)}
     return Variant(f"pallas {name}", "pallas", configs[name])
 
 
-def persistent_programs(per_sm: int) -> int:
-    """``per_sm`` programs per multiprocessor of the GPU JAX sees."""
-    return per_sm * (getattr(jax.devices()[0], "core_count", None) or 132)
-
-
-def forward_call(variant: str, shape_name: str, per_sm: int):
+def forward_call(variant: str, shape_name: str):
     """(the forward of ``variant`` at the shape as a no-argument call, its sync)."""
     op = OPS["ssd"]
     shape = op.shapes[shape_name]
@@ -67,28 +56,25 @@ def forward_call(variant: str, shape_name: str, per_sm: int):
 
         forward = op.jax_calls(Variant(variant, MAMBA_SSM_TRITON), arrays, dtypes, cotangent, shape).forward
         return forward, jax.block_until_ready
-    forward = op.jax_calls(
-        pallas_variant(variant, persistent_programs(per_sm)), arrays, dtypes, cotangent, shape
-    ).forward
+    forward = op.jax_calls(pallas_variant(variant), arrays, dtypes, cotangent, shape).forward
     return forward, jax.block_until_ready
 
 
-def run_target(variant: str, shape_name: str, per_sm: int) -> None:
+def run_target(variant: str, shape_name: str) -> None:
     """ncu's target: warm the forward, then one call inside the capture range."""
-    forward, sync = forward_call(variant, shape_name, per_sm)
+    forward, sync = forward_call(variant, shape_name)
     for _ in range(3):
         sync(forward())
     with cuda_profiler_range():  # the primary context, which PyTorch uses too
         sync(forward())
 
 
-def measure(variant: str, shape_name: str, out: Path, reps: int, ceilings: dict, per_sm: int) -> dict:
+def measure(variant: str, shape_name: str, out: Path, reps: int, ceilings: dict) -> dict:
     from compare.kernels import median_ms
 
-    forward, sync = forward_call(variant, shape_name, per_sm)
+    forward, sync = forward_call(variant, shape_name)
     ms = median_ms(forward, sync, reps)
-    target = [sys.executable, "-m", "compare.ssd_forward_variants", "--target", variant, "--shape", shape_name,
-              f"--programs-per-sm={per_sm}"]  # fmt: skip
+    target = [sys.executable, "-m", "compare.ssd_forward_variants", "--target", variant, "--shape", shape_name]
     counters, meta = profile_kernels(target, None, 64, out / f"ncu-{variant}.ncu-rep")
     kernels = {name: derived(c, ceilings["copy_gbs"]) for name, c in counters.items()}
     total = lambda field: sum(k[field] * k["launches"] for k in kernels.values())  # noqa: E731
@@ -150,20 +136,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--out", type=Path, default=Path("reports/questions"))
-    parser.add_argument("--programs-per-sm", type=int, default=4, help="persistent programs per multiprocessor")
     parser.add_argument("--target", choices=NAMES, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     name_every_launch()
-    if args.programs_per_sm < 1:
-        raise SystemExit(f"--programs-per-sm: expected a positive integer, got {args.programs_per_sm}")
     if args.target:
-        run_target(args.target, args.shape, args.programs_per_sm)
+        run_target(args.target, args.shape)
         return 0
     if jax.default_backend() != "gpu":
         raise SystemExit("compare.ssd_forward_variants measures GPU kernels: JAX sees no GPU")
     args.out.mkdir(parents=True, exist_ok=True)
     ceilings = measure_ceilings()
-    variants = [*NAMES[:3], *([MAMBA_SSM, MAMBA_SSM_FROM_JAX] if args.torch else [])]
+    variants = [*NAMES[:2], *([MAMBA_SSM, MAMBA_SSM_FROM_JAX] if args.torch else [])]
     record = {
         "command": "python -m compare.ssd_forward_variants " + " ".join(argv if argv is not None else sys.argv[1:]),
         "device": jax.devices()[0].device_kind,
@@ -171,12 +154,11 @@ def main(argv: list[str] | None = None) -> int:
         "shape": args.shape,
         "dims": dict(zip(OPS["ssd"].dim_names, OPS["ssd"].shapes[args.shape], strict=True)),
         "ceilings": ceilings,
-        "persistent_programs": persistent_programs(args.programs_per_sm),
         "variants": [],
     }
     for variant in variants:
         print(f"{variant} ...", flush=True)
-        record["variants"].append(measure(variant, args.shape, args.out, args.reps, ceilings, args.programs_per_sm))
+        record["variants"].append(measure(variant, args.shape, args.out, args.reps, ceilings))
     (args.out / "ssd-forward-variants.json").write_text(json.dumps(record, indent=2))
     (args.out / "ssd-forward-variants.md").write_text(markdown(record))
     print(markdown(record))

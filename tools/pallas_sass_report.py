@@ -27,9 +27,7 @@ SSD_WARPS = {  # SsdConfig's warps field of each kernel; the state passes and wa
     "ssd_fwd_fused": "num_warps",
     "ssd_fwd_fused_segments": "num_warps",
     "ssd_fwd_out": "num_warps",
-    "ssd_fwd_out_persistent": "num_warps",
     "ssd_bwd_dx": "bwd_num_warps",
-    "ssd_bwd_dx_persistent": "bwd_num_warps",
     "ssd_bwd_dbc": "dbc_num_warps",
 }
 
@@ -38,7 +36,6 @@ SSD_BWD_STAGES = {  # kernels that take SsdConfig.bwd_num_stages; the rest take 
     "ssd_bwd_segment_dstates",
     "ssd_bwd_block_dstates",
     "ssd_bwd_dx",
-    "ssd_bwd_dx_persistent",
     "ssd_bwd_dbc",
 }
 

@@ -7,13 +7,11 @@ as the quadratic (attention-like) SSD form on tensor cores: the forward output w
 ``block_p`` head dims (C·Bᵀ per group: see ``shared_scores`` below), or, for L <= ``fused_forward_max_l``, one fused
 sequential forward per batch row, head and ``block_p`` head dims that needs no stored states; the backward's
 per-head gradients with one program per block, head and ``bwd_block_p`` head dims (their ddt, dA and d dt_bias
-partials, linear in the head dims, summed by XLA; ``bwd_persistent_programs`` makes that kernel that many programs
-looping over the tiles, so that Triton prefetches the next tile's loads; ``bwd_rowwise_dcs`` takes its decay
-gradient from (T, P) row sums instead of the (T, T) dM's row and column sums; ``bwd_state_chunk`` runs its products
-with the states over ``bwd_state_chunk`` of N's columns at a time); dB and dC with ``bwd_head_splits``
-programs per block and group, each looping over its share of the group's heads so that they sum in registers.
-``block_l`` is the kernels' own chunk: it changes rounding only, never the result (mamba-ssm's ``chunk_size`` is
-accepted and checked but does not tile these kernels).
+partials, linear in the head dims, summed by XLA; ``bwd_rowwise_dcs`` takes its decay gradient from (T, P) row sums
+instead of the (T, T) dM's row and column sums); dB and dC with ``bwd_head_splits`` programs per block and group,
+each looping over its share of the group's heads so that they sum in registers. ``block_l`` is the kernels' own
+chunk: it changes rounding only, never the result (mamba-ssm's ``chunk_size`` is accepted and checked but does not
+tile these kernels).
 
 The backward reads every block's incoming state. With ``checkpoint_every`` the forward keeps (in float32) only every
 that many positions' state, and the backward first rebuilds the block states from them with one more sequential
@@ -69,16 +67,13 @@ class SsdConfig:
     num_warps: int = 4
     num_stages: int = 2  # Triton software-pipelining depth (it prefetches the sequential passes' loads)
     fused_forward_max_l: int = 8192  # forward as one sequential pass (no stored states) when L <= this; 0: never
-    persistent_programs: int = 0  # split forward's output pass: 0 one program per tile; n > 0 n programs looping
     state_block_p: int = 16  # sequential state passes (forward states, backward state gradients)
     state_block_n: int = 0  # sequential state passes: state columns (of N) per program; 0: all
     rebuild_block_p: int = 64  # the backward's rebuild of the block states from the kept ones: head dims per program
     state_num_warps: int = 4
     bwd_num_warps: int = 8  # backward per-head kernel (dx, dz, ddt, dA, dD, d dt_bias); whole 64-dim heads spill at 4
     bwd_block_p: int = MAX_HEADDIM  # backward per-head kernel: head dims per program (clipped to headdim)
-    bwd_persistent_programs: int = 0  # backward per-head kernel: 0 one program per tile; n > 0 n programs looping
     bwd_rowwise_dcs: bool = False  # backward per-head kernel: d cs from row sums only (no (T, T) dM, no column sums)
-    bwd_state_chunk: int = 0  # backward per-head kernel: state columns per step of its state products; 0: all N
     bwd_head_splits: int = 4  # backward dB/dC kernel: programs sharing a group's heads (at most; rounded to a divisor)
     dbc_num_warps: int = 8
     bwd_num_stages: int = 2
@@ -133,17 +128,15 @@ class SsdConfig:
         ):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"SsdConfig.{name} must be a bool, got {getattr(self, name)!r}")
-        for name in ("state_block_n", "bwd_state_chunk"):
-            n = getattr(self, name)
-            if not isinstance(n, int) or (n != 0 and (n < MIN_DOT or n != next_pow2(n))):
-                raise ValueError(f"SsdConfig.{name} must be 0 or a power of two >= {MIN_DOT}, got {n!r}")
+        n = self.state_block_n
+        if not isinstance(n, int) or (n != 0 and (n < MIN_DOT or n != next_pow2(n))):
+            raise ValueError(f"SsdConfig.state_block_n must be 0 or a power of two >= {MIN_DOT}, got {n!r}")
         if self.fwd_walk_pieces not in (1, 2, 4):
             raise ValueError(f"SsdConfig.fwd_walk_pieces must be 1, 2 or 4, got {self.fwd_walk_pieces!r}")
         if self.fwd_walk_warpgroups not in (1, 2):
             raise ValueError(f"SsdConfig.fwd_walk_warpgroups must be 1 or 2, got {self.fwd_walk_warpgroups!r}")
         if self.bwd_dbc_columns not in (64, 128):
             raise ValueError(f"SsdConfig.bwd_dbc_columns must be 64 or 128, got {self.bwd_dbc_columns!r}")
-        for name in ("fused_forward_max_l", "persistent_programs", "bwd_persistent_programs"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 0:
-                raise ValueError(f"SsdConfig.{name} must be an int >= 0, got {value!r}")
+        value = self.fused_forward_max_l
+        if not isinstance(value, int) or value < 0:
+            raise ValueError(f"SsdConfig.fused_forward_max_l must be an int >= 0, got {value!r}")

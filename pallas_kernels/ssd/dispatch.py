@@ -1,11 +1,10 @@
 """Which kernel runs each pass of the Pallas SSD, forward and backward, for a config and a shape: the Mosaic GPU
 kernel (``mosaic_gpu/``) where its ``SsdConfig`` switch is on and it covers the shape, else the Triton one
-(``triton/``); the fused or split forward, one- or two-level state passes, the persistent output and per-head
-backward kernels. The kernels' modules hold only the kernels and their launches.
+(``triton/``); the fused or split forward, one- or two-level state passes. The kernels' modules hold only the
+kernels and their launches.
 
 The forward, two ways, the fused one when L <= ``SsdConfig.fused_forward_max_l``:
-  - split: a sequential state pass, then a block-parallel output pass (``triton.forward``), or with
-    ``SsdConfig.persistent_programs`` that many long-lived programs walking the output tiles;
+  - split: a sequential state pass, then a block-parallel output pass (``triton.forward``);
   - fused: one sequential pass that also computes the output as it walks (no states stored unless saving).
 With two-level state passes (``SsdConfig.two_level_states``) the state pass gives each segment's incoming state;
 ``SsdConfig.fused_segments`` then runs the fused walk once per segment instead of writing every block's state for the
@@ -31,7 +30,6 @@ from pallas_kernels.ssd.mosaic_gpu.forward import mosaic_walk, mosaic_walk_suppo
 from pallas_kernels.ssd.mosaic_gpu.states import mosaic_state_walk, segment_decays, walk_vectors
 from pallas_kernels.ssd.triton import backward as triton_bwd
 from pallas_kernels.ssd.triton import forward as triton_fwd
-from pallas_kernels.ssd.triton.block import long_lived_programs
 from pallas_kernels.ssd.triton.segments import segment_walk
 
 
@@ -124,8 +122,7 @@ def ssd_forward(
         kept = [kept]
     else:
         states, final, kept = triton_fwd.state_pass(x, dt, A, B, dt_bias, initial_states, seq_idx, dims, config, keep)
-    programs = long_lived_programs(dims, config.persistent_programs)
-    args = (x, dt, A, B, C, states, D, z, dt_bias, seq_idx, dims, config, programs, save_ypre)
+    args = (x, dt, A, B, C, states, D, z, dt_bias, seq_idx, dims, config, save_ypre)
     out, ypre = triton_fwd.output_pass(*args)
     return out, final, ((kept[0] if keep else states) if save else None), ypre
 
@@ -176,8 +173,7 @@ def ssd_backward(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, states,
     if dx_mosaic:
         dx, ddt, dA, dbias, dD, dz = mosaic_dx(x, dt, A, decays, B, C, D, z, dt_bias, states, dstates, dout, dims)
     else:
-        programs = long_lived_programs(dims.with_block_p(config.bwd_block_p), config.bwd_persistent_programs)
-        dx, ddt, dA, dD, dz, dbias = triton_bwd.dx(tensors, D, z, dt_bias, seq_idx, ypre, dims, config, programs)
+        dx, ddt, dA, dD, dz, dbias = triton_bwd.dx(tensors, D, z, dt_bias, seq_idx, ypre, dims, config)
     if dbc_mosaic:
         dB, dC = mosaic_dbc(x, decays, B, C, z, states, dstates, dout, dims, config.bwd_dbc_columns)
     else:

@@ -27,8 +27,6 @@ FUSED_SEGMENTS = SsdConfig(checkpoint_every=128, two_level_states=True, fused_se
 FUSED_SEGMENTS_ALL = SsdConfig(fused_forward_max_l=0, state_segment=128, two_level_states=True, fused_segments=True)
 FORWARD_TWO_LEVEL = dataclasses.replace(FUSED_SEGMENTS, two_level_backward=False)  # the backward's passes one-level
 ROWWISE = SsdConfig(bwd_rowwise_dcs=True)  # the backward's d cs from row sums
-STATE_CHUNKS = SsdConfig(bwd_rowwise_dcs=True, bwd_block_p=16, bwd_state_chunk=32)  # ... its state products by 32
-PERSISTENT = SsdConfig(bwd_persistent_programs=4, bwd_num_warps=8)  # ssd_bwd_dx as 4 long-lived programs
 MOSAIC_DX = SsdConfig(bwd_dx_mosaic=True)  # the backward's per-head kernel on Mosaic GPU
 MOSAIC = SsdConfig(bwd_dx_mosaic=True, bwd_dbc_mosaic=True)  # ... and its dB/dC kernel (128 of N's columns a program)
 MOSAIC_64_COLUMNS = dataclasses.replace(MOSAIC, bwd_dbc_columns=64)
@@ -58,15 +56,12 @@ MOSAIC_FORWARD_HALVES_KEPT = dataclasses.replace(MOSAIC_FORWARD_HALVES, checkpoi
         (jnp.bfloat16, True, FUSED_SEGMENTS_ALL),
         (jnp.bfloat16, True, FORWARD_TWO_LEVEL),
         (jnp.bfloat16, True, ROWWISE),
-        (jnp.bfloat16, True, STATE_CHUNKS),
-        (jnp.bfloat16, True, PERSISTENT),
     ],
 )
 def test_pallas_matches_oracle_on_gpu(rng, dtype, seq, config):
     """L not a multiple of the block, headdim and N not powers of two, three groups, packed sequences; the default
     path, kept states, the two-level state passes (states kept or not; the forward's outputs by fused segments or
-    from every block's state; the forward's alone), the row-wise d cs, the state products by column chunks and the
-    long-lived backward programs, compiled."""
+    from every block's state; the forward's alone) and the row-wise d cs, compiled."""
     cpu.test_pallas_matches_oracle_and_reference(
         rng, 2, 301, 6, 48, 40, 3, 256, dtype, "HP", True, True, seq, True, (0.0, float("inf")), config
     )

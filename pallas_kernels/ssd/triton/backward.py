@@ -5,8 +5,7 @@ gradient block-parallel (programs launched head and head dims fastest: see ``blo
    carrying dS, its (block_p, Nb) tile of the float32 gradient of the state leaving the block, and stores it per
    block (in the dot dtype), then d initial_states. Per block: dS ← carry dS + (from_start ∘ dy)ᵀ C, with
    dy = dout silu(z).
-2. ``ssd_bwd_dx``, one program per (batch row, block, head, ``bwd_block_p`` head dims), no carry (or, with
-   ``bwd_persistent_programs``, that many programs looping over those tiles: ``ssd_bwd_dx_persistent``); with the
+2. ``ssd_bwd_dx``, one program per (batch row, block, head, ``bwd_block_p`` head dims), no carry; with the
    block's incoming state S (saved by the forward), the gradient dS of its outgoing state, M = C·Bᵀ ∘ decay and
    X = dt x:
 
@@ -18,8 +17,7 @@ gradient block-parallel (programs launched head and head dims fastest: see ``blo
     programs that split a head's dims store partial ddt, dA and d dt_bias (float32), which XLA sums. A split costs
     one more C·Bᵀ and decay per block and head and halves the (T, head dims) and state tiles a program holds.
     With ``bwd_rowwise_dcs`` the intra-block term comes from row sums only: dy · (M X) and X · (Mᵀ dy) are W's row
-    and column sums, so no dM and no (T, T) reduction (``_dcs_rowwise``). With ``bwd_state_chunk`` its products
-    with the states (B dSᵀ, C S_inᵀ, S_in · dS) run over that many of N's columns at a time (``_state_products``).
+    and column sums, so no dM and no (T, T) reduction (``_dcs_rowwise``).
     M's diagonal (C·Bᵀ's own, decay exp(0) = 1; from ``block_scores`` or the block's B and C) enters Mᵀ dy for dX
     only: in d cs a diagonal entry adds the same value to its row's sum and its column's, which cancel exactly but
     leave their rounding. At large decays, where the entries below are tiny, that rounding would be most of d cs, and
@@ -57,16 +55,15 @@ from pallas_kernels.ssd.dims import SsdDims
 from pallas_kernels.ssd.triton.block import (
     Block,
     Program,
+    block_program,
     block_scores,
     call_kernel,
-    for_each_tile,
     mm,
     optional_refs,
     segment_block,
     segment_program,
     segment_tiles,
     sequential_program,
-    tile_grid,
 )
 from pallas_kernels.ssd.triton.segments import segment_outputs
 
@@ -207,38 +204,14 @@ def _head_inputs(prog: Program, k, ins, opt, dz_ref=None, below: bool = False):
     return blk, x32, dy, x32 * blk.dt[:, None], S_in, dS
 
 
-def _dx_kernel(*refs, dims: SsdDims, programs: int, rowwise: bool, state_chunk: int):
-    """One program per (batch row, block, head, head-dim block), or ``programs`` looping over them
-    (``block.for_each_tile``)."""
-    tile = functools.partial(_dx_tile, refs=refs, dims=dims, rowwise=rowwise, state_chunk=state_chunk)
-    for_each_tile(dims, programs, tile)
+def _dx_kernel(*refs, dims: SsdDims, rowwise: bool):
+    """One program per (batch row, block, head, head-dim block)."""
+    _dx_tile(*block_program(dims), refs=refs, dims=dims, rowwise=rowwise)
 
 
-def _state_products(prog: Program, k, refs, chunk: int, scores: bool):
-    """B dSᵀ and C S_inᵀ (T, block_p), S_in · dS and, without ``scores``, C·Bᵀ (T, T) of block ``k``, float32, over
-    the state's N columns ``chunk`` at a time (``SsdConfig.bwd_state_chunk``): a program then holds (T, chunk) tiles
-    of B and C and (block_p, chunk) ones of the states instead of whole (T, N) and (block_p, N) ones."""
-    B_ref, C_ref, states_ref, dstates_ref = refs
-    dims, t0 = prog.dims, k * prog.dims.block_l
-    columns = dims.with_state_tiles(dims.block_p, chunk)
-    BdS = CS = CB = 0.0
-    SdS = jnp.float32(0.0)
-    for n0 in range(0, dims.dstate, chunk):  # a traced start: the last step's columns may run past N (masked)
-        part = Program(columns, prog.p0, b=prog.b, h=prog.h, n0=jnp.int32(n0))
-        B_c, C_c = part.load_group(B_ref, t0), part.load_group(C_ref, t0)
-        S_c, dS_c = part.load_state(states_ref, prog.b, k, prog.h), part.load_state(dstates_ref, prog.b, k, prog.h)
-        BdS = BdS + mm(B_c, dS_c, trans_b=True)
-        CS = CS + mm(C_c, S_c, trans_b=True)
-        SdS = SdS + jnp.sum(dS_c.astype(jnp.float32) * S_c.astype(jnp.float32))
-        if not scores:
-            CB = CB + mm(C_c, B_c, trans_b=True)
-    return BdS, CS, SdS, (None if scores else CB)
-
-
-def _dx_tile(prog: Program, k, *, refs, dims: SsdDims, rowwise: bool, state_chunk: int):
+def _dx_tile(prog: Program, k, *, refs, dims: SsdDims, rowwise: bool):
     """The per-head gradients of block ``k`` for ``prog``'s batch row, head and head dims; d cs by ``_dcs_rowwise``
-    or ``_dcs_by_tile_sums`` (``SsdConfig.bwd_rowwise_dcs``), the state products whole or by ``_state_products``
-    (``SsdConfig.bwd_state_chunk``)."""
+    or ``_dcs_by_tile_sums`` (``SsdConfig.bwd_rowwise_dcs``)."""
     x_ref, dt_ref, A_ref, B_ref, C_ref, states_ref, dstates_ref, dout_ref, *rest = refs
     flags = (dims.has_D, dims.has_z, dims.has_bias, dims.has_seq, dims.has_z, dims.has_scores, dims.has_scores)
     (D_ref, z_ref, bias_ref, seq_ref, ypre_ref, scores_ref, diag_ref), outs = optional_refs(rest, flags)
@@ -249,29 +222,22 @@ def _dx_tile(prog: Program, k, *, refs, dims: SsdDims, rowwise: bool, state_chun
     mm_dtype = x_ref.dtype
     ins = (x_ref, dt_ref, A_ref, states_ref, dstates_ref, dout_ref)
     blk, x32, dy, X, S_in, dS = _head_inputs(prog, k, ins, (z_ref, bias_ref, seq_ref, ypre_ref), dz_ref, below=True)
-    chunked = 0 < state_chunk < dims.np_  # else S_in and dS (whole) serve the state products, as measured
-    if chunked:
-        products = _state_products(prog, k, (B_ref, C_ref, states_ref, dstates_ref), state_chunk, dims.has_scores)
-        BdS, CS, SdS, CB = products
-    else:
-        Bm = prog.load_group(B_ref, t0)
-        Cm = prog.load_group(C_ref, t0)
+    Bm = prog.load_group(B_ref, t0)
+    Cm = prog.load_group(C_ref, t0)
     dy_mm = dy.astype(mm_dtype)
 
     if scores_ref is not None:
         CB = prog.load_scores(scores_ref, k)
-    elif not chunked:
+    else:
         CB = mm(Cm, Bm, trans_b=True)
     M_below = CB * blk.intra  # strictly below the diagonal (the module docstring says why)
     if diag_ref is not None:
         M_diag = prog.load_scores_diagonal(diag_ref, k)
-    elif not chunked:
-        M_diag = jnp.sum(Cm.astype(f32) * Bm.astype(f32), axis=1)
     else:
-        M_diag = jnp.sum(jnp.where(prog.rows[:, None] == prog.rows[None, :], CB, 0.0), axis=1)
+        M_diag = jnp.sum(Cm.astype(f32) * Bm.astype(f32), axis=1)
     M_below_mm = M_below.astype(mm_dtype)
     dM = None if rowwise else mm(dy_mm, X.astype(mm_dtype), trans_b=True)
-    BdS = BdS if chunked else mm(Bm, dS, trans_b=True)
+    BdS = mm(Bm, dS, trans_b=True)
     M_dy_below = mm(M_below_mm, dy_mm, trans_a=True)
     # Mᵀ dy: its diagonal term added as the dot would (both factors rounded to the dot dtype, exact product)
     M_dy = M_dy_below + M_diag.astype(mm_dtype).astype(f32)[:, None] * dy_mm.astype(f32)
@@ -283,12 +249,12 @@ def _dx_tile(prog: Program, k, *, refs, dims: SsdDims, rowwise: bool, state_chun
     prog.store_heads(dx_ref, t0, dx)
 
     W = None if rowwise else dM * M_below
-    y_in = blk.from_start[:, None] * (CS if chunked else mm(Cm, S_in, trans_b=True))
+    y_in = blk.from_start[:, None] * mm(Cm, S_in, trans_b=True)
     if rowwise:
         dcs, q_sum = _dcs_rowwise(blk, M_below_mm, X, y_in, dy, dy_mm, M_dy_below, BdS)
     else:
         dcs, q_sum = _dcs_by_tile_sums(blk, W, X, y_in, dy, BdS)
-    SdS = SdS if chunked else jnp.sum(dS.astype(f32) * S_in.astype(f32))
+    SdS = jnp.sum(dS.astype(f32) * S_in.astype(f32))
     last_extra = blk.carry * SdS + q_sum
     dcs = dcs + jnp.where(prog.rows == dims.block_l - 1, last_extra, 0.0)
     da = _reverse_cumsum(dcs)
@@ -359,10 +325,9 @@ def head_splits(heads_per_group: int, most: int) -> int:
     return max(d for d in range(1, min(most, heads_per_group) + 1) if heads_per_group % d == 0)
 
 
-def dx(tensors, D, z, dt_bias, seq_idx, ypre, dims: SsdDims, config, programs: int):
-    """``ssd_bwd_dx`` (``ssd_bwd_dx_persistent``: ``programs`` long-lived programs, ``block.for_each_tile``): dx,
-    ddt, dA, dD or None, dz or None, d dt_bias or None. ``dims`` has whole heads; the kernel splits them by
-    ``config.bwd_block_p``."""
+def dx(tensors, D, z, dt_bias, seq_idx, ypre, dims: SsdDims, config):
+    """``ssd_bwd_dx``: dx, ddt, dA, dD or None, dz or None, d dt_bias or None. ``dims`` has whole heads; the kernel
+    splits them by ``config.bwd_block_p``."""
     x, dt, B, C = tensors[0], tensors[1], tensors[3], tensors[4]
     batch, _, nheads, headdim = x.shape
     f32 = jnp.float32
@@ -380,20 +345,14 @@ def dx(tensors, D, z, dt_bias, seq_idx, ypre, dims: SsdDims, config, programs: i
     shapes = [jax.ShapeDtypeStruct(x.shape, x.dtype), ddt_shape, per_block]
     shapes += [shape for flag, shape in optional_outs if flag]
     dx, ddt, dA, *rest = call_kernel(
-        functools.partial(
-            _dx_kernel,
-            dims=xdims,
-            programs=programs,
-            rowwise=config.bwd_rowwise_dcs,
-            state_chunk=config.bwd_state_chunk,
-        ),
+        functools.partial(_dx_kernel, dims=xdims, rowwise=config.bwd_rowwise_dcs),
         tensors + [t for t in (D, z, dt_bias, seq_idx, ypre, scores, diagonal) if t is not None],
         shapes,
-        tile_grid(xdims, programs),
+        xdims.block_grid,
         xdims,
         config.bwd_num_warps,
         config.bwd_num_stages,
-        "ssd_bwd_dx_persistent" if programs else "ssd_bwd_dx",
+        "ssd_bwd_dx",
     )
     (dD, dz, dbias), _ = optional_refs(rest, [flag for flag, _ in optional_outs])
     ddt = ddt.sum(axis=-1).astype(dt.dtype)

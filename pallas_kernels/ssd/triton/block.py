@@ -96,46 +96,16 @@ def segment_tiles(dims: SsdDims) -> int:
     return dims.batch * dims.nkept * dims.nheads * dims.p_blocks * dims.n_blocks
 
 
-def block_program(dims: SsdDims, tile=None) -> tuple["Program", jax.Array]:
-    """The block-parallel program of ``tile`` (default: this program's id in the grid ``dims.block_grid``) and the
-    index of its block. Tiles run headdim block fastest, then head, then (batch row, block): the programs of one
-    block, which all read its B and C (G x T x N each, shared by H / G heads) and the same rows of x, run together
-    and find them in L2. Block-fastest order re-reads B and C from DRAM once per head at long L (H100, B1 L65536 H128:
-    L2 hit rate 20% in ``ssd_fwd_out``, which moved 11 GB where 6 were needed)."""
-    tile = pl.program_id(0) if tile is None else tile
+def block_program(dims: SsdDims) -> tuple["Program", jax.Array]:
+    """This block-parallel program (its id in the grid ``dims.block_grid``) and the index of its block. Tiles run
+    headdim block fastest, then head, then (batch row, block): the programs of one block, which all read its B and C
+    (G x T x N each, shared by H / G heads) and the same rows of x, run together and find them in L2. Block-fastest
+    order re-reads B and C from DRAM once per head at long L (H100, B1 L65536 H128: L2 hit rate 20% in
+    ``ssd_fwd_out``, which moved 11 GB where 6 were needed)."""
+    tile = pl.program_id(0)
     part, rest = tile % dims.p_blocks, tile // dims.p_blocks
     h, bk = rest % dims.nheads, rest // dims.nheads
     return Program(dims, part * dims.block_p, b=bk // dims.nblocks, h=h), bk % dims.nblocks
-
-
-def for_each_tile(dims: SsdDims, programs: int, tile_fn) -> None:
-    """Run ``tile_fn(prog, k)`` (``block_program``'s program and block) for this program's block-parallel tiles: its
-    own one where ``programs`` is 0 (grid ``dims.block_grid``), else as one of ``programs`` long-lived programs (grid
-    (programs,)) that take tiles i, i + programs, ... in the launch order. A long-lived program's loop lets Triton
-    prefetch the next tile's loads during this one's math; past the last tile it redoes the last one (the same values
-    stored again), so every program runs the same number of steps with no branch."""
-    if programs == 0:
-        tile_fn(*block_program(dims))
-        return
-    tiles = dims.block_tiles
-    first = pl.program_id(0)  # read outside the loop (interpret mode binds it at the kernel's top level)
-
-    def step(i, carry):
-        tile_fn(*block_program(dims, jnp.minimum(first + i * programs, tiles - 1)))
-        return carry
-
-    jax.lax.fori_loop(0, -(-tiles // programs), step, 0)
-
-
-def long_lived_programs(dims: SsdDims, asked: int) -> int:
-    """``for_each_tile``'s ``programs`` for a config's ask: ``asked`` where that is fewer than the tiles, else 0 (one
-    program per tile)."""
-    return asked if asked < dims.block_tiles else 0
-
-
-def tile_grid(dims: SsdDims, programs: int) -> tuple[int]:
-    """The grid ``for_each_tile`` runs on: one program per tile (``programs`` 0), or ``programs``."""
-    return (programs,) if programs else dims.block_grid
 
 
 class Program:

@@ -4,9 +4,7 @@ Two ways, the fused one when L <= ``SsdConfig.fused_forward_max_l``:
   - split: a sequential state pass (grid (batch, H, headdim blocks x state-column blocks): each program walks L
     in blocks of T carrying its (block_p, Nb) tile of the float32 state and stores every block's incoming state),
     then a block-parallel output pass (one program per batch row, block, head and headdim block, launched head
-    fastest: ``block.block_program``) that needs no carry, or with ``SsdConfig.persistent_programs`` that many
-    long-lived programs walking those tiles (a persistent grid: the seed paper's open question 1, whether launch
-    and teardown of short thread blocks cost bandwidth);
+    fastest: ``block.block_program``) that needs no carry;
   - fused: one sequential pass that also computes the output as it walks (no states stored unless saving). It
     has batch x H x headdim-blocks programs, each walking all L / T blocks: faster while that fills the GPU and the
     walk is short (mamba2-130m and 2.7b layers at L 2048 on an H100: 0.19 vs 0.27 ms and 0.37 vs 0.48 ms), slower
@@ -35,16 +33,15 @@ from pallas_kernels.ssd.dims import SsdDims
 from pallas_kernels.ssd.triton.block import (
     Block,
     Program,
+    block_program,
     block_scores,
     call_kernel,
-    for_each_tile,
     mm,
     optional_refs,
     segment_block,
     segment_program,
     segment_tiles,
     sequential_program,
-    tile_grid,
 )
 from pallas_kernels.ssd.triton.segments import segment_outputs
 
@@ -207,11 +204,9 @@ def _output_tile(prog: Program, k, x_ref, dt_ref, A_ref, B_ref, C_ref, states_re
     _block_output(prog, blk, t0, x, CB, Cm, state_mm, Dv, z_ref, out_ref, ypre_ref)
 
 
-def _output_kernel(x_ref, dt_ref, A_ref, B_ref, C_ref, states_ref, *refs, dims: SsdDims, programs: int):
-    def tile(prog, k):
-        _output_tile(prog, k, x_ref, dt_ref, A_ref, B_ref, C_ref, states_ref, refs)
-
-    for_each_tile(dims, programs, tile)
+def _output_kernel(x_ref, dt_ref, A_ref, B_ref, C_ref, states_ref, *refs, dims: SsdDims):
+    prog, k = block_program(dims)
+    _output_tile(prog, k, x_ref, dt_ref, A_ref, B_ref, C_ref, states_ref, refs)
 
 
 def _shapes(x, dims: SsdDims) -> tuple[jax.ShapeDtypeStruct, ...]:
@@ -313,15 +308,14 @@ def rebuild_block_states(x, dt, A, B, dt_bias, seq_idx, kept, dims: SsdDims, con
     return states
 
 
-def output_pass(x, dt, A, B, C, states, D, z, dt_bias, seq_idx, dims: SsdDims, config, programs: int, save_ypre):
-    """``ssd_fwd_out``, block-parallel from every block's incoming state (``ssd_fwd_out_persistent``: ``programs``
-    long-lived programs, ``block.for_each_tile``): out and the pre-gate output when ``save_ypre`` (else None)."""
+def output_pass(x, dt, A, B, C, states, D, z, dt_bias, seq_idx, dims: SsdDims, config, save_ypre):
+    """``ssd_fwd_out``, block-parallel from every block's incoming state: out and the pre-gate output when
+    ``save_ypre`` (else None)."""
     out_shape = jax.ShapeDtypeStruct(x.shape, x.dtype)
     extra = [out_shape] if save_ypre else []
     scores = block_scores(B, C, dims.block_l) if dims.has_scores else None
     inputs = [x, dt, A, B, C, states] + [t for t in (D, z, dt_bias, seq_idx, scores) if t is not None]
-    kernel = functools.partial(_output_kernel, dims=dims, programs=programs)
-    grid, name = tile_grid(dims, programs), ("ssd_fwd_out_persistent" if programs else "ssd_fwd_out")
+    kernel = functools.partial(_output_kernel, dims=dims)
     warps, stages = config.num_warps, config.num_stages
-    out, *saved = call_kernel(kernel, inputs, [out_shape, *extra], grid, dims, warps, stages, name)
+    out, *saved = call_kernel(kernel, inputs, [out_shape, *extra], dims.block_grid, dims, warps, stages, "ssd_fwd_out")
     return out, (saved[0] if extra else None)

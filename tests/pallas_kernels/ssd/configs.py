@@ -11,11 +11,6 @@ def split(**tiling) -> SsdConfig:
     return SsdConfig(fused_forward_max_l=0, **tiling)
 
 
-def persistent(programs: int, block_l: int, **tiling) -> SsdConfig:
-    """The split forward with its output pass as ``programs`` persistent programs."""
-    return split(block_l=block_l, persistent_programs=programs, **tiling)
-
-
 def kept(every: int, **tiling) -> SsdConfig:
     """Blocks of 16 positions, the forward keeping the state every ``every`` positions for the backward."""
     return SsdConfig(block_l=16, checkpoint_every=every, **tiling)
@@ -34,8 +29,8 @@ def two_level_keep_all(**tiling) -> SsdConfig:
 BWD_HEADDIM_SPLIT = SsdConfig(block_l=16, block_p=16, bwd_block_p=16)
 OWN_SCORES_FUSED = SsdConfig(block_l=16, bwd_block_p=16, shared_scores=False)
 OWN_SCORES_SPLIT = split(block_l=32, shared_scores=False)
-PERSISTENT_BOTH = persistent(5, 16, block_p=16, bwd_persistent_programs=5)  # the backward's per-head kernel too
-OWN_SCORES_PERSISTENT = persistent(5, 16, shared_scores=False, bwd_persistent_programs=7)
+OWN_SCORES_SHORT_BLOCKS = split(block_l=16, shared_scores=False)  # ... in blocks of 16
+OWN_SCORES_BWD_SPLIT = split(block_l=32, bwd_block_p=16, shared_scores=False)  # ... the backward's heads in parts of 16
 STATE_COLUMNS_SPLIT = split(block_l=16, state_block_n=16)
 TWO_LEVEL_ALL_SPLIT = two_level_keep_all(fused_forward_max_l=0, rebuild_block_p=16)
 TWO_LEVEL_ALL_SHORT = two_level_keep_all(fused_forward_max_l=0)  # 3 blocks: one segment, so one level
@@ -47,9 +42,8 @@ FORWARD_TWO_LEVEL = dict(fused_segments=True, two_level_backward=False)  # the b
 FORWARD_TWO_LEVEL_KEPT = two_level(block_p=16, **FORWARD_TWO_LEVEL)
 FORWARD_TWO_LEVEL_ALL = two_level_keep_all(fused_forward_max_l=0, **FORWARD_TWO_LEVEL)
 ROWWISE = dict(bwd_rowwise_dcs=True)  # the backward's d cs from row sums (no dM, no (T, T) sums)
-OWN_SCORES_PERSISTENT_ROWWISE = persistent(5, 16, shared_scores=False, bwd_persistent_programs=7, **ROWWISE)
+OWN_SCORES_ROWWISE = split(block_l=16, shared_scores=False, **ROWWISE)
 ONE_DBC_PROGRAM = split(block_l=32, bwd_head_splits=1)  # dB and dC of a group's heads summed in one program
-STATE_CHUNKS = dict(block_l=32, bwd_state_chunk=16, bwd_block_p=16, **ROWWISE)
 MOSAIC_DX = SsdConfig(bwd_dx_mosaic=True)  # the backward's per-head kernel on Mosaic GPU (blocks of 64 positions)
 MOSAIC = SsdConfig(bwd_dx_mosaic=True, bwd_dbc_mosaic=True)  # ... and its dB/dC kernel
 MOSAIC_64_COLUMNS = dataclasses.replace(MOSAIC, bwd_dbc_columns=64)  # ... on 64 of N's columns a program
@@ -70,4 +64,3 @@ MOSAIC_SEGMENTS_PIECES = dataclasses.replace(MOSAIC_SEGMENTS, fwd_walk_pieces=2)
 # ... the walk's state in halves of N on two warpgroups, B and C two blocks ahead (whole, per segment)
 MOSAIC_FORWARD_HALVES = dataclasses.replace(MOSAIC_FORWARD, fwd_walk_warpgroups=2)
 MOSAIC_SEGMENTS_HALVES = dataclasses.replace(MOSAIC_SEGMENTS, fwd_walk_warpgroups=2)
-OWN_SCORES_STATE_CHUNKS = split(block_l=32, bwd_state_chunk=16, bwd_block_p=16, shared_scores=False)

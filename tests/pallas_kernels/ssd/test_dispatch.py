@@ -1,14 +1,11 @@
-"""Which kernels a config runs for a shape: the persistent programs only where there are fewer of them than tiles,
-the Mosaic GPU kernels only where they cover the shape, and the pre-gate output kept only for a backward that reads
-it. Traced, with the kernels' entry points recorded (the persistent cases also run both ways and compare); the
-values of each path are the oracle cases of test_kernels.py."""
+"""Which kernels a config runs for a shape: the Mosaic GPU kernels only where they cover the shape, and the pre-gate
+output kept only for a backward that reads it. Traced, with the kernels' entry points recorded; the values of each
+path are the oracle cases of test_kernels.py."""
 
 import dataclasses
 
 import jax
 import jax.numpy as jnp
-import numpy as np
-import pytest
 
 from pallas_kernels import mamba_chunk_scan_combined
 from pallas_kernels.ssd.config import SsdConfig
@@ -20,47 +17,8 @@ from tests.pallas_kernels.ssd.configs import (
     MOSAIC_FORWARD_KEPT,
     MOSAIC_SEGMENTS,
     MOSAIC_SEGMENTS_KEPT,
-    split,
 )
 from tests.pallas_kernels.test_ssd_reference import INF, make_inputs
-
-
-@pytest.mark.parametrize(("programs", "kernel"), [(3, "ssd_fwd_out_persistent"), (64, "ssd_fwd_out")])
-def test_persistent_output_pass_runs_when_fewer_programs_than_tiles(rng, programs, kernel):
-    """2 x 4 blocks x 2 heads = 16 tiles: 3 programs loop over them; 64 would be more than tiles, so the ordinary grid
-    runs (same values either way)."""
-    arrays, _, _ = make_inputs(rng, 2, 64, 2, 16, 16, 1, jnp.float32, D="H", z=True, init=False)
-    inputs = [arrays[k] for k in ("x", "dt", "A", "B", "C", "D", "z")]
-
-    def run(config):
-        def call(x, dt, A, B, C, D, z):
-            return mamba_chunk_scan_combined(x, dt, A, B, C, 64, D=D, z=z, impl="pallas", config=config)
-
-        return call
-
-    config = split(block_l=16, persistent_programs=programs)
-    assert kernel in str(jax.make_jaxpr(run(config))(*inputs))
-    np.testing.assert_array_equal(np.asarray(run(config)(*inputs)), np.asarray(run(split(block_l=16))(*inputs)))
-
-
-@pytest.mark.parametrize(("programs", "kernel"), [(5, "ssd_bwd_dx_persistent"), (64, "ssd_bwd_dx")])
-def test_persistent_backward_kernel_runs_when_fewer_programs_than_tiles(rng, programs, kernel):
-    """The backward's per-head kernel on 2 x 4 blocks x 2 heads = 16 tiles: 5 programs loop over them (4 steps, the
-    last tile redone by 4 programs); 64 would be more than tiles, so the ordinary grid runs. Same gradients."""
-    arrays, _, _ = make_inputs(rng, 2, 64, 2, 16, 16, 1, jnp.float32, D="H", z=True, init=False)
-    inputs = [arrays[k] for k in ("x", "dt", "A", "B", "C", "D", "z")]
-    dout = jnp.asarray(rng.normal(size=(2, 64, 2, 16)), jnp.float32)
-
-    def grads(config):
-        def call(x, dt, A, B, C, D, z):
-            return mamba_chunk_scan_combined(x, dt, A, B, C, 64, D=D, z=z, impl="pallas", config=config)
-
-        return jax.vjp(call, *inputs)[1]
-
-    config = split(block_l=16, bwd_persistent_programs=programs)
-    assert kernel in str(jax.make_jaxpr(grads(config))(dout))
-    for got, want in zip(grads(config)(dout), grads(split(block_l=16))(dout), strict=True):
-        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
 
 
 def test_mosaic_gpu_backward_kernels_cover_16_bit_shapes_in_blocks_and_tiles_of_64():

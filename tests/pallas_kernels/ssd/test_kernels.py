@@ -31,19 +31,16 @@ from tests.pallas_kernels.ssd.configs import (
     MOSAIC_SEGMENTS_KEPT,
     MOSAIC_SEGMENTS_PIECES,
     ONE_DBC_PROGRAM,
+    OWN_SCORES_BWD_SPLIT,
     OWN_SCORES_FUSED,
-    OWN_SCORES_PERSISTENT,
-    OWN_SCORES_PERSISTENT_ROWWISE,
+    OWN_SCORES_ROWWISE,
+    OWN_SCORES_SHORT_BLOCKS,
     OWN_SCORES_SPLIT,
-    OWN_SCORES_STATE_CHUNKS,
-    PERSISTENT_BOTH,
     ROWWISE,
-    STATE_CHUNKS,
     STATE_COLUMNS_SPLIT,
     TWO_LEVEL_ALL_SHORT,
     TWO_LEVEL_ALL_SPLIT,
     kept,
-    persistent,
     split,
     two_level,
     two_level_keep_all,
@@ -65,10 +62,8 @@ CASES = [  # batch, L, H, P, N, G, chunk, dtype, D, z, init, seq_idx, softplus, 
     (1, 1000, 2, 16, 24, 1, 256, jnp.float32, "H", True, True, True, True, (0.0, INF), split()),
     # the sequential passes on 16 of N = 40 state columns per program (3 column blocks, the last one partial)
     (1, 97, 6, 16, 40, 3, 64, jnp.bfloat16, "H", True, True, True, True, (0.0, INF), STATE_COLUMNS_SPLIT),
-    # persistent output pass: 7 programs over 7 blocks x 6 heads (the last program redoes the last tile)
-    (1, 97, 6, 16, 40, 3, 64, jnp.bfloat16, "H", True, True, True, True, (0.0, INF), persistent(7, 16)),
-    # 5 programs over 2 x 7 blocks x 4 heads x 3 head-dim blocks, float32, no seq_idx
-    (2, 100, 4, 48, 16, 2, 64, jnp.float32, "HP", True, True, False, True, (0.0, INF), PERSISTENT_BOTH),
+    # the split forward's output pass over 3 head-dim blocks (float32, no seq_idx)
+    (2, 100, 4, 48, 16, 2, 64, jnp.float32, "HP", True, True, False, True, (0.0, INF), split(block_l=16, block_p=16)),
     (2, 64, 4, 24, 16, 4, 64, jnp.bfloat16, "HP", True, False, False, False, (0.0, INF), SsdConfig(block_l=32)),
     # the backward's per-head programs split over head dims: 3 parts of 16 (float32), 2 of 16 (bf16, below)
     (2, 100, 4, 48, 16, 2, 128, jnp.float32, "H", True, True, False, True, (0.0, INF), BWD_HEADDIM_SPLIT),
@@ -117,11 +112,11 @@ CASES = [  # batch, L, H, P, N, G, chunk, dtype, D, z, init, seq_idx, softplus, 
     (1, 1, 2, 16, 16, 1, 64, jnp.float32, "H", False, True, False, True, (0.0, INF), kept(64)),
     # each program computing its block's C·Bᵀ itself (shared_scores=False; the others read it from XLA): fused
     # forward with head dims split in the backward, split forward (float32, partial last block, 3 groups),
-    # persistent output pass, one position (in float32: in bf16 at one position dA and ddt are sums that cancel, and
-    # 8 of 60 seeds missed the oracle by 1-22% where the float32-internal reference did not)
+    # split forward in blocks of 16 (fp16, L 37), one position (in float32: in bf16 at one position dA and ddt are
+    # sums that cancel, and 8 of 60 seeds missed the oracle by 1-22% where the float32-internal reference did not)
     (2, 100, 4, 48, 16, 2, 64, jnp.bfloat16, "HP", True, True, True, True, (0.0, INF), OWN_SCORES_FUSED),
     (1, 130, 6, 16, 24, 3, 128, jnp.float32, "H", True, True, True, True, (0.0, INF), OWN_SCORES_SPLIT),
-    (2, 37, 4, 16, 16, 2, 64, jnp.float16, "H", True, False, False, True, (0.0, INF), OWN_SCORES_PERSISTENT),
+    (2, 37, 4, 16, 16, 2, 64, jnp.float16, "H", True, False, False, True, (0.0, INF), OWN_SCORES_SHORT_BLOCKS),
     (1, 1, 2, 16, 16, 1, 64, jnp.float32, None, False, True, False, False, (0.0, INF), OWN_SCORES_FUSED),
     # two-level state passes over segments of 3 blocks (7 blocks: the last segment is 1 block and 2 past the end):
     # split forward with 3 head-dim tiles, with 3 state-column tiles (N 40), and one position (fused forward)
@@ -144,16 +139,14 @@ CASES = [  # batch, L, H, P, N, G, chunk, dtype, D, z, init, seq_idx, softplus, 
     (2, 100, 4, 32, 16, 2, 64, jnp.bfloat16, "H", True, True, True, True, (0.0, INF), FORWARD_TWO_LEVEL_KEPT),
     (1, 100, 3, 16, 24, 1, 64, jnp.float32, "HP", True, True, False, True, (0.0, INF), FORWARD_TWO_LEVEL_ALL),
     # d cs from row sums: split forward with head dims split in the backward (float32, seq_idx, partial last block),
-    # kept states (bf16, 3 groups), own C·Bᵀ with long-lived programs (fp16), dt_limit (bf16), one position
+    # kept states (bf16, 3 groups), own C·Bᵀ (fp16), dt_limit (bf16), one position
     (1, 100, 4, 32, 16, 2, 64, jnp.float32, "HP", True, True, True, True, (0.0, INF), split(bwd_block_p=16, **ROWWISE)),
     (2, 100, 6, 16, 24, 3, 64, jnp.bfloat16, "H", True, True, True, True, (0.0, INF), kept(48, **ROWWISE)),
-    (2, 37, 4, 16, 16, 2, 64, jnp.float16, "H", True, False, False, True, (0.0, INF), OWN_SCORES_PERSISTENT_ROWWISE),
+    (2, 37, 4, 16, 16, 2, 64, jnp.float16, "H", True, False, False, True, (0.0, INF), OWN_SCORES_ROWWISE),
     (1, 256, 8, 16, 32, 2, 256, jnp.bfloat16, "HP", True, True, True, True, (0.0, 0.05), SsdConfig(**ROWWISE)),
     (1, 1, 2, 16, 16, 1, 64, jnp.float32, "H", False, True, False, True, (0.0, INF), SsdConfig(block_l=16, **ROWWISE)),
-    # the backward's state products over 16 of N's columns at a time (N 40: 4 steps, the last one partial): shared
-    # C·Bᵀ with the row-wise d cs (bf16, seq_idx), own C·Bᵀ summed over the steps too (float32, 2 head-dim parts)
-    (2, 100, 4, 32, 40, 2, 64, jnp.bfloat16, "HP", True, True, True, True, (0.0, INF), SsdConfig(**STATE_CHUNKS)),
-    (1, 130, 4, 32, 40, 4, 64, jnp.float32, "H", True, True, False, True, (0.0, INF), OWN_SCORES_STATE_CHUNKS),
+    # own C·Bᵀ at N 40 with the backward's heads in 2 head-dim parts (float32, 4 groups)
+    (1, 130, 4, 32, 40, 4, 64, jnp.float32, "H", True, True, False, True, (0.0, INF), OWN_SCORES_BWD_SPLIT),
     # the backward's per-head and dB/dC kernels on Mosaic GPU: 3 blocks, groups of 2 heads, z, D per head dim (bf16);
     # two 64-dim parts per head, N 128, dt_limit, no z (fp16); one block, N 256 (dB/dC in four column tiles), no D, no
     # softplus (bf16). Shapes they do not cover (seq_idx, L or P not multiples of 64) run the Triton kernels: the last

@@ -52,11 +52,6 @@ from tests.pallas_kernels.ssd.configs import MOSAIC, MOSAIC_DX, MOSAIC_FORWARD, 
         ),
         (SsdConfig(), ["ssd_fwd_fused", "ssd_bwd_dstates", "ssd_bwd_dx", "ssd_bwd_dbc"]),
         (SsdConfig(bwd_rowwise_dcs=True), ["ssd_fwd_fused", "ssd_bwd_dstates", "ssd_bwd_dx", "ssd_bwd_dbc"]),
-        (SsdConfig(bwd_state_chunk=32), ["ssd_fwd_fused", "ssd_bwd_dstates", "ssd_bwd_dx", "ssd_bwd_dbc"]),
-        (
-            SsdConfig(fused_forward_max_l=0, persistent_programs=8, bwd_persistent_programs=8),
-            ["ssd_fwd_states", "ssd_fwd_out_persistent", "ssd_bwd_dstates", "ssd_bwd_dx_persistent", "ssd_bwd_dbc"],
-        ),
         # the per-head kernel on Mosaic GPU: gone from the Triton list, and lowered too (its register-layout inference
         # runs in Python, and interpret mode does not choose layouts)
         (MOSAIC_DX, ["ssd_fwd_fused", "ssd_bwd_dstates", "ssd_bwd_dbc"]),

@@ -36,8 +36,6 @@ def test_pallas_refuses_two_walk_warpgroups_interpreted_without_a_thread_each(mo
         ({"config": SsdConfig(checkpoint_every=96)}, "checkpoint_every must be 0 or a positive multiple of block_l=64"),
         ({"config": SsdConfig(shared_scores=1)}, "SsdConfig.shared_scores must be a bool, got 1"),
         ({"config": SsdConfig(bwd_rowwise_dcs="yes")}, "SsdConfig.bwd_rowwise_dcs must be a bool, got 'yes'"),
-        ({"config": SsdConfig(bwd_state_chunk=24)}, "SsdConfig.bwd_state_chunk must be 0 or a power of two >= 16"),
-        ({"config": SsdConfig(bwd_persistent_programs=-1)}, "SsdConfig.bwd_persistent_programs must be an int >= 0"),
         ({"config": SsdConfig(state_segment=100)}, "state_segment must be a positive multiple of block_l=64, got 100"),
         ({"config": SsdConfig(bwd_dbc_columns=32)}, "SsdConfig.bwd_dbc_columns must be 64 or 128, got 32"),
         ({"config": SsdConfig(fwd_walk_stages=0)}, "SsdConfig.fwd_walk_stages must be a positive int, got 0"),
