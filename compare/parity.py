@@ -129,8 +129,13 @@ def model_parity(
     decay = task.weight_decay_mask(params)
     tx = make_optimizer(optim, 100, decay)
     same_grads = {k: jnp.asarray(v) for k, v in side.from_torch(t_grads).items()}
-    updates, _ = tx.update(same_grads, tx.init(params), params)
-    stepped = side.to_torch({k: np.asarray(params[k] + updates[k]) for k in params}, state)
+
+    @jax.jit
+    def first_step(grads, params):  # one program, not one per parameter and primitive run eagerly
+        updates, _ = tx.update(grads, tx.init(params), params)
+        return {k: params[k] + updates[k] for k in params}
+
+    stepped = side.to_torch({k: np.asarray(v) for k, v in first_step(same_grads, params).items()}, state)
     t_stepped = side.torch.adamw_step(
         lr=lr,
         betas=(optim.beta1, optim.beta2),
@@ -158,9 +163,16 @@ def _check_op(name: str, jax_fn, torch_fn, arrays: dict, dtype: str, rng: np.ran
         def run(*xs, impl=impl):
             return jax_fn(**dict(zip(names, xs, strict=True)), impl=impl)
 
-        out, vjp = jax.vjp(run, *inputs)
-        cotangent = rounded(rng.normal(size=out.shape), dtype)
-        grads = dict(zip(names, vjp(jnp.asarray(cotangent, out.dtype)), strict=True))
+        out_shape = jax.eval_shape(run, *inputs)
+        cotangent = rounded(rng.normal(size=out_shape.shape), dtype)
+
+        @jax.jit
+        def forward_and_grads(xs, ct, run=run):  # one program, not one per primitive run eagerly
+            out, vjp = jax.vjp(run, *xs)
+            return out, vjp(ct)
+
+        out, input_grads = forward_and_grads(inputs, jnp.asarray(cotangent, out_shape.dtype))
+        grads = dict(zip(names, input_grads, strict=True))
         (t_out,), t_grads = torch_fn(arrays, dtypes, cotangent)
         ours = {"out": out} | {f"d{k}": grads[k] for k in names}
         theirs = {"out": t_out} | {f"d{k}": t_grads[k] for k in names}

@@ -2,6 +2,7 @@
 good checkpoint, no overwriting, gradient accumulation, the command line."""
 
 import hashlib
+import shutil
 import traceback
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from jax_mamba.configs import load_config
 from jax_mamba.models import ParamLayout
 from jax_mamba.tasks import task_for
 from jax_mamba.train.__main__ import main
-from jax_mamba.train.loop import TrainingDiverged, train
+from jax_mamba.train.loop import TrainingDiverged, TrainResult, train
 from jax_mamba.train.optim import learning_rate_schedule
 from jax_mamba.train.step import make_train_step
 from tests.jax_mamba.training_runs import QUIET, losses, records, whole_and_resumed_runs
@@ -32,16 +33,24 @@ def tree_digest(folder: Path) -> str:
     return h.hexdigest()
 
 
-def test_training_writes_outputs_and_loss_falls(tmp_path):
+@pytest.fixture(scope="module")
+def saved_run(tmp_path_factory) -> tuple[Path, object, TrainResult]:
+    """(folder, config, result) of a 24-step Mamba-2 run saved at steps 12 and 24, shared by the tests that check a
+    finished run or start from one with checkpoints (those that change it work on a copy)."""
+    folder = tmp_path_factory.mktemp("saved")
     cfg = load_config("mamba2-tiny", [*QUIET, "--max_steps=24", "--log_every=1", "--eval_every=12", "--save_every=12"])
-    result = train(cfg, run_dir=tmp_path, echo=lambda *_: None)
+    return folder, cfg, train(cfg, run_dir=folder, echo=lambda *_: None)
+
+
+def test_training_writes_outputs_and_loss_falls(saved_run):
+    folder, _, result = saved_run
     assert result.step == 24 and result.traces == 1  # traced once: no retracing after step 1
-    steps = losses(tmp_path)
+    steps = losses(folder)
     assert np.mean([steps[s] for s in (21, 22, 23, 24)]) < np.mean([steps[s] for s in (1, 2, 3, 4)]) - 0.5
     assert {"eval_loss", "eval_bits_per_byte"} <= set(result.eval)
     for name in ("config.yaml", "run.json", "metrics.jsonl", "loss_curve.png"):
-        assert (tmp_path / name).stat().st_size > 0, name
-    assert sorted(int(p.name) for p in (tmp_path / "checkpoints").iterdir()) == [12, 24]
+        assert (folder / name).stat().st_size > 0, name
+    assert sorted(int(p.name) for p in (folder / "checkpoints").iterdir()) == [12, 24]
 
 
 def test_save_checkpoints_false_writes_none(tmp_path):
@@ -97,30 +106,29 @@ def test_the_loop_compiles_nothing_between_steps_and_logs_the_rate_used(tmp_path
 
 
 def test_resume_continues_the_same_trajectory(tmp_path):
-    whole, parts, first = whole_and_resumed_runs("hybrid-tiny", [], tmp_path, steps=8, stop_after=5, every=4)
-    assert first.step == 5
+    """Stopped after step 3, between the saves every 2 steps: the stop saves its own checkpoint to resume from."""
+    whole, parts, first = whole_and_resumed_runs("hybrid-tiny", [], tmp_path, steps=4, stop_after=3, every=2)
+    assert first.step == 3
     assert losses(parts) == losses(whole)  # bit-identical: same data order, same state
-    assert sorted(losses(parts)) == list(range(1, 9))
-    assert any(r.get("event") == "resume" and r["step"] == 5 for r in records(parts))
+    assert sorted(losses(parts)) == list(range(1, 5))
+    assert any(r.get("event") == "resume" and r["step"] == 3 for r in records(parts))
 
 
 def test_keeps_the_last_k_checkpoints(tmp_path):
     cfg = load_config(
-        "mamba1-tiny", [*QUIET, "--max_steps=6", "--save_every=1", "--keep_checkpoints=2", "--eval_every=6"]
+        "mamba1-tiny", [*QUIET, "--max_steps=4", "--save_every=1", "--keep_checkpoints=2", "--eval_every=4"]
     )
     train(cfg, run_dir=tmp_path, echo=lambda *_: None)
-    assert sorted(int(p.name) for p in (tmp_path / "checkpoints").iterdir()) == [5, 6]
+    assert sorted(int(p.name) for p in (tmp_path / "checkpoints").iterdir()) == [3, 4]
 
 
-def test_divergence_stops_and_keeps_the_last_good_checkpoint(tmp_path):
-    train(
-        load_config("mamba2-tiny", [*QUIET, "--max_steps=4", "--save_every=2"]), run_dir=tmp_path, echo=lambda *_: None
-    )
+def test_divergence_stops_and_keeps_the_last_good_checkpoint(tmp_path, saved_run):
+    shutil.copytree(saved_run[0], tmp_path, dirs_exist_ok=True)
     before = tree_digest(tmp_path / "checkpoints")
     blow_up = load_config(
-        str(tmp_path / "config.yaml"), [*QUIET, "--max_steps=12", "--lr=1e30", "--min_lr=0", "--warmup_steps=0"]
+        str(tmp_path / "config.yaml"), [*QUIET, "--max_steps=32", "--lr=1e30", "--min_lr=0", "--warmup_steps=0"]
     )
-    with pytest.raises(TrainingDiverged, match=r"diverged at step \d+.*last good checkpoint is step 4"):
+    with pytest.raises(TrainingDiverged, match=r"diverged at step \d+.*last good checkpoint is step 24"):
         train(blow_up, resume=True, run_dir=tmp_path, echo=lambda *_: None)
     assert tree_digest(tmp_path / "checkpoints") == before
     assert any(r.get("event") == "diverged" for r in records(tmp_path))
@@ -162,13 +170,12 @@ def test_resume_past_a_damaged_checkpoint(tmp_path, rng):
     assert tree_digest(tmp_path / "checkpoints") == before  # nothing moved or deleted when nothing restores
 
 
-def test_a_new_run_never_overwrites_checkpoints(tmp_path):
-    cfg = load_config("mamba2-tiny", [*QUIET, "--max_steps=2", "--save_every=1"])
-    train(cfg, run_dir=tmp_path, echo=lambda *_: None)
-    before = tree_digest(tmp_path)
+def test_a_new_run_never_overwrites_checkpoints(tmp_path, saved_run):
+    folder, cfg, _ = saved_run
+    before = tree_digest(folder)
     with pytest.raises(RunDirError, match="already holds checkpoints"):
-        train(cfg, run_dir=tmp_path, echo=lambda *_: None)
-    assert tree_digest(tmp_path) == before
+        train(cfg, run_dir=folder, echo=lambda *_: None)
+    assert tree_digest(folder) == before
     with pytest.raises(RunDirError, match="no checkpoint to resume"):
         train(cfg, resume=True, run_dir=tmp_path / "elsewhere", echo=lambda *_: None)
 

@@ -22,11 +22,13 @@ GRAPH_CLASSES = [
     "--model.edge_vocab=[2]",
     "--model.head_layers=1",
 ]
+# The learning tests read the final evaluation only: no evaluation or checkpoint on the way.
+END_ONLY = ["--eval_every=100000", "--save_checkpoints=false"]
 
 
 @pytest.mark.slow
 def test_tiny_graph_mamba_learns_the_communities(tmp_path):
-    cfg = load_config("graph-mamba-tiny", QUIET)
+    cfg = load_config("graph-mamba-tiny", [*QUIET, *END_ONLY])
     result = train(cfg, run_dir=tmp_path, echo=lambda *_: None)
     assert result.step == 150 and result.unit == "graphs" and result.items_per_s > 0
     assert result.traces <= 3  # one compilation per planned shape (two here), not per batch
@@ -42,7 +44,8 @@ def test_tiny_graph_mamba_learns_the_communities(tmp_path):
 
 @pytest.mark.slow
 def test_tiny_graph_mamba_learns_graph_classes(tmp_path):
-    overrides = [*QUIET, *GRAPH_CLASSES, "--batch_size=32", "--max_steps=120", "--data.val_fraction=0.2"]
+    """80 steps: about 0.5 accuracy whatever the seed (it levels off there; 120 steps gain nothing)."""
+    overrides = [*QUIET, *END_ONLY, *GRAPH_CLASSES, "--batch_size=32", "--max_steps=80", "--data.val_fraction=0.2"]
     result = train(load_config("graph-mamba-tiny", overrides), run_dir=tmp_path, echo=lambda *_: None)
     assert result.eval["eval_accuracy"] > 0.4  # five balanced classes: chance 0.2
 

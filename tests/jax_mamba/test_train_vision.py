@@ -16,14 +16,16 @@ from tests.jax_mamba.training_runs import QUIET, evals, losses, records, whole_a
 
 @pytest.mark.slow
 def test_tiny_mambavision_learns_the_shapes(tmp_path):
-    result = train(load_config("mambavision-tiny", QUIET), run_dir=tmp_path, echo=lambda *_: None)
-    assert result.step == 150 and result.traces == 1 and result.unit == "images" and result.items_per_s > 0
+    """100 steps (top-1 about 0.9 whatever the seed), evaluated and saved at the end only."""
+    overrides = [*QUIET, "--max_steps=100", "--eval_every=100000", "--save_every=100000"]
+    result = train(load_config("mambavision-tiny", overrides), run_dir=tmp_path, echo=lambda *_: None)
+    assert result.step == 100 and result.traces == 1 and result.unit == "images" and result.items_per_s > 0
     assert result.eval["eval_top1"] > 0.6  # ten classes: chance is 0.1
     assert result.eval["eval_top5"] >= result.eval["eval_top1"]
     train_records = [r for r in records(tmp_path) if "top1" in r]
     assert train_records and all("images_per_s" in r for r in train_records)
     assert (tmp_path / "loss_curve.png").stat().st_size > 0
-    saved = ocp.PyTreeCheckpointer().metadata(tmp_path / "checkpoints" / "150" / "state").item_metadata.tree
+    saved = ocp.PyTreeCheckpointer().metadata(tmp_path / "checkpoints" / "100" / "state").item_metadata.tree
     assert "levels.0.blocks.0.norm1.running_var" in saved["model_state"]  # batch statistics are checkpointed
 
 

@@ -191,87 +191,94 @@ def test_forward_and_gradients_match_oracle(
 
 @pytest.mark.parametrize("groups", [1, 2])
 def test_equals_selective_scan_with_scalar_A_per_head(rng, groups):
-    """SSD is the selective scan with A and dt shared by the P channels of a head."""
+    """SSD is the selective scan with A and dt shared by the P channels of a head (both in one compiled program)."""
     batch, seqlen, nheads, headdim, dstate = 2, 70, 4, 4, 8
     arrays, _, _ = make_inputs(rng, batch, seqlen, nheads, headdim, dstate, groups, jnp.float32, init=False)
-    out, final = mamba_chunk_scan_combined(
-        arrays["x"],
-        arrays["dt"],
-        arrays["A"],
-        arrays["B"],
-        arrays["C"],
-        32,
-        D=arrays["D"],
-        z=arrays["z"],
-        dt_bias=arrays["dt_bias"],
-        dt_softplus=True,
-        return_final_states=True,
-    )
     dim = nheads * headdim
     flat = lambda t: t.reshape(batch, seqlen, dim)  # noqa: E731
-    want, want_last = selective_scan_fn(
-        flat(arrays["x"]),
-        jnp.repeat(arrays["dt"], headdim, axis=2),
-        jnp.repeat(arrays["A"], headdim)[:, None] * jnp.ones((1, dstate)),
-        arrays["B"],
-        arrays["C"],
-        jnp.repeat(arrays["D"], headdim),
-        flat(arrays["z"]),
-        jnp.repeat(arrays["dt_bias"], headdim),
-        True,
-        True,
-    )
+
+    @jax.jit
+    def both(arrays):
+        ssd = mamba_chunk_scan_combined(
+            arrays["x"],
+            arrays["dt"],
+            arrays["A"],
+            arrays["B"],
+            arrays["C"],
+            32,
+            D=arrays["D"],
+            z=arrays["z"],
+            dt_bias=arrays["dt_bias"],
+            dt_softplus=True,
+            return_final_states=True,
+        )
+        scan = selective_scan_fn(
+            flat(arrays["x"]),
+            jnp.repeat(arrays["dt"], headdim, axis=2),
+            jnp.repeat(arrays["A"], headdim)[:, None] * jnp.ones((1, dstate)),
+            arrays["B"],
+            arrays["C"],
+            jnp.repeat(arrays["D"], headdim),
+            flat(arrays["z"]),
+            jnp.repeat(arrays["dt_bias"], headdim),
+            True,
+            True,
+        )
+        return ssd, scan
+
+    (out, final), (want, want_last) = both(arrays)
     assert_close("out", flat(out), want, jnp.float32)
     assert_close("final_states", final.reshape(batch, dim, dstate), want_last, jnp.float32)
 
 
 @pytest.mark.parametrize("chunk", [8, 16, 64])
 def test_packed_sequences_equal_separate_runs(rng, chunk):
-    """seq_idx: each packed sequence computes exactly what it computes alone; initial_states feeds sequence 0 only."""
+    """seq_idx: each packed sequence computes exactly what it computes alone; initial_states feeds sequence 0 only.
+    The packed run and the separate ones are one compiled program."""
     lengths = [23, 40, 1, 17]
     seqlen = sum(lengths)
     arrays, _, _ = make_inputs(rng, 1, seqlen, 4, 4, 8, 2, jnp.float32)
     seq_idx = jnp.asarray(np.repeat(np.arange(len(lengths)), lengths)[None].astype(np.int32))
-    kw = dict(D=arrays["D"], dt_bias=arrays["dt_bias"], dt_softplus=True, return_final_states=True)
-    packed, final = mamba_chunk_scan_combined(
-        arrays["x"],
-        arrays["dt"],
-        arrays["A"],
-        arrays["B"],
-        arrays["C"],
-        chunk,
-        z=arrays["z"],
-        initial_states=arrays["initial_states"],
-        seq_idx=seq_idx,
-        **kw,
-    )
-    start = 0
-    for i, length in enumerate(lengths):
-        part = lambda t: t[:, start : start + length]  # noqa: E731, B023
-        alone, alone_final = mamba_chunk_scan_combined(
-            part(arrays["x"]),
-            part(arrays["dt"]),
-            arrays["A"],
-            part(arrays["B"]),
-            part(arrays["C"]),
-            chunk,
-            z=part(arrays["z"]),
-            initial_states=arrays["initial_states"] if i == 0 else None,
-            **kw,
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+
+    @jax.jit
+    def packed_and_alone(arrays):
+        kw = dict(D=arrays["D"], dt_bias=arrays["dt_bias"], dt_softplus=True, return_final_states=True)
+        x, dt, A, B, C, z = (arrays[k] for k in ("x", "dt", "A", "B", "C", "z"))
+        packed = mamba_chunk_scan_combined(
+            x, dt, A, B, C, chunk, z=z, initial_states=arrays["initial_states"], seq_idx=seq_idx, **kw
         )
-        assert_close(f"sequence {i}", part(packed), alone, jnp.float32)
-        start += length
-    assert_close("final state = last sequence's", final, alone_final, jnp.float32)
+        alone = []
+        for i, (start, length) in enumerate(zip(starts, lengths, strict=True)):
+            part = lambda t: t[:, start : start + length]  # noqa: E731, B023
+            init = arrays["initial_states"] if i == 0 else None
+            alone.append(
+                mamba_chunk_scan_combined(
+                    part(x), part(dt), A, part(B), part(C), chunk, z=part(z), initial_states=init, **kw
+                )
+            )
+        return packed, alone
+
+    (packed, final), alone = packed_and_alone(arrays)
+    for i, (start, length, (out, _)) in enumerate(zip(starts, lengths, alone, strict=True)):
+        assert_close(f"sequence {i}", packed[:, start : start + length], out, jnp.float32)
+    assert_close("final state = last sequence's", final, alone[-1][1], jnp.float32)
 
 
 def test_chunk_size_does_not_change_result(rng):
+    """Chunks of 16, 64 and 256 over L 150 with packed sequences give the same result (one compiled program)."""
     arrays, _, seq_idx = make_inputs(rng, 2, 150, 4, 4, 8, 1, jnp.float32, seq=True)
-    outs = [
-        mamba_chunk_scan_combined(
-            **arrays, chunk_size=q, seq_idx=jnp.asarray(seq_idx), dt_softplus=True, return_final_states=True
-        )
-        for q in (16, 64, 256)
-    ]
+
+    @jax.jit
+    def by_chunk(arrays):
+        return [
+            mamba_chunk_scan_combined(
+                **arrays, chunk_size=q, seq_idx=jnp.asarray(seq_idx), dt_softplus=True, return_final_states=True
+            )
+            for q in (16, 64, 256)
+        ]
+
+    outs = by_chunk(arrays)
     for out, final in outs[1:]:
         assert_close("out", out, outs[0][0], jnp.float32)
         assert_close("final", final, outs[0][1], jnp.float32)
@@ -286,7 +293,8 @@ def test_extreme_decay_stays_finite(rng):
     def loss(x, dt, A, B, C):
         return jnp.sum(mamba_chunk_scan_combined(x, dt, A, B, C, 128, dt_softplus=True) ** 2)
 
-    value, grads = jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4))(arrays["x"], dt, A, arrays["B"], arrays["C"])
+    value_and_grad = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4)))
+    value, grads = value_and_grad(arrays["x"], dt, A, arrays["B"], arrays["C"])
     assert np.isfinite(float(value))
     for g in grads:
         assert bool(jnp.all(jnp.isfinite(g)))

@@ -50,24 +50,34 @@ def _separate_final_states(arrays, lengths, chunk):
 
 @pytest.mark.parametrize("impl,chunk", [("reference", 8), ("reference", 16), ("reference", 64), ("pallas", 16)])
 def test_varlen_states_equal_separate_runs(rng, impl, chunk):
+    """Packed with and without varlen states, and each sequence alone, as one compiled program."""
     arrays, seq_idx, cu_seqlens = _packed(rng, LENGTHS)
-    out, final, varlen = _scan(
-        arrays,
-        chunk,
-        initial_states=arrays["initial_states"],
-        seq_idx=seq_idx,
-        cu_seqlens=cu_seqlens,
-        return_final_states=True,
-        return_varlen_states=True,
-        impl=impl,
-    )
-    want = _separate_final_states(arrays, LENGTHS, chunk)
+
+    @jax.jit
+    def runs(arrays):
+        init = arrays["initial_states"]
+        varlen_run = _scan(
+            arrays,
+            chunk,
+            initial_states=init,
+            seq_idx=seq_idx,
+            cu_seqlens=cu_seqlens,
+            return_final_states=True,
+            return_varlen_states=True,
+            impl=impl,
+        )
+        plain = _scan(arrays, chunk, initial_states=init, seq_idx=seq_idx, impl=impl)
+        return varlen_run, plain, _separate_final_states(arrays, LENGTHS, chunk)
+
+    (out, final, varlen), plain, want = runs(arrays)
     assert varlen.shape == (len(LENGTHS), 4, 4, 8) and varlen.dtype == jnp.float32
     assert_close("varlen states", varlen, want, jnp.float32)
     assert_close("final state = the last sequence's row", final[0], varlen[-1], jnp.float32)
-    plain = _scan(arrays, chunk, initial_states=arrays["initial_states"], seq_idx=seq_idx, impl=impl)
     assert_close("out unchanged by asking for varlen states", out, plain, jnp.float32)
-    only, states = _scan(arrays, chunk, seq_idx=seq_idx, cu_seqlens=cu_seqlens, return_varlen_states=True, impl=impl)
+    only, states = jax.eval_shape(
+        lambda a: _scan(a, chunk, seq_idx=seq_idx, cu_seqlens=cu_seqlens, return_varlen_states=True, impl=impl),
+        arrays,
+    )
     assert only.shape == out.shape and states.shape == varlen.shape  # (out, varlen_states) without final states
 
 
@@ -85,30 +95,42 @@ def test_varlen_state_gradients_equal_separate_runs(rng):
         a = {**arrays, **dict(zip(diff, xs, strict=True)), "initial_states": None}
         return jnp.sum(_separate_final_states(a, [9, 1, 14], 8) * weights)
 
-    args = [arrays[k] for k in diff]
-    got = jax.jit(jax.grad(packed_loss, argnums=tuple(range(len(diff)))))(*args)
-    want = jax.grad(separate_loss, argnums=tuple(range(len(diff))))(*args)
+    argnums = tuple(range(len(diff)))
+    both = jax.jit(lambda *xs: (jax.grad(packed_loss, argnums)(*xs), jax.grad(separate_loss, argnums)(*xs)))
+    got, want = both(*(arrays[k] for k in diff))
     for name, g, w in zip(diff, got, want, strict=True):
         assert_close(f"d{name}", g, w, jnp.float32)
 
 
 def test_without_seq_idx_each_row_is_the_scans_state_at_that_end(rng):
     """No resets: row i is the final state of the scan over positions 0 .. cu_seqlens[i + 1] - 1 (traced
-    cu_seqlens under jit)."""
+    cu_seqlens under jit; the prefix runs in the same program)."""
     lengths = [5, 30, 12]
     arrays, _, cu_seqlens = _packed(rng, lengths)
-    run = jax.jit(lambda cu: _scan(arrays, 16, cu_seqlens=cu, return_varlen_states=True)[1])
-    varlen = run(cu_seqlens)
-    for i, end in enumerate(np.cumsum(lengths)):
-        prefix = {k: v[:, :end] if k in ("x", "dt", "B", "C", "z") else v for k, v in arrays.items()}
-        _, final = _scan(prefix, 16, return_final_states=True)
-        assert_close(f"row {i}", varlen[i], final[0], jnp.float32)
+
+    @jax.jit
+    def rows_and_prefixes(cu):
+        varlen = _scan(arrays, 16, cu_seqlens=cu, return_varlen_states=True)[1]
+        finals = []
+        for end in np.cumsum(lengths):
+            prefix = {k: v[:, :end] if k in ("x", "dt", "B", "C", "z") else v for k, v in arrays.items()}
+            finals.append(_scan(prefix, 16, return_final_states=True)[1][0])
+        return varlen, finals
+
+    varlen, finals = rows_and_prefixes(cu_seqlens)
+    for i, final in enumerate(finals):
+        assert_close(f"row {i}", varlen[i], final, jnp.float32)
 
 
 def test_bf16_inputs(rng):
     arrays, seq_idx, cu_seqlens = _packed(rng, LENGTHS, jnp.bfloat16)
-    _, varlen = _scan(arrays, 16, seq_idx=seq_idx, cu_seqlens=cu_seqlens, return_varlen_states=True)
-    want = _separate_final_states({**arrays, "initial_states": None}, LENGTHS, 16)
+
+    @jax.jit
+    def packed_and_separate(arrays):
+        _, varlen = _scan(arrays, 16, seq_idx=seq_idx, cu_seqlens=cu_seqlens, return_varlen_states=True)
+        return varlen, _separate_final_states({**arrays, "initial_states": None}, LENGTHS, 16)
+
+    varlen, want = packed_and_separate(arrays)
     assert_close("varlen states", varlen, want, jnp.bfloat16)
 
 
@@ -135,5 +157,6 @@ def test_varlen_states_need_batch_1(rng):
     arrays, _, _ = make_inputs(rng, 2, 6, 4, 2, 3, 2, jnp.float32)
     with pytest.raises(ValueError, match="return_varlen_states needs batch 1"):
         mamba_chunk_scan_combined(**arrays, chunk_size=4, cu_seqlens=jnp.asarray([0, 6]), return_varlen_states=True)
-    out = mamba_chunk_scan_combined(**arrays, chunk_size=4, cu_seqlens=jnp.asarray([0, 6]))  # ignored, as mamba-ssm
+    cu_seqlens = jnp.asarray([0, 6])  # ignored without return_varlen_states, as mamba-ssm does
+    out = jax.eval_shape(lambda a: mamba_chunk_scan_combined(**a, chunk_size=4, cu_seqlens=cu_seqlens), arrays)
     assert out.shape == arrays["x"].shape
