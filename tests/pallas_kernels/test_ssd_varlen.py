@@ -50,7 +50,7 @@ def _separate_final_states(arrays, lengths, chunk):
 
 @pytest.mark.parametrize("impl,chunk", [("reference", 8), ("reference", 16), ("reference", 64), ("pallas", 16)])
 def test_varlen_states_equal_separate_runs(rng, impl, chunk):
-    """Packed with and without varlen states, and each sequence alone, as one compiled program."""
+    """Packed with and without varlen or final states, and each sequence alone, as one compiled program."""
     arrays, seq_idx, cu_seqlens = _packed(rng, LENGTHS)
 
     @jax.jit
@@ -67,17 +67,14 @@ def test_varlen_states_equal_separate_runs(rng, impl, chunk):
             impl=impl,
         )
         plain = _scan(arrays, chunk, initial_states=init, seq_idx=seq_idx, impl=impl)
-        return varlen_run, plain, _separate_final_states(arrays, LENGTHS, chunk)
+        only = _scan(arrays, chunk, seq_idx=seq_idx, cu_seqlens=cu_seqlens, return_varlen_states=True, impl=impl)
+        return varlen_run, plain, only, _separate_final_states(arrays, LENGTHS, chunk)
 
-    (out, final, varlen), plain, want = runs(arrays)
+    (out, final, varlen), plain, (only, states), want = runs(arrays)
     assert varlen.shape == (len(LENGTHS), 4, 4, 8) and varlen.dtype == jnp.float32
     assert_close("varlen states", varlen, want, jnp.float32)
     assert_close("final state = the last sequence's row", final[0], varlen[-1], jnp.float32)
     assert_close("out unchanged by asking for varlen states", out, plain, jnp.float32)
-    only, states = jax.eval_shape(
-        lambda a: _scan(a, chunk, seq_idx=seq_idx, cu_seqlens=cu_seqlens, return_varlen_states=True, impl=impl),
-        arrays,
-    )
     assert only.shape == out.shape and states.shape == varlen.shape  # (out, varlen_states) without final states
 
 
