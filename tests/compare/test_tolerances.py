@@ -48,3 +48,14 @@ def test_against_reference_noise_passes_on_the_distance_to_the_reference_or_to_i
     broken = apart.copy()
     broken[2] = np.nan
     assert not compare_to_reference_noise("nan", broken, theirs, exact, np.float32).passed
+
+
+def test_a_larger_factor_widens_the_bound_by_that_factor(rng):
+    """``factor`` replaces REFERENCE_FACTOR: 2.5x the reference's error from its float32 result (3.5x from the
+    reference itself) fails at the default and passes at 3."""
+    exact = rng.normal(size=24)
+    theirs = _off(rng, exact, 0.05)
+    ours = exact - 2.5 * (theirs - exact)
+    assert not compare_to_reference_noise("default", ours, theirs, exact, np.float32).passed
+    row = compare_to_reference_noise("wider", ours, theirs, exact, np.float32, factor=3.0)
+    assert row.passed and row.note.startswith("tolerance 3 x")

@@ -58,12 +58,12 @@ MOSAIC_FORWARD_HALVES_KEPT = dataclasses.replace(MOSAIC_FORWARD_HALVES, checkpoi
         (jnp.bfloat16, True, ROWWISE),
     ],
 )
-def test_pallas_matches_oracle_on_gpu(rng, dtype, seq, config):
+def test_pallas_matches_oracle_on_gpu(dtype, seq, config):
     """L not a multiple of the block, headdim and N not powers of two, three groups, packed sequences; the default
     path, kept states, the two-level state passes (states kept or not; the forward's outputs by fused segments or
     from every block's state; the forward's alone) and the row-wise d cs, compiled."""
     cpu.test_pallas_matches_oracle_and_reference(
-        rng, 2, 301, 6, 48, 40, 3, 256, dtype, "HP", True, True, seq, True, (0.0, float("inf")), config
+        2, 301, 6, 48, 40, 3, 256, dtype, "HP", True, True, seq, True, (0.0, float("inf")), config
     )
 
 
@@ -79,12 +79,11 @@ def test_pallas_matches_oracle_on_gpu(rng, dtype, seq, config):
         (1, 128, 4, 64, 256, 2, jnp.bfloat16, "H", True, MOSAIC_64_COLUMNS),
     ],
 )
-def test_mosaic_kernels_match_oracle_on_gpu(rng, batch, seqlen, nheads, headdim, dstate, groups, dtype, D, z, config):
+def test_mosaic_kernels_match_oracle_on_gpu(batch, seqlen, nheads, headdim, dstate, groups, dtype, D, z, config):
     """The Mosaic GPU backward kernels, compiled: the per-head kernel alone (the default on Hopper), then with the
     dB/dC kernel; several blocks, groups of 1-3 heads, two 64-dim parts per head (P 128), N 64-256 (two and four
     column tiles), with and without z and D."""
     cpu.test_pallas_matches_oracle_and_reference(
-        rng,
         batch,
         seqlen,
         nheads,
@@ -125,14 +124,14 @@ def test_mosaic_kernels_match_oracle_on_gpu(rng, batch, seqlen, nheads, headdim,
         pytest.param(1, 448, 4, 64, 256, 2, jnp.bfloat16, "H", True, MOSAIC_FORWARD_HALVES_KEPT, id="n256-halves-kept"),
     ],
 )
-def test_mosaic_forward_matches_oracle_on_gpu(rng, batch, seqlen, nheads, headdim, dstate, groups, dtype, D, z, config):
+def test_mosaic_forward_matches_oracle_on_gpu(batch, seqlen, nheads, headdim, dstate, groups, dtype, D, z, config):
     """The forward's walk and the state passes on Mosaic GPU, compiled, with both Mosaic backward kernels: whole (one
     walk a sequence) and per segment of 2 blocks (5 blocks: the last walk one block), every block's state stored or
     float32 states kept (a whole walk that keeps them runs per segment of them); groups of 1-3 heads, P 64 and 128,
     N 64-256, with and without z and D, from an initial state; B and C by ``emit_pipeline`` or in two or four pieces
     of N's columns; the state in halves of N on two warpgroups (whole, per segment of 2 and 4 blocks, keeping
     states)."""
-    test_mosaic_kernels_match_oracle_on_gpu(rng, batch, seqlen, nheads, headdim, dstate, groups, dtype, D, z, config)
+    test_mosaic_kernels_match_oracle_on_gpu(batch, seqlen, nheads, headdim, dstate, groups, dtype, D, z, config)
 
 
 def _vjp(arrays, dtypes, cotangent, chunk, impl, config=None):
