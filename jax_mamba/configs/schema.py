@@ -219,6 +219,12 @@ class OptimConfig:
     beta2: float = 0.95
     eps: float = 1e-8
     grad_clip: float = 1.0  # 0 disables clipping
+    # Parameter groups by comma-separated fnmatch patterns over parameter names (or "head": the task's output layer;
+    # jax_mamba.train.optim): ``freeze`` keeps those unchanged (no optimizer state), ``train_only`` freezes all others;
+    # ``lr_scale`` "PATTERN=SCALE,..." multiplies their learning rate (the first matching entry counts)
+    freeze: str = ""
+    train_only: str = ""
+    lr_scale: str = ""
 
 
 @dataclass
@@ -283,6 +289,11 @@ class TrainConfig:
     # the backward (0: automatic, LOSS_CHUNK_TOKENS positions where a device's share of a micro-batch would have more
     # than 4 GiB of float32 logits, else all)
     loss_chunk_tokens: int = 0
+    # A new run's starting weights (jax_mamba.checkpoints.init_from): a mamba-ssm checkpoint folder (language
+    # models), an NVlabs MambaVision folder or .pth.tar, or a run folder (or RUN/checkpoints/STEP); None: fresh
+    init_from: str | None = None
+    # comma-separated fnmatch patterns over parameter names (or "head") kept at their fresh initialization
+    init_from_skip: str = ""
 
 
 FSDP_GATHER = ("xla", "gather")
@@ -321,6 +332,13 @@ class RunConfig:
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     mesh: MeshConfig = field(default_factory=MeshConfig)
+
+
+def _is_positive_float(text: str) -> bool:
+    try:
+        return float(text) > 0
+    except ValueError:
+        return False
 
 
 def _require(ok: bool, path: str, expected: str, value) -> None:
@@ -517,6 +535,15 @@ def validate(cfg: RunConfig) -> RunConfig:
     _require(o.weight_decay >= 0, "optim.weight_decay", "a float >= 0", o.weight_decay)
     _require(0 <= o.beta1 < 1 and 0 <= o.beta2 < 1, "optim.beta1/beta2", "in [0, 1)", (o.beta1, o.beta2))
     _require(o.grad_clip >= 0, "optim.grad_clip", "a float >= 0 (0 disables)", o.grad_clip)
+    _require(not (o.freeze and o.train_only), "optim.freeze", "empty when optim.train_only is set", o.freeze)
+    for entry in filter(None, (e.strip() for e in str(o.lr_scale).split(","))):
+        pattern, _, scale = entry.partition("=")
+        _require(
+            bool(pattern.strip()) and _is_positive_float(scale),
+            "optim.lr_scale",
+            "comma-separated PATTERN=SCALE entries with SCALE > 0 (e.g. 'backbone.*=0.1')",
+            o.lr_scale,
+        )
     m = cfg.mesh
     _require(isinstance(m.data, int) and m.data >= 0, "mesh.data", "an integer >= 0 (0: the devices left)", m.data)
     _require(isinstance(m.fsdp, int) and m.fsdp >= 1, "mesh.fsdp", "an integer >= 1", m.fsdp)
@@ -584,6 +611,19 @@ def validate(cfg: RunConfig) -> RunConfig:
     if t.stop_after_steps is not None:
         _positive("train.stop_after_steps", t.stop_after_steps)
     _require(0 <= t.label_smoothing < 1, "train.label_smoothing", "in [0, 1)", t.label_smoothing)
+    _require(
+        t.init_from is None or (isinstance(t.init_from, str) and t.init_from != ""),
+        "train.init_from",
+        "a path (a checkpoint folder or file, or a run folder) or null",
+        t.init_from,
+    )
+    _require(isinstance(t.init_from_skip, str), "train.init_from_skip", "comma-separated patterns", t.init_from_skip)
+    _require(
+        not t.init_from_skip or t.init_from is not None,
+        "train.init_from_skip",
+        "empty unless train.init_from is set",
+        t.init_from_skip,
+    )
     _require(
         isinstance(t.loss_chunk_tokens, int) and t.loss_chunk_tokens >= 0,
         "train.loss_chunk_tokens",

@@ -12,7 +12,8 @@ class Task(Protocol):
     """One family's model, data and objective. ``loss_terms`` returns sums over a batch (never means), so that
     gradient accumulation and evaluation over many batches weigh every scored position or sample equally."""
 
-    unit: str  # what throughput counts: "tokens" or "images"
+    unit: str  # what throughput counts: "tokens", "images" or "graphs"
+    head_patterns: tuple[str, ...]  # fnmatch patterns of the output layer's parameters (``--init_from_skip=head``)
 
     def build_model(self, rngs: nnx.Rngs) -> nnx.Module:
         """A freshly initialized model (training mode)."""

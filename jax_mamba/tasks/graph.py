@@ -33,6 +33,7 @@ def class_weights(classes: jax.Array) -> jax.Array:
 
 class GraphPrediction:
     unit = "graphs"
+    head_patterns = ("post_mp.*",)  # the prediction head (--init_from_skip=head)
 
     def __init__(self, cfg: RunConfig):
         self.cfg = cfg

@@ -14,6 +14,7 @@ from jax_mamba.tasks.losses import cross_entropy, top_k_correct
 
 class ImageClassification:
     unit = "images"
+    head_patterns = ("head.*",)  # the classifier (--init_from_skip=head)
 
     def __init__(self, cfg: RunConfig):
         self.cfg = cfg

@@ -97,6 +97,8 @@ def head_loss_sums(
 
 class LanguageModeling:
     unit = "tokens"
+    # what depends on the vocabulary (--init_from_skip=head): the LM head and the embedding it may be tied to
+    head_patterns = ("lm_head.*", "backbone.embedding.*")
 
     def __init__(self, cfg: RunConfig):
         self.cfg = cfg

@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 from jax_mamba.checkpoints import run_dir as runs
+from jax_mamba.checkpoints.init_from import InitFromError
 from jax_mamba.configs.loader import ConfigError, available_configs, load_config, parse_args_with_overrides
 from jax_mamba.configs.schema import PATH_DATA_KIND
 from jax_mamba.data import DataError
@@ -84,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.resume:
             run_dir = Path(broadcast_text(str(runs.new_run_dir(cfg))))  # one folder (named by process 0's clock)
         result = train(cfg, resume=args.resume, run_dir=run_dir)
-    except (ConfigError, DataError, runs.RunDirError, DistributedError, MeshError) as err:
+    except (ConfigError, DataError, runs.RunDirError, DistributedError, MeshError, InitFromError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except TrainingDiverged as err:

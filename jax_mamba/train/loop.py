@@ -14,19 +14,21 @@ import yaml
 from tqdm import tqdm
 
 from jax_mamba.checkpoints import run_dir as runs
+from jax_mamba.checkpoints.init_from import StartingWeights, fit_weights, read_weights
 from jax_mamba.checkpoints.store import CheckpointStore
 from jax_mamba.configs.loader import config_from_dict
 from jax_mamba.configs.schema import RunConfig
 from jax_mamba.data import Dataset
 from jax_mamba.models import compute_dtype_for
 from jax_mamba.processes import is_leader, wait_for_all
-from jax_mamba.tasks import Task
+from jax_mamba.tasks import Task, task_for
 from jax_mamba.train.distributed import GlobalBatches, broadcast_text, replicated
 from jax_mamba.train.mesh_training import mesh_and_data
 from jax_mamba.train.metrics import MetricsLog, plot_loss_curve
+from jax_mamba.train.optim import parameter_groups
 from jax_mamba.train.prefetch import DevicePrefetch
 from jax_mamba.train.sharding import fitted_mesh
-from jax_mamba.train.step import init_training, make_eval_step
+from jax_mamba.train.step import init_training, make_eval_step, variable_shapes
 from jax_mamba.train.step_clock import StepClock
 
 # May change on resume; the architecture may not:
@@ -139,12 +141,32 @@ def train(cfg: RunConfig, *, resume: bool = False, run_dir: Path | None = None, 
         saved = config_from_dict(yaml.safe_load((run_dir / runs.CONFIG_FILE).read_text()))
         _check_resumable(saved, cfg, echo)
         cfg = _mesh_for_devices(saved, cfg, echo)
+    starting = _check_weights(cfg, resume)
     with mesh_and_data(cfg) as (mesh, task, dataset):
-        return _train(cfg, task, dataset, resume, run_dir, echo, mesh)
+        return _train(cfg, task, dataset, resume, run_dir, echo, mesh, starting)
 
 
-def _write_run_info(cfg: RunConfig, run_dir: Path, setup, mesh, dataset: Dataset, echo) -> None:
-    """A new run's ``run.json`` (what ran where: parameters, devices, mesh, dtypes, versions, data), and its line."""
+def _check_weights(cfg: RunConfig, resume: bool) -> StartingWeights | None:
+    """Before any work: the optimizer's parameter groups match parameters (ConfigError if a pattern matches none),
+    and a new run's ``train.init_from`` weights, fitted to ``cfg``'s model (InitFromError if they do not fit); a
+    resumed run's weights come from its own checkpoints."""
+    o, t = cfg.optim, cfg.train
+    if not (o.freeze or o.train_only or o.lr_scale or (t.init_from is not None and not resume)):
+        return None
+    task = task_for(cfg)
+    params_like, state_like = variable_shapes(cfg, task)
+    parameter_groups(o, list(params_like), task.head_patterns)
+    if t.init_from is None or resume:
+        return None
+    weights = read_weights(t.init_from, cfg.family, cfg.model)
+    return fit_weights(weights, params_like, state_like, t.init_from_skip, task.head_patterns)
+
+
+def _write_run_info(
+    cfg: RunConfig, run_dir: Path, setup, mesh, dataset: Dataset, echo, starting: StartingWeights | None = None
+) -> None:
+    """A new run's ``run.json`` (what ran where: parameters, devices, mesh, dtypes, versions, data, the weights it
+    started from), and its lines."""
     n_params = sum(int(np.prod(p.shape)) for p in setup.params.values())
     info = {
         "config": cfg.name,
@@ -163,6 +185,13 @@ def _write_run_info(cfg: RunConfig, run_dir: Path, setup, mesh, dataset: Dataset
     attention = getattr(model, "attention_implementation", lambda: None)()
     if attention:  # hybrids: cuDNN flash attention or XLA's
         info["attention"] = attention
+    if starting is not None:
+        info["init_from"] = starting.info
+        skipped = starting.info["skipped"]
+        echo(
+            f"weights from {starting.info['path']} ({starting.info['kind']})"
+            + (f"; fresh: {', '.join(skipped)}" if skipped else "")
+        )
     if is_leader():
         (run_dir / "run.json").write_text(json.dumps(info, indent=2))
     echo(
@@ -210,12 +239,21 @@ class _StepLog:
         return last
 
 
-def _train(cfg: RunConfig, task: Task, dataset: Dataset, resume: bool, run_dir: Path, echo, mesh) -> TrainResult:
+def _train(
+    cfg: RunConfig,
+    task: Task,
+    dataset: Dataset,
+    resume: bool,
+    run_dir: Path,
+    echo,
+    mesh,
+    starting: StartingWeights | None = None,
+) -> TrainResult:
     t = cfg.train
     if not resume:  # every process checks the folder (so that all stop alike); process 0 writes
         runs.prepare_new(run_dir, cfg, write=is_leader())
     wait_for_all("run folder ready")
-    setup = init_training(cfg, task, mesh)
+    setup = init_training(cfg, task, mesh, starting)
     params, model_state, opt_state, train_step = setup.params, setup.state, setup.opt_state, setup.train_step
     store = CheckpointStore(run_dir / runs.CHECKPOINT_DIR, t.keep_checkpoints)
     metrics = MetricsLog(run_dir / "metrics.jsonl", enabled=is_leader())
@@ -225,7 +263,7 @@ def _train(cfg: RunConfig, task: Task, dataset: Dataset, resume: bool, run_dir: 
         metrics.write({"event": "resume", "step": start, "time": time.time()})
         echo(f"resumed {run_dir} at step {start}")
     else:
-        _write_run_info(cfg, run_dir, setup, mesh, dataset, echo)
+        _write_run_info(cfg, run_dir, setup, mesh, dataset, echo, starting)
     eval_step = make_eval_step(task, setup.layout)
     end = t.max_steps if t.stop_after_steps is None else min(t.max_steps, start + t.stop_after_steps)
     clock = StepClock(start, end, task.items_per_batch() * t.grad_accum_steps)

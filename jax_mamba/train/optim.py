@@ -1,9 +1,16 @@
-"""AdamW (or LAMB) with linear warmup and cosine decay, global-norm clipping, and weight decay on the parameters
-the task names (``Task.weight_decay_mask``)."""
+"""AdamW (or LAMB) with linear warmup and cosine decay, global-norm clipping, weight decay on the parameters the task
+names (``Task.weight_decay_mask``), and parameter groups: frozen parameters and per-group learning rates
+(``optim.freeze`` / ``optim.train_only`` / ``optim.lr_scale``, as ``optax.multi_transform`` users write them)."""
+
+import fnmatch
+from collections.abc import Sequence
 
 import optax
 
+from jax_mamba.configs.loader import ConfigError
 from jax_mamba.configs.schema import OptimConfig
+
+FROZEN = "frozen"
 
 
 def learning_rate_schedule(cfg: OptimConfig, max_steps: int) -> optax.Schedule:
@@ -18,8 +25,39 @@ def learning_rate_schedule(cfg: OptimConfig, max_steps: int) -> optax.Schedule:
     )
 
 
-def make_optimizer(cfg: OptimConfig, max_steps: int, decay_mask: dict[str, bool]) -> optax.GradientTransformation:
-    """``decay_mask``: {parameter name: whether weight decay applies} (a task's ``weight_decay_mask``)."""
+def parameter_groups(cfg: OptimConfig, names: Sequence[str], head_patterns: Sequence[str] = ()) -> dict[str, str]:
+    """{parameter name: group}: ``FROZEN``, or "lr x SCALE" for the first ``lr_scale`` entry whose pattern matches,
+    or "lr x 1". Patterns are ``fnmatch`` patterns over our parameter names; "head" stands for ``head_patterns``. A
+    pattern that matches no parameter is a ConfigError naming it (a typo would otherwise train everything)."""
+
+    def expand(text: str) -> list[str]:
+        patterns = [p.strip() for p in text.split(",") if p.strip()]
+        return [q for p in patterns for q in (head_patterns if p == "head" else [p])]
+
+    def matches(name: str, patterns: list[str]) -> bool:
+        return any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
+    scales = [(entry.rpartition("=")[0].strip(), float(entry.rpartition("=")[2])) for entry in _entries(cfg.lr_scale)]
+    for field, text in (("freeze", cfg.freeze), ("train_only", cfg.train_only)):
+        _check_matches(f"optim.{field}", expand(text), names)
+    _check_matches("optim.lr_scale", [q for p, _ in scales for q in expand(p)], names)
+    frozen, kept = expand(cfg.freeze), expand(cfg.train_only)
+    groups = {}
+    for name in names:
+        if matches(name, frozen) or (kept and not matches(name, kept)):
+            groups[name] = FROZEN
+        else:
+            groups[name] = next((f"lr x {s:g}" for p, s in scales if matches(name, expand(p))), "lr x 1")
+    return groups
+
+
+def make_optimizer(
+    cfg: OptimConfig, max_steps: int, decay_mask: dict[str, bool], head_patterns: Sequence[str] = ()
+) -> optax.GradientTransformation:
+    """``decay_mask``: {parameter name: whether weight decay applies} (a task's ``weight_decay_mask``). Without
+    parameter groups, one AdamW/LAMB over every parameter; with them, frozen parameters get zero updates and no
+    optimizer state, the gradient norm is clipped over the trained ones only, and each learning-rate group's
+    updates are scaled (the learning rate is the update's last factor, for AdamW and LAMB alike)."""
     optimizer = optax.lamb if cfg.name == "lamb" else optax.adamw
     update = optimizer(
         learning_rate_schedule(cfg, max_steps),
@@ -29,6 +67,23 @@ def make_optimizer(cfg: OptimConfig, max_steps: int, decay_mask: dict[str, bool]
         weight_decay=cfg.weight_decay,
         mask=decay_mask,
     )
-    if cfg.grad_clip > 0:
-        return optax.chain(optax.clip_by_global_norm(cfg.grad_clip), update)
-    return update
+    clip = [optax.clip_by_global_norm(cfg.grad_clip)] if cfg.grad_clip > 0 else []
+    if not (cfg.freeze or cfg.train_only or cfg.lr_scale):
+        return optax.chain(*clip, update) if clip else update
+    groups = parameter_groups(cfg, list(decay_mask), head_patterns)
+    transforms = {FROZEN: optax.set_to_zero()}
+    for group in set(groups.values()) - {FROZEN}:
+        scale = float(group.removeprefix("lr x "))
+        transforms[group] = update if scale == 1 else optax.chain(update, optax.scale(scale))
+    zero_frozen = optax.masked(optax.set_to_zero(), {n: g == FROZEN for n, g in groups.items()})
+    return optax.chain(zero_frozen, *clip, optax.multi_transform(transforms, groups))
+
+
+def _entries(text: str) -> list[str]:
+    return [e.strip() for e in text.split(",") if e.strip()]
+
+
+def _check_matches(field: str, patterns: list[str], names: Sequence[str]) -> None:
+    for pattern in patterns:
+        if not any(fnmatch.fnmatchcase(n, pattern) for n in names):
+            raise ConfigError(f"{field}: pattern {pattern!r} matches no parameter of this model")

@@ -14,6 +14,7 @@ from flax import nnx
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
+from jax_mamba.checkpoints.init_from import StartingWeights
 from jax_mamba.configs.schema import RunConfig
 from jax_mamba.models.params import ParamLayout
 from jax_mamba.modules.weight_grads import early_weight_grads
@@ -161,9 +162,21 @@ class Training:
     traces: list[int]
 
 
-def initial_variables(cfg: RunConfig, task: Task, mesh: Mesh | None = None, make_tx: Callable | None = None):
-    """(layout, params, state, tx, opt_state) of a new run of ``cfg``: the model initialized by ``train.seed`` and,
-    with ``make_tx(abstract params) -> optax transformation``, the optimizer and its state (else None for both).
+def variable_shapes(cfg: RunConfig, task: Task) -> tuple[dict, dict]:
+    """(params, state) of ``cfg``'s model as shape structs by our flat names, without building it."""
+    return jax.eval_shape(lambda: ParamLayout.split(task.build_model(nnx.Rngs(params=cfg.train.seed)))[1:])
+
+
+def initial_variables(
+    cfg: RunConfig,
+    task: Task,
+    mesh: Mesh | None = None,
+    make_tx: Callable | None = None,
+    starting: StartingWeights | None = None,
+):
+    """(layout, params, state, tx, opt_state) of a new run of ``cfg``: the model initialized by ``train.seed``, the
+    arrays of ``starting`` (fitted to it: ``checkpoints.init_from``) in place of their fresh values, and, with
+    ``make_tx(abstract params) -> optax transformation``, the optimizer and its state (else None for both).
     Built by one jit-compiled function whose results are placed FSDP-style on ``mesh`` (``train.sharding``) as they
     are made: no device ever holds the whole model and optimizer state (eager initialization under a mesh runs on
     every device: 30.2 GiB each at 2.7B parameters before being split, a 45.4 GiB peak where the step needs 36.4)."""
@@ -177,26 +190,35 @@ def initial_variables(cfg: RunConfig, task: Task, mesh: Mesh | None = None, make
     params_shape, state_shape = jax.eval_shape(model_variables)  # the model traced once for shapes, once to build
     tx = None if make_tx is None else make_tx(params_shape)
     opt_shape = None if tx is None else jax.eval_shape(tx.init, params_shape)
+    shardings = None if mesh is None else tree_shardings(mesh, (params_shape, state_shape, opt_shape))
+    loaded = ({}, {}) if starting is None else (starting.params, starting.state)
+    if shardings is not None:  # each device receives its own share of the loaded arrays only
+        loaded = tuple(
+            {n: jax.device_put(v, placement[n]) for n, v in arrays.items()}
+            for arrays, placement in zip(loaded, shardings[:2], strict=True)
+        )
 
-    def build():
+    def build(loaded_params, loaded_state):
         params, state = model_variables()
+        params, state = {**params, **loaded_params}, {**state, **loaded_state}
         return params, state, None if tx is None else tx.init(params)
 
-    shardings = None if mesh is None else tree_shardings(mesh, (params_shape, state_shape, opt_shape))
-    params, state, opt_state = jax.jit(build, out_shardings=shardings)()
+    params, state, opt_state = jax.jit(build, out_shardings=shardings)(*loaded)
     return captured["layout"], params, state, tx, opt_state
 
 
-def init_training(cfg: RunConfig, task: Task, mesh: Mesh | None = None) -> Training:
-    """The model, optimizer and train step of ``cfg`` as the training loop builds them (``initial_variables``;
-    weight decay where the task's mask says). With a ``mesh``, parameters, optimizer state and model state are
-    placed FSDP-style on it (``train.sharding``) and the step keeps them so."""
+def init_training(
+    cfg: RunConfig, task: Task, mesh: Mesh | None = None, starting: StartingWeights | None = None
+) -> Training:
+    """The model, optimizer and train step of ``cfg`` as the training loop builds them (``initial_variables``, from
+    ``starting`` weights where given; weight decay where the task's mask says). With a ``mesh``, parameters,
+    optimizer state and model state are placed FSDP-style on it (``train.sharding``) and the step keeps them so."""
     t = cfg.train
 
     def make_tx(params):
-        return make_optimizer(cfg.optim, t.max_steps, task.weight_decay_mask(params))
+        return make_optimizer(cfg.optim, t.max_steps, task.weight_decay_mask(params), task.head_patterns)
 
-    layout, params, state, tx, opt_state = initial_variables(cfg, task, mesh, make_tx)
+    layout, params, state, tx, opt_state = initial_variables(cfg, task, mesh, make_tx, starting)
     schedule = learning_rate_schedule(cfg.optim, t.max_steps)
     shardings = None if mesh is None else tuple(tree_shardings(mesh, tree) for tree in (params, opt_state, state))
     gather = mesh is not None and mesh.shape["fsdp"] > 1 and cfg.mesh.fsdp_gather == "gather"
