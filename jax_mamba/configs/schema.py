@@ -225,6 +225,9 @@ class OptimConfig:
     freeze: str = ""
     train_only: str = ""
     lr_scale: str = ""
+    # An exponential moving average of the weights, kept in the optimizer state (so in checkpoints) and evaluated
+    # beside them (ema_* metrics): ema <- decay * ema + (1 - decay) * params after every step; 0 keeps none
+    ema_decay: float = 0.0
 
 
 @dataclass
@@ -536,6 +539,7 @@ def validate(cfg: RunConfig) -> RunConfig:
     _require(0 <= o.beta1 < 1 and 0 <= o.beta2 < 1, "optim.beta1/beta2", "in [0, 1)", (o.beta1, o.beta2))
     _require(o.grad_clip >= 0, "optim.grad_clip", "a float >= 0 (0 disables)", o.grad_clip)
     _require(not (o.freeze and o.train_only), "optim.freeze", "empty when optim.train_only is set", o.freeze)
+    _require(0 <= o.ema_decay < 1, "optim.ema_decay", "in [0, 1) (0: no average)", o.ema_decay)
     for entry in filter(None, (e.strip() for e in str(o.lr_scale).split(","))):
         pattern, _, scale = entry.partition("=")
         _require(

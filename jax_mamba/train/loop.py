@@ -25,7 +25,7 @@ from jax_mamba.tasks import Task, task_for
 from jax_mamba.train.distributed import GlobalBatches, broadcast_text, replicated
 from jax_mamba.train.mesh_training import mesh_and_data
 from jax_mamba.train.metrics import MetricsLog, plot_loss_curve
-from jax_mamba.train.optim import parameter_groups
+from jax_mamba.train.optim import averaged_weights, parameter_groups
 from jax_mamba.train.prefetch import DevicePrefetch
 from jax_mamba.train.sharding import fitted_mesh
 from jax_mamba.train.step import init_training, make_eval_step, variable_shapes
@@ -301,6 +301,10 @@ def _train(
             unread = []
             if eval_due or step == end:
                 eval_result = _evaluate(task, eval_step, params, model_state, dataset, mesh)
+                average = averaged_weights(opt_state)
+                if average is not None:  # the averaged weights with the model's own batch statistics
+                    ema_result = _evaluate(task, eval_step, average, model_state, dataset, mesh)
+                    eval_result |= {f"ema_{k}": v for k, v in ema_result.items()}
                 metrics.write({"step": step, **eval_result})
                 echo(f"step {step}: " + ", ".join(f"{k} {v:.4f}" for k, v in eval_result.items()))
             if t.save_checkpoints and (save_due or step == end) and saved_step != step:

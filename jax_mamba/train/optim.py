@@ -1,10 +1,13 @@
 """AdamW (or LAMB) with linear warmup and cosine decay, global-norm clipping, weight decay on the parameters the task
-names (``Task.weight_decay_mask``), and parameter groups: frozen parameters and per-group learning rates
-(``optim.freeze`` / ``optim.train_only`` / ``optim.lr_scale``, as ``optax.multi_transform`` users write them)."""
+names (``Task.weight_decay_mask``), parameter groups (frozen parameters and per-group learning rates:
+``optim.freeze`` / ``optim.train_only`` / ``optim.lr_scale``, as ``optax.multi_transform`` users write them) and an
+exponential moving average of the weights (``optim.ema_decay``)."""
 
 import fnmatch
 from collections.abc import Sequence
+from typing import NamedTuple
 
+import jax
 import optax
 
 from jax_mamba.configs.loader import ConfigError
@@ -68,15 +71,45 @@ def make_optimizer(
         mask=decay_mask,
     )
     clip = [optax.clip_by_global_norm(cfg.grad_clip)] if cfg.grad_clip > 0 else []
+    ema = [average_weights(cfg.ema_decay)] if cfg.ema_decay > 0 else []
     if not (cfg.freeze or cfg.train_only or cfg.lr_scale):
-        return optax.chain(*clip, update) if clip else update
+        return optax.chain(*clip, update, *ema) if clip or ema else update
     groups = parameter_groups(cfg, list(decay_mask), head_patterns)
     transforms = {FROZEN: optax.set_to_zero()}
     for group in set(groups.values()) - {FROZEN}:
         scale = float(group.removeprefix("lr x "))
         transforms[group] = update if scale == 1 else optax.chain(update, optax.scale(scale))
     zero_frozen = optax.masked(optax.set_to_zero(), {n: g == FROZEN for n, g in groups.items()})
-    return optax.chain(zero_frozen, *clip, optax.multi_transform(transforms, groups))
+    return optax.chain(zero_frozen, *clip, optax.multi_transform(transforms, groups), *ema)
+
+
+class WeightAverage(NamedTuple):
+    """The state of ``average_weights``: the averaged parameters (float32, like the parameters)."""
+
+    ema: dict
+
+
+def average_weights(decay: float) -> optax.GradientTransformation:
+    """The last link of an optimizer chain: leaves the updates as they are and keeps ``ema <- decay * ema + (1 -
+    decay) * (params + updates)``, the moving average of the weights after each step (starting from the initial
+    weights), in its state: checkpointed, placed and resumed with the optimizer's."""
+
+    def init(params):
+        return WeightAverage(jax.tree.map(lambda p: p.copy(), params))
+
+    def update(updates, state, params=None):
+        if params is None:
+            raise ValueError("average_weights needs the parameters: call update(updates, state, params)")
+        ema = jax.tree.map(lambda e, p, u: decay * e + (1 - decay) * (p + u), state.ema, params, updates)
+        return updates, WeightAverage(ema)
+
+    return optax.GradientTransformation(init, update)
+
+
+def averaged_weights(opt_state) -> dict | None:
+    """The moving average of the weights held in ``opt_state`` (``average_weights``), or None if it keeps none."""
+    leaves = jax.tree.leaves(opt_state, is_leaf=lambda x: isinstance(x, WeightAverage))
+    return next((s.ema for s in leaves if isinstance(s, WeightAverage)), None)
 
 
 def _entries(text: str) -> list[str]:
