@@ -41,6 +41,7 @@ from compare.characterize_counters import HEADLINE_FIGURES, headline, measure_ce
 from compare.characterize_plots import bandwidth_histogram, breakdown_bars, roofline
 from compare.kernel_classes import CATEGORIES, UNCLASSIFIED, classify
 from compare.kernel_profile import name_every_launch
+from compare.plain_step import plain_step_overrides
 from compare.step_profile import StepProfile, common_shape_batches, profile_steps
 from compare.train_throughput import json_line
 from jax_mamba.configs.loader import load_config, parse_args_with_overrides
@@ -111,7 +112,7 @@ def torch_rows(passes_us: dict[str, dict[str, float]]) -> list[tuple[str, float,
 def jax_training(config: str, overrides: list[str], steps: int) -> Iterator[tuple]:
     """(the loop's training setup, up to ``steps`` device batches of one shape) for ``config``: the batches the
     trace and the counter profiler both measure."""
-    cfg = load_config(config, overrides)
+    cfg = load_config(config, plain_step_overrides(config, overrides))  # the step the PyTorch side runs
     task = task_for(cfg)
     dataset = task.make_dataset()
     try:

@@ -29,6 +29,7 @@ import time
 import jax
 import numpy as np
 
+from compare.plain_step import plain_step_overrides
 from jax_mamba.configs.loader import load_config, parse_args_with_overrides
 from jax_mamba.tasks import task_for
 from jax_mamba.train.prefetch import DevicePrefetch
@@ -53,7 +54,7 @@ def _median_ms(seconds: list[float]) -> float:
 
 
 def measure(config: str, overrides: list[str], steps: int, warmup: int, count_ops: bool = False) -> dict:
-    cfg = load_config(config, overrides)
+    cfg = load_config(config, plain_step_overrides(config, overrides))  # the step the PyTorch side runs
     task = task_for(cfg)
     dataset = task.make_dataset()
     setup = init_training(cfg, task)

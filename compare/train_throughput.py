@@ -21,6 +21,7 @@ from pathlib import Path
 import jax
 
 from compare.outputs import output_path
+from compare.plain_step import plain_step_overrides
 from jax_mamba.configs.loader import parse_args_with_overrides
 from torch_reference.step_modes import MODES
 
@@ -72,8 +73,10 @@ def json_line(command: list[str], env: dict | None = None, timeout: float | None
 def run_one(
     config: str, steps: int, batch_size: int, seq_len: int, extra: list[str], workdir: Path, env: dict | None = None
 ) -> dict:
-    """Train ``config`` in its own process (environment ``env``, default this one's); the loop's own figures."""
+    """Train ``config`` in its own process (environment ``env``, default this one's); the loop's own figures, in the
+    step the PyTorch side times (``plain_step``)."""
     run_dir = workdir / config
+    extra = plain_step_overrides(config, extra)
     command = [
         sys.executable,
         "-m",

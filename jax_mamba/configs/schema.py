@@ -258,6 +258,12 @@ class DataConfig:
     crop_pct: float = 0.875  # eval: resize the shorter side to image_size / crop_pct, then center crop
     min_scale: float = 0.08  # train: random resized crops cover this to 1.0 of the image area
     hflip: float = 0.5  # train: probability of a horizontal flip
+    # train, on the device (jax_mamba.tasks.image_augment): random erasing's per-image probability, then mixup /
+    # cutmix over the batch (Beta(alpha, alpha) shares; 0 turns one off; with both, cutmix with mixup_switch_prob)
+    random_erase: float = 0.0
+    mixup_alpha: float = 0.0
+    cutmix_alpha: float = 0.0
+    mixup_switch_prob: float = 0.5
     mean: tuple[float, float, float] = (0.485, 0.456, 0.406)  # per-channel normalization, on the device
     std: tuple[float, float, float] = (0.229, 0.224, 0.225)
     num_workers: int = 0  # decoding workers; 0: one per CPU core
@@ -587,6 +593,10 @@ def validate(cfg: RunConfig) -> RunConfig:
     _require(0 < d.crop_pct <= 1, "data.crop_pct", "in (0, 1]", d.crop_pct)
     _require(0 < d.min_scale <= 1, "data.min_scale", "in (0, 1]", d.min_scale)
     _require(0 <= d.hflip <= 1, "data.hflip", "a probability in [0, 1]", d.hflip)
+    _require(0 <= d.random_erase <= 1, "data.random_erase", "a probability in [0, 1]", d.random_erase)
+    _require(d.mixup_alpha >= 0, "data.mixup_alpha", "a float >= 0 (0: no mixup)", d.mixup_alpha)
+    _require(d.cutmix_alpha >= 0, "data.cutmix_alpha", "a float >= 0 (0: no cutmix)", d.cutmix_alpha)
+    _require(0 <= d.mixup_switch_prob <= 1, "data.mixup_switch_prob", "a probability in [0, 1]", d.mixup_switch_prob)
     _require(all(s > 0 for s in d.std), "data.std", "positive per-channel values", d.std)
     _require(d.num_workers >= 0, "data.num_workers", "an integer >= 0 (0: one per CPU core)", d.num_workers)
     _require(d.worker_type in WORKER_TYPES, "data.worker_type", f"one of {WORKER_TYPES}", d.worker_type)

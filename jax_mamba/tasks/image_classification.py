@@ -9,6 +9,7 @@ from jax_mamba.configs.schema import RunConfig
 from jax_mamba.data import Batch, DataError, Dataset, make_dataset
 from jax_mamba.models import MambaVision
 from jax_mamba.modules.impl import compute_dtype_for
+from jax_mamba.tasks.image_augment import mix_batch, random_erase
 from jax_mamba.tasks.losses import cross_entropy, top_k_correct
 
 
@@ -49,11 +50,21 @@ class ImageClassification:
 
     def loss_terms(self, model, batch: Batch, *, train: bool, rngs=None) -> tuple[jax.Array, dict[str, jax.Array]]:
         """Summed cross-entropy (label-smoothed in training if configured) over the scored samples, their count and
-        the top-1 / top-5 hits."""
-        logits = self.forward(model, batch, rngs)
-        labels, mask = batch["labels"], batch["mask"]
+        the top-1 / top-5 hits (against the unmixed labels). In training, the configured on-device augmentations
+        (``image_augment``: random erasing, mixup / cutmix with their mixed targets) draw from ``rngs``."""
+        images, labels, mask = self.normalize(batch["images"]), batch["labels"], batch["mask"]
         smoothing = self.cfg.train.label_smoothing if train else 0.0
+        d, lam = self.cfg.data, None
+        if train and (d.random_erase > 0 or d.mixup_alpha > 0 or d.cutmix_alpha > 0):
+            k_erase, k_mix = jax.random.split(rngs.dropout())
+            if d.random_erase > 0:
+                images = random_erase(k_erase, images, d.random_erase)
+            if d.mixup_alpha > 0 or d.cutmix_alpha > 0:
+                images, lam = mix_batch(k_mix, images, d.mixup_alpha, d.cutmix_alpha, d.mixup_switch_prob)
+        logits = model(images, rngs)
         loss = cross_entropy(logits, labels, smoothing)
+        if lam is not None:  # the target is lam x the labels + (1 - lam) x the reversed batch's: CE is linear in it
+            loss = lam * loss + (1.0 - lam) * cross_entropy(logits, labels[::-1], smoothing)
         top1 = (jnp.argmax(logits, axis=-1) == labels).astype(jnp.float32)
         return jnp.sum(loss * mask), {
             "count": jnp.sum(mask),
