@@ -8,7 +8,6 @@ left over, except what ``--init_from_skip`` names (comma-separated ``fnmatch`` p
 fresh and the step counter at 0 (the training loop's job).
 """
 
-import fnmatch
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from jax_mamba.checkpoints.run_dir import CHECKPOINT_DIR, CONFIG_FILE
+from jax_mamba.models.name_patterns import expand_patterns, matches_any
 
 
 class InitFromError(ValueError):
@@ -75,15 +75,14 @@ def fit_weights(
     """``weights`` reduced to the arrays of the new model (``params_like``/``state_like``: our names to arrays or
     shape structs) that ``skip`` does not name, cast to the model's dtypes; ``info["skipped"]`` lists the names left
     at their fresh initialization. Raises InitFromError naming what is missing, left over or of another shape."""
-    patterns = [p.strip() for p in skip.split(",") if p.strip()]
-    patterns = [q for p in patterns for q in (head_patterns if p == "head" else [p])]
-    skipped = sorted(n for n in (*params_like, *state_like) if any(fnmatch.fnmatchcase(n, p) for p in patterns))
+    patterns = expand_patterns(skip, head_patterns)
+    skipped = sorted(n for n in (*params_like, *state_like) if matches_any(n, patterns))
     source = weights.info.get("path", "the source")
     fitted = {}
     for kind, have, want in (("params", weights.params, params_like), ("state", weights.state, state_like)):
         wanted = {n: like for n, like in want.items() if n not in skipped}
         missing = sorted(set(wanted) - set(have))
-        extra = sorted(n for n in set(have) - set(want) if not any(fnmatch.fnmatchcase(n, p) for p in patterns))
+        extra = sorted(n for n in set(have) - set(want) if not matches_any(n, patterns))
         wrong = [n for n in sorted(wanted) if n in have and tuple(np.shape(have[n])) != tuple(wanted[n].shape)]
         shapes = [f"{n} {tuple(np.shape(have[n]))} there, {tuple(wanted[n].shape)} here" for n in wrong]
         problems = [f"{len(missing)} missing ({_names(missing)})"] if missing else []

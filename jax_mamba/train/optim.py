@@ -3,7 +3,6 @@ names (``Task.weight_decay_mask``), parameter groups (frozen parameters and per-
 ``optim.freeze`` / ``optim.train_only`` / ``optim.lr_scale``, as ``optax.multi_transform`` users write them) and an
 exponential moving average of the weights (``optim.ema_decay``)."""
 
-import fnmatch
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -12,6 +11,7 @@ import optax
 
 from jax_mamba.configs.loader import ConfigError
 from jax_mamba.configs.schema import OptimConfig
+from jax_mamba.models.name_patterns import expand_patterns, matches_any
 
 FROZEN = "frozen"
 
@@ -32,25 +32,20 @@ def parameter_groups(cfg: OptimConfig, names: Sequence[str], head_patterns: Sequ
     """{parameter name: group}: ``FROZEN``, or "lr x SCALE" for the first ``lr_scale`` entry whose pattern matches,
     or "lr x 1". Patterns are ``fnmatch`` patterns over our parameter names; "head" stands for ``head_patterns``. A
     pattern that matches no parameter is a ConfigError naming it (a typo would otherwise train everything)."""
-
-    def expand(text: str) -> list[str]:
-        patterns = [p.strip() for p in text.split(",") if p.strip()]
-        return [q for p in patterns for q in (head_patterns if p == "head" else [p])]
-
-    def matches(name: str, patterns: list[str]) -> bool:
-        return any(fnmatch.fnmatchcase(name, p) for p in patterns)
-
-    scales = [(entry.rpartition("=")[0].strip(), float(entry.rpartition("=")[2])) for entry in _entries(cfg.lr_scale)]
-    for field, text in (("freeze", cfg.freeze), ("train_only", cfg.train_only)):
-        _check_matches(f"optim.{field}", expand(text), names)
-    _check_matches("optim.lr_scale", [q for p, _ in scales for q in expand(p)], names)
-    frozen, kept = expand(cfg.freeze), expand(cfg.train_only)
+    scales = []  # (its patterns, scale) per lr_scale entry, in order
+    for entry in _entries(cfg.lr_scale):
+        pattern, _, scale = entry.rpartition("=")
+        scales.append((expand_patterns(pattern, head_patterns), float(scale)))
+    frozen, kept = expand_patterns(cfg.freeze, head_patterns), expand_patterns(cfg.train_only, head_patterns)
+    scaled = [q for ps, _ in scales for q in ps]
+    for field, patterns in (("freeze", frozen), ("train_only", kept), ("lr_scale", scaled)):
+        _check_matches(f"optim.{field}", patterns, names)
     groups = {}
     for name in names:
-        if matches(name, frozen) or (kept and not matches(name, kept)):
+        if matches_any(name, frozen) or (kept and not matches_any(name, kept)):
             groups[name] = FROZEN
         else:
-            groups[name] = next((f"lr x {s:g}" for p, s in scales if matches(name, expand(p))), "lr x 1")
+            groups[name] = next((f"lr x {s:g}" for ps, s in scales if matches_any(name, ps)), "lr x 1")
     return groups
 
 
@@ -118,5 +113,5 @@ def _entries(text: str) -> list[str]:
 
 def _check_matches(field: str, patterns: list[str], names: Sequence[str]) -> None:
     for pattern in patterns:
-        if not any(fnmatch.fnmatchcase(n, pattern) for n in names):
+        if not any(matches_any(n, [pattern]) for n in names):
             raise ConfigError(f"{field}: pattern {pattern!r} matches no parameter of this model")
