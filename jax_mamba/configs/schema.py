@@ -7,6 +7,7 @@ training run.
 """
 
 import math
+import re
 from dataclasses import dataclass, field
 
 MODEL_IMPLS = ("auto", "reference", "pallas", "mamba_ssm_triton")  # what each means: jax_mamba.modules.impl
@@ -258,8 +259,11 @@ class DataConfig:
     crop_pct: float = 0.875  # eval: resize the shorter side to image_size / crop_pct, then center crop
     min_scale: float = 0.08  # train: random resized crops cover this to 1.0 of the image area
     hflip: float = 0.5  # train: probability of a horizontal flip
-    # train, on the device (jax_mamba.tasks.image_augment): random erasing's per-image probability, then mixup /
-    # cutmix over the batch (Beta(alpha, alpha) shares; 0 turns one off; with both, cutmix with mixup_switch_prob)
+    # train, on the device: RandAugment on the 0-255 images before normalization (timm's policy string, unset: off;
+    # jax_mamba.tasks.rand_augment), then (jax_mamba.tasks.image_augment) random erasing's per-image probability,
+    # mixup / cutmix over the batch (Beta(alpha, alpha) shares; 0 turns one off; with both, cutmix with
+    # mixup_switch_prob)
+    rand_augment: str | None = None
     random_erase: float = 0.0
     mixup_alpha: float = 0.0
     cutmix_alpha: float = 0.0
@@ -348,6 +352,40 @@ def _is_positive_float(text: str) -> bool:
         return float(text) > 0
     except ValueError:
         return False
+
+
+@dataclass(frozen=True)
+class RandAugmentPolicy:
+    """timm's RandAugment policy ``rand-m{magnitude}-n{layers}-mstd{magnitude_std}-inc{0|1}`` (jax_mamba.tasks.
+    rand_augment): ``layers`` operations an image, magnitudes (0-10) drawn from N(magnitude, magnitude_std);
+    ``increasing``: timm's operation set whose every change grows with the magnitude."""
+
+    magnitude: float = 9.0
+    layers: int = 2
+    magnitude_std: float = 0.0
+    increasing: bool = False
+
+
+RAND_AUGMENT_FORM = "timm's form rand-m<0..10>[-n<layers>][-mstd<std>][-inc<0|1>], e.g. rand-m9-mstd0.5-inc1"
+
+
+def rand_augment_policy(spec: str | None) -> RandAugmentPolicy | None:
+    """``data.rand_augment`` parsed (timm's defaults for absent sections: m9, n2, mstd0, inc0); unset or "" is None
+    (off). A malformed string raises ValueError naming the field and the expected form."""
+    if not spec:
+        return None
+    sections = spec.split("-")
+    fields = {}
+    for section in sections[1:]:
+        match = re.fullmatch(r"(mstd|inc|m|n)(\d+(?:\.\d+)?)", section)
+        fields[match.group(1) if match else "?"] = float(match.group(2)) if match else None
+    _require(sections[0] == "rand" and "?" not in fields, "data.rand_augment", RAND_AUGMENT_FORM, spec)
+    policy = RandAugmentPolicy(
+        fields.get("m", 9.0), int(fields.get("n", 2)), fields.get("mstd", 0.0), fields.get("inc", 0.0) == 1
+    )
+    fits = 0 <= policy.magnitude <= 10 and policy.layers >= 1 and fields.get("inc", 0.0) in (0, 1)
+    _require(fits and fields.get("n", 2) == policy.layers, "data.rand_augment", RAND_AUGMENT_FORM, spec)
+    return policy
 
 
 def _require(ok: bool, path: str, expected: str, value) -> None:
@@ -593,6 +631,7 @@ def validate(cfg: RunConfig) -> RunConfig:
     _require(0 < d.crop_pct <= 1, "data.crop_pct", "in (0, 1]", d.crop_pct)
     _require(0 < d.min_scale <= 1, "data.min_scale", "in (0, 1]", d.min_scale)
     _require(0 <= d.hflip <= 1, "data.hflip", "a probability in [0, 1]", d.hflip)
+    rand_augment_policy(d.rand_augment)
     _require(0 <= d.random_erase <= 1, "data.random_erase", "a probability in [0, 1]", d.random_erase)
     _require(d.mixup_alpha >= 0, "data.mixup_alpha", "a float >= 0 (0: no mixup)", d.mixup_alpha)
     _require(d.cutmix_alpha >= 0, "data.cutmix_alpha", "a float >= 0 (0: no cutmix)", d.cutmix_alpha)

@@ -5,12 +5,13 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from jax_mamba.configs.schema import RunConfig
+from jax_mamba.configs.schema import RunConfig, rand_augment_policy
 from jax_mamba.data import Batch, DataError, Dataset, make_dataset
 from jax_mamba.models import MambaVision
 from jax_mamba.modules.impl import compute_dtype_for
 from jax_mamba.tasks.image_augment import mix_batch, random_erase
 from jax_mamba.tasks.losses import cross_entropy, top_k_correct
+from jax_mamba.tasks.rand_augment import rand_augment
 
 
 class ImageClassification:
@@ -51,12 +52,19 @@ class ImageClassification:
     def loss_terms(self, model, batch: Batch, *, train: bool, rngs=None) -> tuple[jax.Array, dict[str, jax.Array]]:
         """Summed cross-entropy (label-smoothed in training if configured) over the scored samples, their count and
         the top-1 / top-5 hits (against the unmixed labels). In training, the configured on-device augmentations
-        (``image_augment``: random erasing, mixup / cutmix with their mixed targets) draw from ``rngs``."""
-        images, labels, mask = self.normalize(batch["images"]), batch["labels"], batch["mask"]
+        (``rand_augment`` on the 0-255 images; ``image_augment``: random erasing, mixup / cutmix with their mixed
+        targets) draw from ``rngs``."""
+        images, labels, mask = batch["images"], batch["labels"], batch["mask"]
         smoothing = self.cfg.train.label_smoothing if train else 0.0
         d, lam = self.cfg.data, None
-        if train and (d.random_erase > 0 or d.mixup_alpha > 0 or d.cutmix_alpha > 0):
-            k_erase, k_mix = jax.random.split(rngs.dropout())
+        policy = rand_augment_policy(d.rand_augment)
+        augmented = policy is not None or d.random_erase > 0 or d.mixup_alpha > 0 or d.cutmix_alpha > 0
+        k_rand, k_erase, k_mix = jax.random.split(rngs.dropout(), 3) if train and augmented else (None,) * 3
+        if k_rand is not None and policy is not None:
+            fill = jnp.round(jnp.asarray(d.mean, jnp.float32) * 255.0)  # timm's img_mean
+            images = rand_augment(k_rand, images.astype(jnp.float32), policy, fill)
+        images = self.normalize(images)
+        if k_rand is not None:
             if d.random_erase > 0:
                 images = random_erase(k_erase, images, d.random_erase)
             if d.mixup_alpha > 0 or d.cutmix_alpha > 0:

@@ -23,6 +23,12 @@ def params64(module) -> dict[str, np.ndarray]:
     return {k: np.asarray(v, np.float64) for k, v in ParamLayout.split(module)[1].items()}
 
 
+def run(module: nnx.Module, *args):
+    """``module(*args)`` compiled as one program: run eagerly, each of its operations compiles on its own (most of a
+    test's time on a 2-core CPU)."""
+    return nnx.jit(lambda m, *a: m(*a))(module, *args)
+
+
 def perturb(module, rng, scale=0.3):
     """Random values on every parameter (so zero-initialized biases and ones-initialized D/norms are exercised)."""
     layout, params, _ = ParamLayout.split(module)
@@ -79,7 +85,7 @@ def test_mamba2_names_shapes_and_init():
 def test_mamba1_forward_matches_numpy_slow_path(rng, d_model, d_state, dt_rank, bias):
     m = perturb(Mamba(d_model, d_state=d_state, dt_rank=dt_rank, bias=bias, rngs=nnx.Rngs(1)), rng)
     x = rng.normal(size=(2, 13, d_model))
-    out = m(jnp.asarray(x, jnp.float32))
+    out = run(m, jnp.asarray(x, jnp.float32))
     want = naive_mixers.mamba1(params64(m), x, d_state, m.dt_rank)
     assert_close("Mamba output", out, want, jnp.float32)
 
@@ -88,7 +94,7 @@ def test_mamba1_pallas_impl_matches_slow_path_and_reference_gradients(rng):
     """``impl="pallas"`` puts the selective scan on the Pallas kernel (interpreted here); the conv stays reference."""
     m = perturb(Mamba(16, d_state=4, impl="pallas", rngs=nnx.Rngs(2)), rng)
     x = jnp.asarray(rng.normal(size=(2, 21, 16)), jnp.float32)
-    assert_close("Mamba output", m(x), naive_mixers.mamba1(params64(m), np.asarray(x), 4, m.dt_rank), jnp.float32)
+    assert_close("Mamba output", run(m, x), naive_mixers.mamba1(params64(m), np.asarray(x), 4, m.dt_rank), jnp.float32)
 
     want, got = parameter_grads(m, x, "reference"), parameter_grads(m, x, "pallas")
     for name, value in want.items():
@@ -109,9 +115,9 @@ def test_mamba2_pallas_impl_matches_reference_outputs_and_gradients(rng):
     x = jnp.asarray(rng.normal(size=(2, 37, 32)), jnp.float32)
 
     m.impl = "pallas"
-    out = m(x)
+    out = run(m, x)
     m.impl = "reference"
-    assert_close("Mamba2 output", out, m(x), jnp.float32)
+    assert_close("Mamba2 output", out, run(m, x), jnp.float32)
     want, got = parameter_grads(m, x, "reference"), parameter_grads(m, x, "pallas")
     for name, value in want.items():
         assert_close(f"d{name}", got[name], value, jnp.float32)
@@ -178,7 +184,7 @@ def test_attention_uses_cudnn_only_on_a_gpu_for_half_precision():
 def test_mamba2_forward_matches_numpy_slow_path(rng, kw):
     m = perturb(Mamba2(24, rngs=nnx.Rngs(2), **kw), rng)
     x = rng.normal(size=(2, 19, 24))
-    out = m(jnp.asarray(x, jnp.float32))
+    out = run(m, jnp.asarray(x, jnp.float32))
     want = naive_mixers.mamba2(
         params64(m),
         x,
@@ -196,7 +202,7 @@ def test_mha_gqa_rotary_matches_numpy(rng):
     """Causal GQA attention with rotary, written out in NumPy (kv head j serves q heads 2j, 2j + 1)."""
     m = perturb(MHA(16, num_heads=4, num_heads_kv=2, rotary_emb_dim=4, rngs=nnx.Rngs(3)), rng)
     x = rng.normal(size=(1, 7, 16))
-    out = m(jnp.asarray(x, jnp.float32))
+    out = run(m, jnp.asarray(x, jnp.float32))
     p = params64(m)
     qkv = x @ p["in_proj.kernel"] + p["in_proj.bias"]
     q = qkv[..., :16].reshape(1, 7, 4, 4)
@@ -237,7 +243,7 @@ def test_lm_is_causal(rng, layer, extra):
     ids = rng.integers(0, 50, size=(2, 21))
     changed = ids.copy()
     changed[:, 12:] = rng.integers(0, 50, size=(2, 9))
-    a, b = model(jnp.asarray(ids)), model(jnp.asarray(changed))
+    a, b = run(model, jnp.asarray(ids)), run(model, jnp.asarray(changed))
     np.testing.assert_array_equal(np.asarray(a[:, :12]), np.asarray(b[:, :12]))
     assert not np.allclose(np.asarray(a[:, 12:]), np.asarray(b[:, 12:]))
 
@@ -276,10 +282,9 @@ def test_lm_head_tied_padded_and_rescaled():
         kernel = p[f"backbone.layers.{i}.mixer.out_proj.kernel"]
         assert np.abs(kernel).max() <= bound and np.abs(kernel).max() > 0.8 * bound
     ids = jnp.asarray([[1, 2, 3]])
-    hidden = model.backbone(ids)
-    np.testing.assert_allclose(
-        np.asarray(model(ids)), np.asarray(hidden @ model.backbone.embedding.embedding[...].T), rtol=1e-5, atol=1e-6
-    )
+    hidden, logits = run(model.backbone, ids), run(model, ids)
+    tied = hidden @ model.backbone.embedding.embedding[...].T
+    np.testing.assert_allclose(np.asarray(logits), np.asarray(tied), rtol=1e-5, atol=1e-6)
     untied = MambaLMHeadModel(tiny_model_config("Mamba2", tie_embeddings=False), rngs=nnx.Rngs(6))
     assert params64(untied)["lm_head.kernel"].shape == (32, 56)
 
@@ -289,11 +294,11 @@ def test_bf16_compute_keeps_fp32_params_and_residual(rng):
     assert all(v.dtype == jnp.float32 for v in ParamLayout.split(model)[1].values())
     ids = jnp.asarray(rng.integers(0, 50, size=(2, 10)))
     hidden = model.backbone.embedding(ids)
-    out, residual = model.backbone.layers[0](hidden)
+    out, residual = run(model.backbone.layers[0], hidden)
     assert out.dtype == jnp.bfloat16 and residual.dtype == jnp.float32
-    logits = model(ids)
+    logits = run(model, ids)
     assert logits.dtype == jnp.bfloat16 and bool(jnp.all(jnp.isfinite(logits.astype(jnp.float32))))
-    ref = MambaLMHeadModel(tiny_model_config("Mamba2", compute_dtype="float32"), rngs=nnx.Rngs(7))(ids)
+    ref = run(MambaLMHeadModel(tiny_model_config("Mamba2", compute_dtype="float32"), rngs=nnx.Rngs(7)), ids)
     assert_close("bf16 vs fp32 logits", logits, ref, jnp.bfloat16, scale=2.0)  # bf16 rounding in every matmul
 
 
@@ -304,8 +309,7 @@ def test_remat_gives_same_loss_and_gradients(rng):
         layout, params, _ = ParamLayout.split(
             MambaLMHeadModel(tiny_model_config("Mamba2", remat=remat, **HYBRID), rngs=nnx.Rngs(8))
         )
-        # eager: both run the same float32 operations (see the MambaVision remat test)
-        return jax.value_and_grad(lambda p: jnp.mean(layout.merge(p)(ids) ** 2))(params)
+        return jax.jit(jax.value_and_grad(lambda p: jnp.mean(layout.merge(p)(ids) ** 2)))(params)
 
     (l0, g0), (l1, g1) = loss_and_grads(False), loss_and_grads(True)
     np.testing.assert_allclose(float(l0), float(l1), rtol=1e-6)

@@ -30,9 +30,15 @@ def test_tiny_mambavision_learns_the_shapes(tmp_path):
 
 
 def test_resume_continues_batch_statistics_and_drop_path(tmp_path):
-    """With the recipe's draws too: random erasing, mixup / cutmix and the weight average (evaluated)."""
+    """With the recipe's draws too: RandAugment, random erasing, mixup / cutmix and the weight average (evaluated)."""
     overrides = ["--batch_size=4", "--data.num_images=60", "--data.image_size=32", "--drop_path_rate=0.5"]
-    overrides += ["--random_erase=0.5", "--mixup_alpha=0.8", "--cutmix_alpha=1.0", "--ema_decay=0.9"]
+    overrides += [
+        "--rand_augment=rand-m9-mstd0.5-inc1",
+        "--random_erase=0.5",
+        "--mixup_alpha=0.8",
+        "--cutmix_alpha=1.0",
+        "--ema_decay=0.9",
+    ]
     whole, parts, _ = whole_and_resumed_runs("mambavision-tiny", overrides, tmp_path, steps=6, stop_after=3, every=3)
     assert losses(parts) == losses(whole) and sorted(losses(whole)) == list(range(1, 7))
     assert evals(parts) == evals(whole)  # eval uses the running statistics: those resumed too
