@@ -375,17 +375,13 @@ def rand_augment_policy(spec: str | None) -> RandAugmentPolicy | None:
     if not spec:
         return None
     sections = spec.split("-")
-    fields = {}
-    for section in sections[1:]:
-        match = re.fullmatch(r"(mstd|inc|m|n)(\d+(?:\.\d+)?)", section)
-        fields[match.group(1) if match else "?"] = float(match.group(2)) if match else None
-    _require(sections[0] == "rand" and "?" not in fields, "data.rand_augment", RAND_AUGMENT_FORM, spec)
-    policy = RandAugmentPolicy(
-        fields.get("m", 9.0), int(fields.get("n", 2)), fields.get("mstd", 0.0), fields.get("inc", 0.0) == 1
-    )
-    fits = 0 <= policy.magnitude <= 10 and policy.layers >= 1 and fields.get("inc", 0.0) in (0, 1)
-    _require(fits and fields.get("n", 2) == policy.layers, "data.rand_augment", RAND_AUGMENT_FORM, spec)
-    return policy
+    found = [re.fullmatch(r"(mstd|inc|m|n)(\d+(?:\.\d+)?)", section) for section in sections[1:]]
+    _require(sections[0] == "rand" and all(found), "data.rand_augment", RAND_AUGMENT_FORM, spec)
+    fields = {match.group(1): float(match.group(2)) for match in found}
+    magnitude, layers, increasing = fields.get("m", 9.0), fields.get("n", 2.0), fields.get("inc", 0.0)
+    fits = 0 <= magnitude <= 10 and layers >= 1 and layers.is_integer() and increasing in (0, 1)
+    _require(fits, "data.rand_augment", RAND_AUGMENT_FORM, spec)
+    return RandAugmentPolicy(magnitude, int(layers), fields.get("mstd", 0.0), increasing == 1)
 
 
 def _require(ok: bool, path: str, expected: str, value) -> None:

@@ -20,6 +20,7 @@ class ImageClassification:
 
     def __init__(self, cfg: RunConfig):
         self.cfg = cfg
+        self.rand_augment = rand_augment_policy(cfg.data.rand_augment)
 
     def build_model(self, rngs: nnx.Rngs) -> nnx.Module:
         return MambaVision(self.cfg.model, rngs=rngs)
@@ -54,21 +55,14 @@ class ImageClassification:
         the top-1 / top-5 hits (against the unmixed labels). In training, the configured on-device augmentations
         (``rand_augment`` on the 0-255 images; ``image_augment``: random erasing, mixup / cutmix with their mixed
         targets) draw from ``rngs``."""
-        images, labels, mask = batch["images"], batch["labels"], batch["mask"]
+        labels, mask = batch["labels"], batch["mask"]
         smoothing = self.cfg.train.label_smoothing if train else 0.0
-        d, lam = self.cfg.data, None
-        policy = rand_augment_policy(d.rand_augment)
-        augmented = policy is not None or d.random_erase > 0 or d.mixup_alpha > 0 or d.cutmix_alpha > 0
-        k_rand, k_erase, k_mix = jax.random.split(rngs.dropout(), 3) if train and augmented else (None,) * 3
-        if k_rand is not None and policy is not None:
-            fill = jnp.round(jnp.asarray(d.mean, jnp.float32) * 255.0)  # timm's img_mean
-            images = rand_augment(k_rand, images.astype(jnp.float32), policy, fill)
-        images = self.normalize(images)
-        if k_rand is not None:
-            if d.random_erase > 0:
-                images = random_erase(k_erase, images, d.random_erase)
-            if d.mixup_alpha > 0 or d.cutmix_alpha > 0:
-                images, lam = mix_batch(k_mix, images, d.mixup_alpha, d.cutmix_alpha, d.mixup_switch_prob)
+        d = self.cfg.data
+        augmented = self.rand_augment is not None or d.random_erase > 0 or d.mixup_alpha > 0 or d.cutmix_alpha > 0
+        if train and augmented:
+            images, lam = self.augmented_inputs(batch["images"], rngs.dropout())
+        else:
+            images, lam = self.normalize(batch["images"]), None
         logits = model(images, rngs)
         loss = cross_entropy(logits, labels, smoothing)
         if lam is not None:  # the target is lam x the labels + (1 - lam) x the reversed batch's: CE is linear in it
@@ -79,6 +73,22 @@ class ImageClassification:
             "top1": jnp.sum(top1 * mask),
             "top5": jnp.sum(top_k_correct(logits, labels, 5) * mask),
         }
+
+    def augmented_inputs(self, images: jax.Array, key: jax.Array) -> tuple[jax.Array, jax.Array | None]:
+        """(normalized training images, mixup / cutmix share ``lam`` or None) of the uint8 ``images`` (batch, H, W,
+        3): RandAugment on the 0-255 values, normalization, random erasing, then mixup / cutmix, as configured, each
+        drawing from its own split of ``key``."""
+        d, lam = self.cfg.data, None
+        k_rand, k_erase, k_mix = jax.random.split(key, 3)
+        if self.rand_augment is not None:
+            fill = jnp.round(jnp.asarray(d.mean, jnp.float32) * 255.0)  # timm's img_mean
+            images = rand_augment(k_rand, images.astype(jnp.float32), self.rand_augment, fill)
+        images = self.normalize(images)
+        if d.random_erase > 0:
+            images = random_erase(k_erase, images, d.random_erase)
+        if d.mixup_alpha > 0 or d.cutmix_alpha > 0:
+            images, lam = mix_batch(k_mix, images, d.mixup_alpha, d.cutmix_alpha, d.mixup_switch_prob)
+        return images, lam
 
     def train_metrics(self, sums: dict[str, jax.Array]) -> dict[str, jax.Array]:
         return {"top1": sums["top1"] / jnp.maximum(sums["count"], 1.0)}
