@@ -157,8 +157,16 @@ def run_torch_modes(
 ) -> dict:
     """The reference in each execution mode (each its own process, at most ``timeout`` seconds): {"modes": {mode:
     result}, "best": the fastest mode that ran or None}."""
-    by_mode = {mode: run_torch(config, *sizes, inference=inference, mode=mode, timeout=timeout) for mode in modes}
+    by_mode = {}
+    for mode in modes:
+        by_mode[mode] = run_torch(config, *sizes, inference=inference, mode=mode, timeout=timeout)
+        _progress(f"{config} PyTorch {mode}{' inference' if inference else ''}", by_mode[mode])
     return {"modes": by_mode, "best": best_mode(by_mode)}
+
+
+def _progress(what: str, result: dict) -> None:
+    """One line on stderr as each run ends, so that a run cut by a deadline shows what it had measured."""
+    print(f"{what}: {_rate(result)} /s", file=sys.stderr, flush=True)
 
 
 def run_jax_inference(config: str, steps: int, batch_size: int, seq_len: int, extra: list[str]) -> dict:
@@ -317,6 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for config in args.configs:
             row = run_one(config, *sizes, Path(tmp))
+            _progress(f"{config} JAX", row)
             if args.torch:
                 row["torch"] = run_torch_modes(config, sizes, args.torch_modes, timeout=args.torch_timeout)
             if args.inference:
