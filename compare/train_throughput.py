@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import jax
@@ -153,14 +154,21 @@ def best_mode(by_mode: dict[str, dict]) -> str | None:
 
 
 def run_torch_modes(
-    config: str, sizes: tuple, modes: list[str], inference: bool = False, timeout: float | None = None
+    config: str,
+    sizes: tuple,
+    modes: list[str],
+    inference: bool = False,
+    timeout: float | None = None,
+    on_mode: Callable[[dict], None] | None = None,
 ) -> dict:
     """The reference in each execution mode (each its own process, at most ``timeout`` seconds): {"modes": {mode:
-    result}, "best": the fastest mode that ran or None}."""
+    result}, "best": the fastest mode that ran or None}; ``on_mode`` gets that dict as it stands after each mode."""
     by_mode = {}
     for mode in modes:
         by_mode[mode] = run_torch(config, *sizes, inference=inference, mode=mode, timeout=timeout)
         _progress(f"{config} PyTorch {mode}{' inference' if inference else ''}", by_mode[mode])
+        if on_mode is not None:
+            on_mode({"modes": dict(by_mode), "best": best_mode(by_mode)})
     return {"modes": by_mode, "best": best_mode(by_mode)}
 
 
@@ -239,6 +247,17 @@ def _mode_lines(rows: list[dict]) -> list[str]:
     ]
 
 
+def _unfinished_note(header: dict) -> list[str]:
+    measuring = header.get("measuring")
+    if measuring is None:
+        return []
+    return [
+        "",
+        f"**Unfinished**: written while {measuring} was being measured; the run stopped there, so its row holds only "
+        "what was measured before (a PyTorch mode missing from the table below was not run).",
+    ]
+
+
 def write_report(out: Path, header: dict, rows: list[dict]) -> list[str]:
     """The markdown summary (training, then inference where measured, then every PyTorch mode) into ``<out>.md``;
     returns its lines. Ratios are against the fastest PyTorch mode that ran, the eager one beside it."""
@@ -251,6 +270,7 @@ def write_report(out: Path, header: dict, rows: list[dict]) -> list[str]:
         "the share of the loop's time spent waiting for the next batch (0% when the host keeps ahead). "
         "PyTorch: each execution mode in its own process; the ratio is against the fastest that ran.",
         f"Command: `{header['command']}`",
+        *_unfinished_note(header),
         "",
         "| config | params | compute | unit | JAX data wait | final loss " + SIDE_HEADER,
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
@@ -322,23 +342,37 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
+
+    def save(current: dict | None = None) -> list[str]:
+        """Every result so far into ``<out>.json`` and ``.md``, after each measurement, so that a run stopped by a
+        deadline keeps what it measured; ``current``: the unfinished row of the config being measured."""
+        state = header if current is None else {**header, "measuring": current["config"]}
+        runs = rows if current is None else [*rows, current]
+        output_path(out, ".json").write_text(json.dumps({**state, "runs": runs}, indent=2))
+        return write_report(out, state, runs)
+
     with tempfile.TemporaryDirectory() as tmp:
         for config in args.configs:
             row = run_one(config, *sizes, Path(tmp))
             _progress(f"{config} JAX", row)
+            save(row)
             if args.torch:
-                row["torch"] = run_torch_modes(config, sizes, args.torch_modes, timeout=args.torch_timeout)
+                row["torch"] = run_torch_modes(
+                    config, sizes, args.torch_modes, timeout=args.torch_timeout,
+                    on_mode=lambda torch, row=row: save({**row, "torch": torch}),
+                )  # fmt: skip
             if args.inference:
                 row["inference"] = run_jax_inference(config, *sizes)
+                _progress(f"{config} JAX inference", row["inference"])
+                save(row)
                 if args.torch:
                     row["torch_inference"] = run_torch_modes(
-                        config, sizes, args.torch_modes, inference=True, timeout=args.torch_timeout
-                    )
+                        config, sizes, args.torch_modes, inference=True, timeout=args.torch_timeout,
+                        on_mode=lambda torch, row=row: save({**row, "torch_inference": torch}),
+                    )  # fmt: skip
             rows.append(row)
             print(json.dumps(row), flush=True)
-            # after every config, so that a run stopped by a deadline keeps the configs it finished
-            output_path(out, ".json").write_text(json.dumps({**header, "runs": rows}, indent=2))
-            lines = write_report(out, header, rows)
+            lines = save()
     print("\n".join(lines))
     failed = [
         r

@@ -3,6 +3,8 @@ from a GPU run, see benchmarks/)."""
 
 import json
 
+import pytest
+
 from compare.train_throughput import main
 
 
@@ -66,3 +68,35 @@ def test_a_process_past_its_time_is_reported_as_failed_with_its_cause():
     assert result["returncode"] == 124 and result["cause"] == "did not finish within 0.5 s"
     done = json_line([sys.executable, "-c", "print('{\"items_per_s\": 3}')"], timeout=30)
     assert done["returncode"] == 0 and done["items_per_s"] == 3
+
+
+def test_a_run_stopped_mid_way_keeps_what_it_measured_and_says_so(tmp_path, monkeypatch):
+    """The JSON and markdown are rewritten after each side's measurement: killed during its second PyTorch mode, a
+    run leaves the JAX figure and the first mode on disk, marked unfinished; a whole run leaves no such mark."""
+    import compare.train_throughput as tp
+
+    ours = {"config": "mamba2-130m", "returncode": 0, "items_per_s": 500.0, "peak_memory_gib": 3.0,
+            "data_wait_fraction": 0.0, "parameters": 1.3e8, "compute_dtype": "bfloat16", "unit": "tokens",
+            "final_loss": 2.5}  # fmt: skip
+    monkeypatch.setattr(tp, "run_one", lambda config, *args: {**ours, "config": config})
+
+    def run_torch(config, *sizes, inference=False, mode="eager", timeout=None):
+        if mode == "cuda_graph":
+            raise KeyboardInterrupt  # as a deadline's kill would stop it, mid-measurement
+        return {"returncode": 0, "items_per_s": 100.0, "peak_memory_gib": 2.0, "settings": "eager"}
+
+    monkeypatch.setattr(tp, "run_torch", run_torch)
+    out = tmp_path / "cut"
+    argv = ["--configs", "mamba2-130m", "--torch", "--torch_modes", "eager", "cuda_graph", "--out", str(out)]
+    with pytest.raises(KeyboardInterrupt):
+        tp.main(argv)
+    saved = json.loads(out.with_suffix(".json").read_text())
+    assert saved["measuring"] == "mamba2-130m" and list(saved["runs"][0]["torch"]["modes"]) == ["eager"]
+    report = out.with_suffix(".md").read_text()
+    assert "**Unfinished**: written while mamba2-130m was being measured" in report
+    assert "| 500 | 3.0 | 100 (eager) | 2.0 | 5.00x | 100 | 5.00x |" in report
+
+    whole = tmp_path / "whole"
+    assert tp.main(["--configs", "mamba2-130m", "--torch", "--torch_modes", "eager", "--out", str(whole)]) == 0
+    assert "measuring" not in json.loads(whole.with_suffix(".json").read_text())
+    assert "Unfinished" not in whole.with_suffix(".md").read_text()
