@@ -7,7 +7,7 @@ import jax.numpy as jnp
 
 from pallas_kernels._checks import check_array, check_config, check_impl, check_seq_idx, check_shape
 from pallas_kernels._triton import interpret_mode
-from pallas_kernels.causal_conv1d import reference, vjp
+from pallas_kernels.causal_conv1d import dispatch, reference, vjp
 from pallas_kernels.causal_conv1d.config import ConvConfig
 
 _AVAILABLE_IMPLS = ("reference", "pallas")
@@ -37,9 +37,10 @@ def causal_conv1d_fn(
 
     Returns out with x's dtype and layout, plus final_states (the last width - 1 inputs) if return_final_states.
 
-    ``impl="pallas"`` runs the Pallas Triton kernels (interpreted when JAX has no GPU), SiLU fused, initial states
-    read in place (context parallelism passes the previous device's last inputs), a backward that recomputes the
-    conv and keeps only the inputs. ``config`` sets its tiling (``ConvConfig``).
+    ``impl="pallas"`` runs the Pallas kernels (interpreted when JAX has no GPU), SiLU fused, initial states read in
+    place (context parallelism passes the previous device's last inputs), a backward that keeps only the inputs.
+    ``config`` sets their backend (Triton by default, or Mosaic GPU: ``causal_conv1d.dispatch``) and tiling
+    (``ConvConfig``).
     """
     check_impl("causal_conv1d_fn", impl, _AVAILABLE_IMPLS)
     if layout not in ("channels_last", "channels_first"):
@@ -72,6 +73,10 @@ def causal_conv1d_fn(
 
     if impl == "pallas":
         check_config(config, ConvConfig)
+        if config is not None and config.backend == "mosaic_gpu":
+            refusal = dispatch.mosaic_refusal(x.shape, width, seq_idx is not None)
+            if refusal:
+                raise ValueError(f"ConvConfig(backend='mosaic_gpu'): {refusal}")
         silu = activation in ("silu", "swish")
         states = None if initial_states is None else initial_states.astype(x.dtype)  # as the reference rounds them
         out = vjp.causal_conv1d(x, weight, bias, seq_idx, states, silu, config or ConvConfig(), interpret_mode())

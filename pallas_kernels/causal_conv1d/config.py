@@ -1,15 +1,19 @@
-"""Tiling of the Pallas causal conv1d: steps and channels per program."""
+"""Tiling of the Pallas causal conv1d: which backend, steps and channels per program."""
 
 import dataclasses
 
 from pallas_kernels._triton import next_pow2
 
+BACKENDS = ("triton", "mosaic_gpu")
+
 
 @dataclasses.dataclass(frozen=True)
 class ConvConfig:
-    """Defaults: tiles that compile without spilling for an H100 at width 4 (``compare.triton_ir``: forward 72
-    registers, backward 167; the backward keeps 2 x width - 1 shifted input tiles live), the backward's the faster
-    of the two measured on an H100 (docs/kernels.md#causal-conv1d)."""
+    """Defaults: the Triton kernels, in tiles that compile without spilling for an H100 at width 4
+    (``compare.triton_ir``: forward 72 registers, backward 167; the backward keeps 2 x width - 1 shifted input tiles
+    live), the backward's the faster of the two measured on an H100 (docs/kernels.md#causal-conv1d).
+    ``backend="mosaic_gpu"`` asks for the Mosaic GPU kernels (``causal_conv1d.dispatch`` says what they cover): a
+    program walks ``mosaic_segment_blocks`` blocks of ``mosaic_block_l`` steps."""
 
     block_l: int = 32  # forward: time steps per program
     block_d: int = 64  # forward: channels per program (contiguous in memory)
@@ -17,9 +21,28 @@ class ConvConfig:
     bwd_block_l: int = 32
     bwd_block_d: int = 64
     bwd_num_warps: int = 4
+    backend: str = "triton"
+    mosaic_block_l: int = 64  # steps per TMA block (at least 8)
+    mosaic_segment_blocks: int = 2  # blocks a Mosaic GPU program walks
 
     def validate(self) -> None:
-        for name in ("block_l", "block_d", "num_warps", "bwd_block_l", "bwd_block_d", "bwd_num_warps"):
+        for name in (
+            "block_l",
+            "block_d",
+            "num_warps",
+            "bwd_block_l",
+            "bwd_block_d",
+            "bwd_num_warps",
+            "mosaic_block_l",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1 or value != next_pow2(value):
                 raise ValueError(f"ConvConfig.{name} must be a positive power of two, got {value!r}")
+        if self.mosaic_block_l < 8:
+            raise ValueError(f"ConvConfig.mosaic_block_l must be at least 8, got {self.mosaic_block_l}")
+        if not isinstance(self.mosaic_segment_blocks, int) or self.mosaic_segment_blocks < 1:
+            raise ValueError(
+                f"ConvConfig.mosaic_segment_blocks must be a positive integer, got {self.mosaic_segment_blocks!r}"
+            )
+        if self.backend not in BACKENDS:
+            raise ValueError(f"ConvConfig.backend must be one of {BACKENDS}, got {self.backend!r}")

@@ -1,4 +1,5 @@
-"""The Pallas causal conv1d as a differentiable function: forward kernel, backward kernel, ``jax.custom_vjp``.
+"""The Pallas causal conv1d as a differentiable function: forward and backward kernels (``dispatch`` picks their
+backend), ``jax.custom_vjp``.
 
 Arguments are channels-last and pre-checked by ``api.causal_conv1d_fn``: x (batch, L, dim); weight (dim, width);
 bias (dim,) or None; seq_idx (batch, L) int or None; initial_states (batch, width - 1, dim) or None, the inputs
@@ -13,34 +14,13 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from pallas_kernels._triton import next_pow2
-from pallas_kernels.causal_conv1d import reference
+from pallas_kernels.causal_conv1d import dispatch, reference
 from pallas_kernels.causal_conv1d.config import ConvConfig
-from pallas_kernels.causal_conv1d.kernel import ConvDims, conv_backward, conv_forward
-
-
-def _dims(x, weight, bias, seq_idx, initial_states, silu: bool, config: ConvConfig, interpret: bool, *, bwd: bool):
-    batch, seqlen, dim = x.shape
-    block_l, block_d = (config.bwd_block_l, config.bwd_block_d) if bwd else (config.block_l, config.block_d)
-    return ConvDims(
-        batch=batch,
-        seqlen=seqlen,
-        dim=dim,
-        width=weight.shape[1],
-        has_bias=bias is not None,
-        has_seq_idx=seq_idx is not None,
-        has_initial=initial_states is not None,
-        silu=silu,
-        block_l=min(block_l, next_pow2(seqlen)),
-        block_d=min(block_d, next_pow2(dim)),
-        interpret=interpret,
-    )
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7))
 def causal_conv1d(x, weight, bias, seq_idx, initial_states, silu: bool, config: ConvConfig, interpret: bool):
-    dims = _dims(x, weight, bias, seq_idx, initial_states, silu, config, interpret, bwd=False)
-    return conv_forward(x, weight, bias, seq_idx, initial_states, dims, config.num_warps)
+    return dispatch.conv_forward(x, weight, bias, seq_idx, initial_states, silu, config, interpret)
 
 
 def _fwd(x, weight, bias, seq_idx, initial_states, silu, config, interpret):
@@ -51,9 +31,8 @@ def _fwd(x, weight, bias, seq_idx, initial_states, silu, config, interpret):
 def _bwd(silu, config, interpret, residuals, dout):
     x, weight, bias, seq_idx, initial_states = residuals
     dout = dout.astype(x.dtype)
-    dims = _dims(x, weight, bias, seq_idx, initial_states, silu, config, interpret, bwd=True)
-    dx, dw, dbias = conv_backward(x, weight, bias, seq_idx, initial_states, dout, dims, config.bwd_num_warps)
-    dw = dw.sum(axis=(0, 1)).T.astype(weight.dtype)  # partials (batch, L blocks, width, dim) in a fixed order
+    dx, dw, dbias = dispatch.conv_backward(x, weight, bias, seq_idx, initial_states, dout, silu, config, interpret)
+    dw = dw.sum(axis=(0, 1)).T.astype(weight.dtype)  # partials (batch, P, width, dim) in a fixed order
     dbias = None if bias is None else dbias.sum(axis=(0, 1)).astype(bias.dtype)
     dseq = None if seq_idx is None else jnp.zeros(seq_idx.shape, jax.dtypes.float0)
     dinitial = None if initial_states is None else _initial_states_grad(x, weight, bias, initial_states, silu, dout)

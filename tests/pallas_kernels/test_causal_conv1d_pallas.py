@@ -1,10 +1,12 @@
-"""Pallas causal conv1d in interpret mode (CPU): forward and every gradient against the float64 oracle and the
-forward against the pure-JAX reference, over awkward shapes and tilings (L of 1 and not a multiple of the block,
-channels not a multiple of the block, widths 1-4, packed sequences, initial states, L shorter than them), the final
-states, and its refusals.
+"""Pallas causal conv1d in interpret mode (CPU), both backends (Triton, and Mosaic GPU where the config asks for it):
+forward and every gradient against the float64 oracle and the forward against the pure-JAX reference, over awkward
+shapes and tilings (L of 1 and not a multiple of the block, channels not a multiple of the block, widths 1-4, packed
+sequences, initial states, L shorter than them), the final states, and the refusals.
 
 Interpret mode fills every output buffer with NaN before the kernel runs, so an element a kernel fails to write
 fails the finiteness check in ``assert_close``."""
+
+import re
 
 import jax.numpy as jnp
 import numpy as np
@@ -18,6 +20,7 @@ from tests.pallas_kernels.one_program import forward_and_backward
 from tests.pallas_kernels.test_ssd_reference import random_seq_idx
 
 SMALL = ConvConfig(block_l=8, block_d=4, num_warps=1, bwd_block_l=4, bwd_block_d=8, bwd_num_warps=1)  # many blocks
+MOSAIC_SMALL = ConvConfig(backend="mosaic_gpu", mosaic_block_l=8, mosaic_segment_blocks=2)  # many segments
 CASES = [  # batch, L, dim, width, dtype, bias, silu, seq_idx, initial states, config
     (2, 1, 8, 4, jnp.float32, True, True, False, False, SMALL),
     (1, 7, 3, 2, jnp.float32, False, False, False, False, SMALL),
@@ -32,6 +35,13 @@ CASES = [  # batch, L, dim, width, dtype, bias, silu, seq_idx, initial states, c
     (1, 7, 3, 2, jnp.bfloat16, True, False, False, True, SMALL),
     (1, 9, 5, 1, jnp.float32, True, True, False, True, SMALL),
     (1, 70, 20, 4, jnp.bfloat16, True, True, False, True, None),
+    # the Mosaic GPU kernels (dim a multiple of 128): several segments and a partial last block, L 1 with initial
+    # states, 256 channels a program, width 1, the default blocks
+    (2, 37, 128, 4, jnp.float32, True, True, False, False, MOSAIC_SMALL),
+    (1, 1, 128, 4, jnp.float32, True, True, False, True, MOSAIC_SMALL),
+    (3, 70, 256, 2, jnp.bfloat16, False, False, False, True, MOSAIC_SMALL),
+    (1, 9, 128, 1, jnp.float16, True, True, False, False, MOSAIC_SMALL),
+    (2, 129, 128, 3, jnp.bfloat16, True, True, False, True, ConvConfig(backend="mosaic_gpu")),
 ]
 
 
@@ -101,3 +111,21 @@ def test_unsupported_arguments_are_refused_before_work(rng):
         causal_conv1d_fn(x, weight, impl="pallas", config=ConvConfig(block_l=6))
     with pytest.raises(ValueError, match="config must be an instance of ConvConfig"):
         causal_conv1d_fn(x, weight, impl="pallas", config={"block_l": 8})
+
+
+@pytest.mark.parametrize(
+    "dim,width,packed,message",
+    [
+        (100, 4, False, "dim must be a multiple of 128, got 100"),
+        (128, 11, False, "width must be at most 9, got 11"),
+        (128, 4, True, "seq_idx"),
+    ],
+)
+def test_mosaic_gpu_backend_refuses_what_it_does_not_cover(dim, width, packed, message):
+    x = jnp.zeros((1, 16, dim), jnp.float32)
+    weight = jnp.zeros((dim, width), jnp.float32)
+    seq_idx = jnp.zeros((1, 16), jnp.int32) if packed else None
+    with pytest.raises(ValueError, match=re.escape(f"ConvConfig(backend='mosaic_gpu'): {message}")):
+        causal_conv1d_fn(x, weight, seq_idx=seq_idx, impl="pallas", config=MOSAIC_SMALL)
+    with pytest.raises(ValueError, match=r"ConvConfig\.backend must be one of"):
+        causal_conv1d_fn(x, weight, impl="pallas", config=ConvConfig(backend="cuda"))

@@ -1,5 +1,6 @@
 """On a GPU (marked ``gpu``): the compiled Pallas causal conv1d at the Mamba-1 130m layer's shape in bf16 (and
-with packed sequences), forward and every gradient, against the pure-JAX reference."""
+with packed sequences), and its Mosaic GPU kernels at that shape, with initial states and a partial last block, and
+at a long sequence, forward and every gradient, against the pure-JAX reference."""
 
 import jax
 import jax.numpy as jnp
@@ -8,6 +9,7 @@ import pytest
 
 from compare.tolerances import assert_close
 from pallas_kernels import causal_conv1d_fn
+from pallas_kernels.causal_conv1d.config import ConvConfig
 from tests.pallas_kernels.test_ssd_reference import random_seq_idx
 
 pytestmark = pytest.mark.gpu
@@ -25,6 +27,32 @@ def test_compiled_kernel_matches_reference_at_the_130m_shape(rng, packed):
     def grads(impl):
         def run(*a):
             return causal_conv1d_fn(*a, seq_idx=seq_idx, activation="silu", impl=impl)
+
+        out, vjp = jax.vjp(jax.jit(run), x, weight, bias)
+        return [np.asarray(t.astype(jnp.float32)) for t in (out, *vjp(dout))]
+
+    for name, got, want in zip(("out", "dx", "dweight", "dbias"), grads("pallas"), grads("reference"), strict=True):
+        assert_close(name, got, want, jnp.bfloat16)
+
+
+@pytest.mark.parametrize(
+    "batch,seqlen,dim,width,init",
+    [(8, 2048, 1536, 4, False), (2, 1000, 256, 4, True), (1, 16384, 1536, 2, False)],
+    ids=["130m", "initial-states-partial-block", "long-width-2"],
+)
+def test_compiled_mosaic_gpu_kernels_match_reference(rng, batch, seqlen, dim, width, init):
+    x = jnp.asarray(rng.normal(size=(batch, seqlen, dim)), jnp.bfloat16)
+    weight = jnp.asarray(rng.normal(size=(dim, width)) / 2, jnp.float32)
+    bias = jnp.asarray(rng.normal(size=dim), jnp.float32)
+    states = jnp.asarray(rng.normal(size=(batch, width - 1, dim)), jnp.bfloat16) if init else None
+    dout = jnp.asarray(rng.normal(size=x.shape), jnp.bfloat16)
+    config = ConvConfig(backend="mosaic_gpu")
+
+    def grads(impl):
+        def run(*a):
+            return causal_conv1d_fn(
+                *a, initial_states=states, activation="silu", impl=impl, config=config if impl == "pallas" else None
+            )
 
         out, vjp = jax.vjp(jax.jit(run), x, weight, bias)
         return [np.asarray(t.astype(jnp.float32)) for t in (out, *vjp(dout))]

@@ -33,8 +33,9 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
+from pallas_kernels._mosaic_gpu import sigmoid
 from pallas_kernels.ssd.dims import SsdDims
-from pallas_kernels.ssd.mosaic_gpu.common import TILE, TRANSFORMS, call_kernel, covers_tiles, sigmoid
+from pallas_kernels.ssd.mosaic_gpu.common import TILE, TRANSFORMS, call_kernel, covers_tiles
 
 STEPS_IN_FLIGHT = 2  # pipeline stages: one step's copies in flight while the previous one computes
 

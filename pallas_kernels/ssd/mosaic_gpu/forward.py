@@ -53,6 +53,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
+from pallas_kernels._mosaic_gpu import sigmoid
 from pallas_kernels.ssd.dims import SsdDims
 from pallas_kernels.ssd.mosaic_gpu.common import (
     TILE,
@@ -61,7 +62,6 @@ from pallas_kernels.ssd.mosaic_gpu.common import (
     call_kernel,
     covers_tiles,
     products,
-    sigmoid,
 )
 from pallas_kernels.ssd.mosaic_gpu.forward_halves import halves_scratch, walk_in_halves
 from pallas_kernels.ssd.mosaic_gpu.forward_pieces import piece_scratch, walk_by_pieces

@@ -35,8 +35,9 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
+from pallas_kernels._mosaic_gpu import sigmoid
 from pallas_kernels.ssd.dims import SsdDims
-from pallas_kernels.ssd.mosaic_gpu.common import TILE, TRANSFORMS, block_cumsums, call_kernel, products, sigmoid
+from pallas_kernels.ssd.mosaic_gpu.common import TILE, TRANSFORMS, block_cumsums, call_kernel, products
 from pallas_kernels.ssd.mosaic_gpu.walk import start_state, walk_blocks, walk_grid, walk_program
 
 

@@ -356,7 +356,7 @@ def test_mosaic_dD_from_bf16_inputs_keeps_float32_accuracy(rng, D):
 def test_mosaic_sigmoid_is_the_logistic_function_from_underflow_to_saturation():
     """``mosaic.sigmoid`` (rsqrt(1 + exp(-z)) squared, the Mosaic GPU kernels' gate) against the float64 logistic
     function over float32's range: exp's overflow below about -88 gives 0, large z gives 1, never a NaN."""
-    from pallas_kernels.ssd.mosaic_gpu.common import sigmoid
+    from pallas_kernels._mosaic_gpu import sigmoid
 
     z = np.concatenate([np.linspace(-120.0, 120.0, 4801), [0.0, -88.5, 88.5, -1e30, 1e30]]).astype(np.float32)
     got = np.asarray(jax.jit(sigmoid)(jnp.asarray(z)))

@@ -1,0 +1,1 @@
+"""The causal conv1d's Pallas kernels on the Triton backend (the default; ``causal_conv1d.dispatch`` chooses)."""
