@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 import optax
 
 from jax_mamba.configs.loader import ConfigError
@@ -26,6 +28,30 @@ def learning_rate_schedule(cfg: OptimConfig, max_steps: int) -> optax.Schedule:
         decay_steps=max(max_steps, warmup + 1),
         end_value=cfg.min_lr,
     )
+
+
+def schedule_constants(cfg: OptimConfig, max_steps: int) -> np.ndarray:
+    """``learning_rate_schedule``'s constants as float32 (peak lr, warm-up steps, decay steps, end lr): what
+    ``traced_schedule`` reads from an argument of the train step rather than from the program."""
+    warmup = min(cfg.warmup_steps, max_steps)
+    return np.asarray([cfg.lr, warmup, max(max_steps, warmup + 1), cfg.min_lr], np.float32)
+
+
+def traced_schedule(constants: jax.Array) -> optax.Schedule:
+    """``learning_rate_schedule`` with its constants an array (``schedule_constants``), so that trainings differing
+    only in lr, min_lr, warm-up or max_steps compile to the same train step (optax's schedule bakes them into the
+    program). The same formula as optax's warm-up cosine schedule, in float32 (rates within an ulp of its)."""
+    peak, warmup, decay, end = (constants[i] for i in range(4))
+    alpha = jnp.where(peak == 0, 0.0, end / jnp.where(peak == 0, 1.0, peak))
+
+    def schedule(count):
+        count = jnp.asarray(count, jnp.float32)
+        rising = peak * jnp.clip(count, 0, warmup) / jnp.maximum(warmup, 1.0)  # 0 -> peak over the warm-up
+        done = jnp.minimum(count - warmup, decay - warmup)
+        falling = peak * ((1 - alpha) * 0.5 * (1 + jnp.cos(jnp.pi * done / (decay - warmup))) + alpha)
+        return jnp.where(count < warmup, rising, falling)
+
+    return schedule
 
 
 def parameter_groups(cfg: OptimConfig, names: Sequence[str], head_patterns: Sequence[str] = ()) -> dict[str, str]:
@@ -50,15 +76,20 @@ def parameter_groups(cfg: OptimConfig, names: Sequence[str], head_patterns: Sequ
 
 
 def make_optimizer(
-    cfg: OptimConfig, max_steps: int, decay_mask: dict[str, bool], head_patterns: Sequence[str] = ()
+    cfg: OptimConfig,
+    max_steps: int,
+    decay_mask: dict[str, bool],
+    head_patterns: Sequence[str] = (),
+    schedule: optax.Schedule | None = None,
 ) -> optax.GradientTransformation:
-    """``decay_mask``: {parameter name: whether weight decay applies} (a task's ``weight_decay_mask``). Without
+    """``decay_mask``: {parameter name: whether weight decay applies} (a task's ``weight_decay_mask``); ``schedule``:
+    the learning rate by update count (``learning_rate_schedule`` of ``cfg`` and ``max_steps`` where None). Without
     parameter groups, one AdamW/LAMB over every parameter; with them, frozen parameters get zero updates and no
     optimizer state, the gradient norm is clipped over the trained ones only, and each learning-rate group's
     updates are scaled (the learning rate is the update's last factor, for AdamW and LAMB alike)."""
     optimizer = optax.lamb if cfg.name == "lamb" else optax.adamw
     update = optimizer(
-        learning_rate_schedule(cfg, max_steps),
+        schedule or learning_rate_schedule(cfg, max_steps),
         b1=cfg.beta1,
         b2=cfg.beta2,
         eps=cfg.eps,

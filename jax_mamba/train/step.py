@@ -6,9 +6,11 @@ language models) and returns all three updated. Randomness in training (drop pat
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import nnx
 from jax.sharding import Mesh
@@ -19,7 +21,7 @@ from jax_mamba.configs.schema import RunConfig
 from jax_mamba.models.params import ParamLayout
 from jax_mamba.modules.weight_grads import early_weight_grads
 from jax_mamba.tasks import Task
-from jax_mamba.train.optim import learning_rate_schedule, make_optimizer
+from jax_mamba.train.optim import make_optimizer, schedule_constants, traced_schedule
 from jax_mamba.train.sharding import gather_split_params, tree_shardings
 
 
@@ -46,6 +48,45 @@ def make_grad_fn(task: Task, layout: ParamLayout, gather_shardings=None) -> Call
     return jax.value_and_grad(loss_fn, has_aux=True)
 
 
+class LearningRateConstants(NamedTuple):
+    """The schedule's constants (``optim.schedule_constants``) and ``make_tx(schedule) -> optax transformation``: the
+    run's optimizer with that learning-rate schedule."""
+
+    values: np.ndarray
+    make_tx: Callable[[optax.Schedule], optax.GradientTransformation]
+
+
+class BoundStep:
+    """A jitted train step with its learning-rate constants bound: called, lowered and compiled as
+    ``step(params, opt_state, state, batch, step_index)`` (``step.lower(...).compile()(...)`` too)."""
+
+    def __init__(self, jitted: Callable, constants: np.ndarray):
+        self.jitted, self.constants = jitted, constants
+
+    def __call__(self, *args):
+        return self.jitted(*args, self.constants)
+
+    def lower(self, *args) -> "_Bound":
+        return _Bound(self.jitted.lower(*args, self.constants), self.constants)
+
+
+class _Bound:
+    """A lowered or compiled stage of a ``BoundStep`` (``jax.stages``): calls pass the bound constants, ``compile``
+    keeps them bound, everything else (``as_text``, ``memory_analysis``, ...) is the stage's own."""
+
+    def __init__(self, stage, constants: np.ndarray):
+        self.stage, self.constants = stage, constants
+
+    def compile(self, *args, **kwargs) -> "_Bound":
+        return _Bound(self.stage.compile(*args, **kwargs), self.constants)
+
+    def __call__(self, *args):
+        return self.stage(*args, self.constants)
+
+    def __getattr__(self, name: str):
+        return getattr(self.stage, name)
+
+
 def make_train_step(
     task: Task,
     layout: ParamLayout,
@@ -56,6 +97,7 @@ def make_train_step(
     shardings: tuple | None = None,
     gather_params: bool = False,
     reduce_axis: str | None = None,
+    lr_constants: LearningRateConstants | None = None,
 ) -> tuple[Callable, list[int]]:
     """Returns (step, traces): ``step(params, opt_state, state, batch, step_index) -> (params, opt_state, state,
     metrics)`` with batch arrays (accum, batch, ...), params, opt_state and state donated; ``traces`` counts how often
@@ -68,7 +110,10 @@ def make_train_step(
     ``reduce_axis`` (``mesh.grad_reduce="early"``, data-parallel meshes): each device computes the gradients of its
     own rows under ``shard_map`` over that axis, weight gradients tied to their layer's backward
     (``modules.weight_grads``), and they are summed over the devices explicitly, the matmul weights' in the compute
-    dtype as XLA's own reduction does; the update then runs as usual on the summed gradients."""
+    dtype as XLA's own reduction does; the update then runs as usual on the summed gradients.
+    ``lr_constants``: the learning rate's schedule constants become an argument of the compiled step, which builds
+    its optimizer from them (``LearningRateConstants``; ``tx`` then only for its state's structure), so that
+    trainings differing only in lr, warm-up or max_steps share one compiled program; the returned step binds them."""
     traces = [0]
     if gather_params and shardings is None:
         raise ValueError("make_train_step: gather_params needs the parameters' shardings")
@@ -116,8 +161,10 @@ def make_train_step(
         grads, loss_sum, sums, state = per_device(compute, state, batch, step_index)
         return {k: g.astype(params[k].dtype) for k, g in grads.items()}, loss_sum, sums, state
 
-    def step(params, opt_state, state, batch, step_index):
+    def step(params, opt_state, state, batch, step_index, constants=None):
         traces[0] += 1
+        schedule = lr_schedule if constants is None else traced_schedule(constants)
+        update = tx if constants is None else lr_constants.make_tx(schedule)
         if reduce_axis is None:
             grads, loss_sum, sums, state = accumulate(params, state, batch, step_index)
         else:
@@ -125,15 +172,18 @@ def make_train_step(
         count = jnp.maximum(sums["count"], 1.0)
         grads = jax.tree.map(lambda g: g / count, grads)
         with jax.named_scope("optimizer"):  # profiles attribute the update's kernels by this scope
-            updates, opt_state = tx.update(grads, opt_state, params)
+            updates, opt_state = update.update(grads, opt_state, params)
             params = optax.apply_updates(params, updates)
         metrics = {"loss": loss_sum / count, "grad_norm": optax.tree.norm(grads), **task.train_metrics(sums)}
-        if lr_schedule is not None:
-            metrics["lr"] = lr_schedule(step_index)
+        if schedule is not None:
+            metrics["lr"] = schedule(step_index)
         return params, opt_state, state, metrics
 
     out_shardings = None if shardings is None else (*shardings, None)
-    return jax.jit(step, donate_argnums=(0, 1, 2), out_shardings=out_shardings), traces
+    compiled = jax.jit(step, donate_argnums=(0, 1, 2), out_shardings=out_shardings)
+    if lr_constants is None:
+        return compiled, traces
+    return BoundStep(compiled, lr_constants.values), traces
 
 
 def make_eval_step(task: Task, layout: ParamLayout) -> Callable:
@@ -219,11 +269,15 @@ def init_training(
         return make_optimizer(cfg.optim, t.max_steps, task.weight_decay_mask(params), task.head_patterns)
 
     layout, params, state, tx, opt_state = initial_variables(cfg, task, mesh, make_tx, starting)
-    schedule = learning_rate_schedule(cfg.optim, t.max_steps)
+    decay_mask = task.weight_decay_mask(params)
+    constants = LearningRateConstants(
+        schedule_constants(cfg.optim, t.max_steps),
+        lambda schedule: make_optimizer(cfg.optim, t.max_steps, decay_mask, task.head_patterns, schedule),
+    )
     shardings = None if mesh is None else tuple(tree_shardings(mesh, tree) for tree in (params, opt_state, state))
     gather = mesh is not None and mesh.shape["fsdp"] > 1 and cfg.mesh.fsdp_gather == "gather"
     early = mesh is not None and mesh.shape["data"] > 1 and cfg.mesh.grad_reduce == "early"
     train_step, traces = make_train_step(
-        task, layout, tx, t.grad_accum_steps, t.seed, schedule, shardings, gather, "data" if early else None
+        task, layout, tx, t.grad_accum_steps, t.seed, None, shardings, gather, "data" if early else None, constants
     )
     return Training(layout, params, state, tx, opt_state, train_step, traces)
