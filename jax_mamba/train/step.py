@@ -93,7 +93,6 @@ def make_train_step(
     tx: optax.GradientTransformation,
     accum: int,
     seed: int = 0,
-    lr_schedule: optax.Schedule | None = None,
     shardings: tuple | None = None,
     gather_params: bool = False,
     reduce_axis: str | None = None,
@@ -102,7 +101,7 @@ def make_train_step(
     """Returns (step, traces): ``step(params, opt_state, state, batch, step_index) -> (params, opt_state, state,
     metrics)`` with batch arrays (accum, batch, ...), params, opt_state and state donated; ``traces`` counts how often
     it was traced (1 after the first call means no retracing). Gradients are averaged over all scored items of all
-    micro-batches; the model state passes through the micro-batches in order. With ``lr_schedule`` the metrics
+    micro-batches; the model state passes through the micro-batches in order. With ``lr_constants`` the metrics
     include ``lr``, the rate this step's update used: computed on the device with the step, so that logging it
     runs no eager JAX operation between steps (the first such call compiles, which stalled the loop for 0.6 s).
     ``shardings``: (params, opt_state, state) shardings the step's results keep (a mesh's; see ``train.sharding``);
@@ -163,7 +162,7 @@ def make_train_step(
 
     def step(params, opt_state, state, batch, step_index, constants=None):
         traces[0] += 1
-        schedule = lr_schedule if constants is None else traced_schedule(constants)
+        schedule = None if constants is None else traced_schedule(constants)
         update = tx if constants is None else lr_constants.make_tx(schedule)
         if reduce_axis is None:
             grads, loss_sum, sums, state = accumulate(params, state, batch, step_index)
@@ -269,7 +268,7 @@ def init_training(
         return make_optimizer(cfg.optim, t.max_steps, task.weight_decay_mask(params), task.head_patterns)
 
     layout, params, state, tx, opt_state = initial_variables(cfg, task, mesh, make_tx, starting)
-    decay_mask = task.weight_decay_mask(params)
+    decay_mask = task.weight_decay_mask(params)  # once: the step may retrace after params are donated
     constants = LearningRateConstants(
         schedule_constants(cfg.optim, t.max_steps),
         lambda schedule: make_optimizer(cfg.optim, t.max_steps, decay_mask, task.head_patterns, schedule),
@@ -278,6 +277,6 @@ def init_training(
     gather = mesh is not None and mesh.shape["fsdp"] > 1 and cfg.mesh.fsdp_gather == "gather"
     early = mesh is not None and mesh.shape["data"] > 1 and cfg.mesh.grad_reduce == "early"
     train_step, traces = make_train_step(
-        task, layout, tx, t.grad_accum_steps, t.seed, None, shardings, gather, "data" if early else None, constants
+        task, layout, tx, t.grad_accum_steps, t.seed, shardings, gather, "data" if early else None, constants
     )
     return Training(layout, params, state, tx, opt_state, train_step, traces)

@@ -1,8 +1,8 @@
 """The one place that chooses the causal conv1d's kernels: Pallas Triton (``triton.kernel``, the default) or Mosaic
 GPU (``mosaic_gpu.kernel``) where ``ConvConfig.backend`` asks for it. The Mosaic GPU kernels cover dim a multiple of
-128, width at most 9 and no seq_idx, on Hopper; a request outside that is refused
-before any work (``mosaic_refusal``). The Triton kernels stay the default until the Mosaic GPU ones are measured
-faster (docs/kernels.md#causal-conv1d).
+128, width at most 9 and no seq_idx, on Hopper; a request outside that is refused before any work
+(``mosaic_refusal``). The Triton kernels stay the default until the Mosaic GPU ones are measured faster
+(docs/kernels.md#causal-conv1d).
 
 Arguments are channels-last and pre-checked by ``api.causal_conv1d_fn``: x (batch, L, dim); weight (dim, width);
 bias (dim,) or None; seq_idx (batch, L) int or None; initial_states (batch, width - 1, dim) or None.

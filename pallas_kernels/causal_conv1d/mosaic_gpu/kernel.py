@@ -68,9 +68,8 @@ class _Program:
 
     def __init__(self, dims: MosaicConvDims):
         self.dims = dims
-        self.b, d, self.s = lax.axis_index("batch"), lax.axis_index("channels"), lax.axis_index("segment")
-        self.d = d
-        self.cols = pl.ds(d * dims.block_d, dims.block_d)
+        self.b, self.d, self.s = lax.axis_index("batch"), lax.axis_index("channels"), lax.axis_index("segment")
+        self.cols = pl.ds(self.d * dims.block_d, dims.block_d)
         self.first = self.s * dims.segment_blocks
         if dims.nblocks % dims.segment_blocks == 0:
             self.steps = dims.segment_blocks
