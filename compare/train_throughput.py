@@ -7,8 +7,9 @@ reference on the same config and batches (``torch_reference.train_bench``: mamba
 Graph-Mamba, at its best settings) in each execution mode of ``--torch_modes`` (eager, one CUDA graph,
 torch.compile, torch.compile with CUDA graphs; each in its own process); ratios are against the fastest mode that
 ran, the eager figure beside it, and a mode that fails is reported with its cause. ``--inference`` adds eval-mode
-forward throughput on both sides (``compare.inference_bench``; ``train_bench --inference``). Other ``--key=value``
-arguments are config overrides applied to every config and both sides. Writes ``<out>.json`` and ``<out>.md``."""
+forward throughput on both sides (``compare.inference_bench``; ``train_bench --inference``), ``--inference_only``
+that alone. Other ``--key=value`` arguments are config overrides applied to every config and both sides. Writes
+``<out>.json`` and ``<out>.md``."""
 
 import argparse
 import json
@@ -276,6 +277,9 @@ def write_report(out: Path, header: dict, rows: list[dict]) -> list[str]:
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
+        if r.get("training_skipped"):
+            lines.append(_row([r["config"], "not run (--inference_only)", *[""] * 11]))
+            continue
         if r["returncode"]:
             lines.append(_row([r["config"], f"failed (exit {r['returncode']})", *[""] * 11]))
             continue
@@ -312,6 +316,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--inference", action="store_true", help="also time eval-mode forwards (both sides)")
     parser.add_argument(
+        "--inference_only", action="store_true", help="time eval-mode forwards only (both sides), no training step"
+    )
+    parser.add_argument(
         "--torch_modes",
         nargs="+",
         choices=list(MODES),
@@ -325,6 +332,7 @@ def main(argv: list[str] | None = None) -> int:
         help="seconds a PyTorch mode's process may take (torch.compile included) before it is reported as failed",
     )
     args, extra = parse_args_with_overrides(parser, argv)  # extra: overrides for every config
+    args.inference = args.inference or args.inference_only
     device = jax.devices()[0]
     header = {
         "device": getattr(device, "device_kind", str(device)),
@@ -353,10 +361,13 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         for config in args.configs:
-            row = run_one(config, *sizes, Path(tmp))
-            _progress(f"{config} JAX", row)
-            save(row)
-            if args.torch:
+            if args.inference_only:
+                row = {"config": config, "returncode": 0, "training_skipped": True}
+            else:
+                row = run_one(config, *sizes, Path(tmp))
+                _progress(f"{config} JAX", row)
+                save(row)
+            if args.torch and not args.inference_only:
                 row["torch"] = run_torch_modes(
                     config, sizes, args.torch_modes, timeout=args.torch_timeout,
                     on_mode=lambda torch, row=row: save({**row, "torch": torch}),

@@ -100,3 +100,33 @@ def test_a_run_stopped_mid_way_keeps_what_it_measured_and_says_so(tmp_path, monk
     assert tp.main(["--configs", "mamba2-130m", "--torch", "--torch_modes", "eager", "--out", str(whole)]) == 0
     assert "measuring" not in json.loads(whole.with_suffix(".json").read_text())
     assert "Unfinished" not in whole.with_suffix(".md").read_text()
+
+
+def test_inference_only_times_forwards_on_both_sides_and_no_training(tmp_path, monkeypatch):
+    """``--inference_only``: no training process on either side, the inference rows rated against the fastest
+    PyTorch mode, the training table saying it was not run."""
+    import compare.train_throughput as tp
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("--inference_only started a training run")
+
+    forward = {"returncode": 0, "items_per_s": 900.0, "peak_memory_gib": 1.5, "unit": "tokens"}
+    monkeypatch.setattr(tp, "run_one", no_training)
+    monkeypatch.setattr(tp, "run_jax_inference", lambda config, *sizes: dict(forward))
+
+    def run_torch(config, *sizes, inference=False, mode="eager", timeout=None):
+        if not inference:
+            no_training()
+        rate = {"eager": 300.0, "cuda_graph": 600.0}[mode]
+        return {"returncode": 0, "items_per_s": rate, "peak_memory_gib": 2.0, "settings": mode}
+
+    monkeypatch.setattr(tp, "run_torch", run_torch)
+    out = tmp_path / "inf"
+    argv = ["--configs", "mamba1-130m", "--inference_only", "--torch", "--torch_modes", "eager", "cuda_graph"]
+    assert tp.main([*argv, "--out", str(out)]) == 0
+    run = json.loads(out.with_suffix(".json").read_text())["runs"][0]
+    assert run["training_skipped"] and "torch" not in run and run["torch_inference"]["best"] == "cuda_graph"
+    report = out.with_suffix(".md").read_text()
+    assert "| mamba1-130m | not run (--inference_only) |" in report
+    assert "| mamba1-130m | 900 | 1.5 | 600 (cuda_graph) | 2.0 | 1.50x | 300 | 3.00x |" in report
+    assert "| mamba1-130m | inference | cuda_graph | 600 | 2.0 | cuda_graph |" in report
