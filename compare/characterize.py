@@ -196,6 +196,14 @@ def counters_table(counters: dict) -> list[str]:
     return lines
 
 
+def _launch_note(side: dict) -> str:
+    """JAX's wall time is taken with XLA's command buffers off (as profiled): every kernel launched on its own, so a
+    step of many small kernels is slower than in training, where they run as CUDA graphs."""
+    if not side["framework"].startswith("jax") or not side.get("launches"):
+        return ""
+    return f" (XLA command buffers off: {sum(side['launches'].values()):,.0f} kernel launches a step)"
+
+
 def markdown(config: str, sides: list[dict], command: str, ceilings: dict | None = None) -> str:
     """The report: command and versions, headline figures, categories side by side (ms per step, share), then each
     side's passes, top kernels and counters."""
@@ -203,8 +211,8 @@ def markdown(config: str, sides: list[dict], command: str, ceilings: dict | None
     for side in sides:
         lines.append(
             f"- {side['framework']}: {side['device']}, {side['version']}; {side['steps_profiled']} profiled steps "
-            f"after warm-up, wall {side['step_wall_ms']:.2f} ms per step, kernels {side['device_ms']:.2f} ms, "
-            f"unclassified {100 * side['unclassified_share']:.1f}%"
+            f"after warm-up, wall {side['step_wall_ms']:.2f} ms per step{_launch_note(side)}, kernels "
+            f"{side['device_ms']:.2f} ms, unclassified {100 * side['unclassified_share']:.1f}%"
         )
     if ceilings:
         lines.append(

@@ -2,8 +2,9 @@
 
 The JAX side of ``compare.train_throughput --inference``: the model in eval mode (running statistics, no dropout),
 one jit-compiled forward per batch of the config's data, synchronized after each as the PyTorch side is. Prints one
-JSON line: mean items/s (tokens or images) over the steps after the first three (compilation, warm-up) and the
-device's peak memory in use."""
+JSON line: mean items/s (tokens, images or graphs) over the steps after the first three (compilation, warm-up), less
+a batch shape's first runs after them (graph size buckets: a new shape compiles, as the training loop's
+``StepClock`` and the PyTorch side's new CUDA-graph captures are left out), and the device's peak memory in use."""
 
 import argparse
 import json
@@ -18,6 +19,7 @@ from jax_mamba.configs.loader import load_config, parse_args_with_overrides
 from jax_mamba.models import ParamLayout, compute_dtype_for
 from jax_mamba.tasks import task_for
 from jax_mamba.train.loop import peak_memory_bytes
+from jax_mamba.train.step_clock import StepClock
 
 
 def measure(config: str, steps: int, batch_size: int, seq_len: int, overrides: list[str]) -> dict:
@@ -33,13 +35,16 @@ def measure(config: str, steps: int, batch_size: int, seq_len: int, overrides: l
         return task.forward(model, batch)
 
     timed = []
-    warmup = min(3, steps - 1)  # the first call compiles; as the PyTorch side, the first three are left out
+    clock = StepClock(0, steps, task.items_per_batch())  # its warm-up and new-shape rule, not its timing
     for step in range(steps):
         batch = jax.tree.map(lambda a: a[0], dataset.train_batch(step, 1))
+        new_shape = clock.runs_alone(step, batch)
         began = time.perf_counter()
         jax.block_until_ready(forward(params, state, jax.device_put(batch)))
-        if step >= warmup:
+        if step >= clock.timed_after and not new_shape:
             timed.append(time.perf_counter() - began)
+    if not timed:
+        raise RuntimeError(f"every step after the warm-up ran a new batch shape: run more than {steps} steps")
     if hasattr(dataset, "close"):
         dataset.close()
     items = task.items_per_batch()
@@ -52,6 +57,7 @@ def measure(config: str, steps: int, batch_size: int, seq_len: int, overrides: l
         "compute_dtype": str(np.dtype(compute_dtype_for(cfg.model))),
         "unit": task.unit,
         "items_per_s": items * len(timed) / sum(timed),
+        "timed_steps": len(timed),
         "peak_memory_gib": peak / 2**30 if peak else None,
     }
 

@@ -262,8 +262,9 @@ def _unfinished_note(header: dict) -> list[str]:
 def write_report(out: Path, header: dict, rows: list[dict]) -> list[str]:
     """The markdown summary (training, then inference where measured, then every PyTorch mode) into ``<out>.md``;
     returns its lines. Ratios are against the fastest PyTorch mode that ran, the eager one beside it."""
+    trained = [r for r in rows if not r.get("training_skipped")]
     lines = [
-        f"# Training throughput ({header['device']}, {header['date']})",
+        f"# {'Training' if trained else 'Inference'} throughput ({header['device']}, {header['date']})",
         "",
         f"jax {header['jax']}, batch {header['batch_size']} (x length {header['seq_len']} for language models), "
         f"{header['steps']} steps (mean over steps 4..N, less any step that compiled a new batch shape), "
@@ -272,14 +273,14 @@ def write_report(out: Path, header: dict, rows: list[dict]) -> list[str]:
         "PyTorch: each execution mode in its own process; the ratio is against the fastest that ran.",
         f"Command: `{header['command']}`",
         *_unfinished_note(header),
-        "",
-        "| config | params | compute | unit | JAX data wait | final loss " + SIDE_HEADER,
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for r in rows:
-        if r.get("training_skipped"):
-            lines.append(_row([r["config"], "not run (--inference_only)", *[""] * 11]))
-            continue
+    if trained:
+        lines += [
+            "",
+            "| config | params | compute | unit | JAX data wait | final loss " + SIDE_HEADER,
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+    for r in trained:
         if r["returncode"]:
             lines.append(_row([r["config"], f"failed (exit {r['returncode']})", *[""] * 11]))
             continue

@@ -74,7 +74,7 @@ def causal_conv1d_fn(
     if impl == "pallas":
         check_config(config, ConvConfig)
         if config is not None and config.backend == "mosaic_gpu":
-            refusal = dispatch.mosaic_refusal(x.shape, width, seq_idx is not None)
+            refusal = dispatch.mosaic_refusal(x.shape, width, seq_idx is not None, initial_states is not None, config)
             if refusal:
                 raise ValueError(f"ConvConfig(backend='mosaic_gpu'): {refusal}")
         silu = activation in ("silu", "swish")

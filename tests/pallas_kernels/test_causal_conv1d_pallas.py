@@ -129,3 +129,26 @@ def test_mosaic_gpu_backend_refuses_what_it_does_not_cover(dim, width, packed, m
         causal_conv1d_fn(x, weight, seq_idx=seq_idx, impl="pallas", config=MOSAIC_SMALL)
     with pytest.raises(ValueError, match=r"ConvConfig\.backend must be one of"):
         causal_conv1d_fn(x, weight, impl="pallas", config=ConvConfig(backend="cuda"))
+
+
+@pytest.mark.parametrize(
+    "seqlen,init,message",
+    [
+        (1000, False, "L must be a multiple of the block (64 steps) when compiled, got 1000"),
+        (40, False, "L must be a multiple of the block (64 steps) when compiled, got 40"),
+        (128, True, "initial_states are not covered when compiled"),
+    ],
+)
+def test_compiled_mosaic_gpu_backend_refuses_what_failed_its_gpu_test(monkeypatch, seqlen, init, message):
+    """Compiled (as on a Hopper GPU, faked here), the Mosaic GPU kernels refuse a partial last block and initial
+    states, which the compiled kernels got wrong on an H200; interpreted they take both (the cases above)."""
+    from pallas_kernels.causal_conv1d import dispatch
+
+    monkeypatch.setattr(dispatch, "interpret_mode", lambda: False)
+    monkeypatch.setattr(dispatch, "gpu_has_wgmma", lambda: True)
+    x = jnp.zeros((2, seqlen, 128), jnp.float32)
+    weight = jnp.zeros((128, 4), jnp.float32)
+    states = jnp.zeros((2, 3, 128), jnp.float32) if init else None
+    with pytest.raises(ValueError, match=re.escape(f"ConvConfig(backend='mosaic_gpu'): {message}")):
+        causal_conv1d_fn(x, weight, initial_states=states, impl="pallas", config=ConvConfig(backend="mosaic_gpu"))
+    assert dispatch.mosaic_refusal((2, 2048, 128), 4, False, False, ConvConfig(backend="mosaic_gpu")) is None

@@ -1,6 +1,7 @@
 """On a GPU (marked ``gpu``): the compiled Pallas causal conv1d at the Mamba-1 130m layer's shape in bf16 (and
-with packed sequences), and its Mosaic GPU kernels at that shape, with initial states and a partial last block, and
-at a long sequence, forward and every gradient, against the pure-JAX reference."""
+with packed sequences), and its Mosaic GPU kernels at that shape, at a long sequence, and with a partial last block
+or initial states (known wrong compiled, refused by the API), forward and every gradient, against the pure-JAX
+reference."""
 
 import jax
 import jax.numpy as jnp
@@ -9,6 +10,7 @@ import pytest
 
 from compare.tolerances import assert_close
 from pallas_kernels import causal_conv1d_fn
+from pallas_kernels.causal_conv1d import vjp
 from pallas_kernels.causal_conv1d.config import ConvConfig
 from tests.pallas_kernels.test_ssd_reference import random_seq_idx
 
@@ -35,12 +37,22 @@ def test_compiled_kernel_matches_reference_at_the_130m_shape(rng, packed):
         assert_close(name, got, want, jnp.bfloat16)
 
 
+KNOWN_WRONG = "compiled, the Mosaic GPU forward missed the reference by 8% (B2 L1000 D256, initial states) on an H200"
+
+
 @pytest.mark.parametrize(
     "batch,seqlen,dim,width,init",
-    [(8, 2048, 1536, 4, False), (2, 1000, 256, 4, True), (1, 16384, 1536, 2, False)],
-    ids=["130m", "initial-states-partial-block", "long-width-2"],
+    [
+        (8, 2048, 1536, 4, False),
+        (1, 16384, 1536, 2, False),
+        pytest.param(2, 1000, 256, 4, False, marks=pytest.mark.xfail(reason=KNOWN_WRONG)),
+        pytest.param(2, 1024, 256, 4, True, marks=pytest.mark.xfail(reason=KNOWN_WRONG)),
+    ],
+    ids=["130m", "long-width-2", "partial-block", "initial-states"],
 )
 def test_compiled_mosaic_gpu_kernels_match_reference(rng, batch, seqlen, dim, width, init):
+    """The kernels beneath the API's refusal (``vjp.causal_conv1d``): the last two cases are refused by
+    ``causal_conv1d_fn`` until they pass here; an XPASS says which of the two conditions broke the kernel."""
     x = jnp.asarray(rng.normal(size=(batch, seqlen, dim)), jnp.bfloat16)
     weight = jnp.asarray(rng.normal(size=(dim, width)) / 2, jnp.float32)
     bias = jnp.asarray(rng.normal(size=dim), jnp.float32)
@@ -48,14 +60,15 @@ def test_compiled_mosaic_gpu_kernels_match_reference(rng, batch, seqlen, dim, wi
     dout = jnp.asarray(rng.normal(size=x.shape), jnp.bfloat16)
     config = ConvConfig(backend="mosaic_gpu")
 
-    def grads(impl):
-        def run(*a):
-            return causal_conv1d_fn(
-                *a, initial_states=states, activation="silu", impl=impl, config=config if impl == "pallas" else None
-            )
+    def pallas(*a):
+        return vjp.causal_conv1d(*a[:3], None, states, True, config, False)
 
-        out, vjp = jax.vjp(jax.jit(run), x, weight, bias)
-        return [np.asarray(t.astype(jnp.float32)) for t in (out, *vjp(dout))]
+    def reference(*a):
+        return causal_conv1d_fn(*a, initial_states=states, activation="silu", impl="reference")
 
-    for name, got, want in zip(("out", "dx", "dweight", "dbias"), grads("pallas"), grads("reference"), strict=True):
+    def grads(run):
+        out, pull = jax.vjp(jax.jit(run), x, weight, bias)
+        return [np.asarray(t.astype(jnp.float32)) for t in (out, *pull(dout))]
+
+    for name, got, want in zip(("out", "dx", "dweight", "dbias"), grads(pallas), grads(reference), strict=True):
         assert_close(name, got, want, jnp.bfloat16)
