@@ -23,6 +23,7 @@ class ConvConfig:
     bwd_num_warps: int = 4
     backend: str = "triton"
     mosaic_block_l: int = 64  # steps per TMA block (at least 8)
+    mosaic_block_d: int = 256  # channels a Mosaic GPU program: 128 or 256 (128 where dim is no multiple of 256)
     mosaic_segment_blocks: int = 2  # blocks a Mosaic GPU program walks
 
     def validate(self) -> None:
@@ -38,6 +39,8 @@ class ConvConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1 or value != next_pow2(value):
                 raise ValueError(f"ConvConfig.{name} must be a positive power of two, got {value!r}")
+        if self.mosaic_block_d not in (128, 256):
+            raise ValueError(f"ConvConfig.mosaic_block_d must be 128 or 256, got {self.mosaic_block_d!r}")
         if self.mosaic_block_l < 8:
             raise ValueError(f"ConvConfig.mosaic_block_l must be at least 8, got {self.mosaic_block_l}")
         if not isinstance(self.mosaic_segment_blocks, int) or self.mosaic_segment_blocks < 1:

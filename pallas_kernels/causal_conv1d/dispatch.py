@@ -59,7 +59,7 @@ def _mosaic_dims(x, weight, bias, initial_states, silu: bool, config: ConvConfig
         has_initial=initial_states is not None,
         silu=silu,
         block_l=_mosaic_block_l(seqlen, config),
-        block_d=2 * mosaic.LANES if dim % (2 * mosaic.LANES) == 0 else mosaic.LANES,
+        block_d=config.mosaic_block_d if dim % config.mosaic_block_d == 0 else mosaic.LANES,
         segment_blocks=config.mosaic_segment_blocks,
         interpret=interpret,
     )

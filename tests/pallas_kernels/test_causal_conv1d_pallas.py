@@ -6,6 +6,7 @@ sequences, initial states, L shorter than them), the final states, and the refus
 Interpret mode fills every output buffer with NaN before the kernel runs, so an element a kernel fails to write
 fails the finiteness check in ``assert_close``."""
 
+import dataclasses
 import re
 
 import jax.numpy as jnp
@@ -36,10 +37,11 @@ CASES = [  # batch, L, dim, width, dtype, bias, silu, seq_idx, initial states, c
     (1, 9, 5, 1, jnp.float32, True, True, False, True, SMALL),
     (1, 70, 20, 4, jnp.bfloat16, True, True, False, True, None),
     # the Mosaic GPU kernels (dim a multiple of 128): several segments and a partial last block, L 1 with initial
-    # states, 256 channels a program, width 1, the default blocks
+    # states, 256 channels a program and 128 of 256, width 1, the default blocks
     (2, 37, 128, 4, jnp.float32, True, True, False, False, MOSAIC_SMALL),
     (1, 1, 128, 4, jnp.float32, True, True, False, True, MOSAIC_SMALL),
     (3, 70, 256, 2, jnp.bfloat16, False, False, False, True, MOSAIC_SMALL),
+    (1, 20, 256, 4, jnp.float32, True, True, False, False, dataclasses.replace(MOSAIC_SMALL, mosaic_block_d=128)),
     (1, 9, 128, 1, jnp.float16, True, True, False, False, MOSAIC_SMALL),
     (2, 129, 128, 3, jnp.bfloat16, True, True, False, True, ConvConfig(backend="mosaic_gpu")),
 ]
@@ -107,6 +109,8 @@ def test_unsupported_arguments_are_refused_before_work(rng):
     weight = jnp.zeros((4, 4), jnp.float32)
     with pytest.raises(ValueError, match=r"initial_states must have shape \(batch, width - 1, dim\)"):
         causal_conv1d_fn(x, weight, initial_states=jnp.zeros((1, 2, 4)), impl="pallas")
+    with pytest.raises(ValueError, match=r"ConvConfig\.mosaic_block_d must be 128 or 256, got 64"):
+        causal_conv1d_fn(x, weight, impl="pallas", config=ConvConfig(backend="mosaic_gpu", mosaic_block_d=64))
     with pytest.raises(ValueError, match=r"ConvConfig\.block_l must be a positive power of two, got 6"):
         causal_conv1d_fn(x, weight, impl="pallas", config=ConvConfig(block_l=6))
     with pytest.raises(ValueError, match="config must be an instance of ConvConfig"):
