@@ -73,10 +73,11 @@ def causal_conv1d_fn(
 
     if impl == "pallas":
         check_config(config, ConvConfig)
-        if config is not None and config.backend == "mosaic_gpu":
+        if config is not None and config.uses_mosaic_gpu:
             refusal = dispatch.mosaic_refusal(x.shape, width, seq_idx is not None, initial_states is not None, config)
             if refusal:
-                raise ValueError(f"ConvConfig(backend='mosaic_gpu'): {refusal}")
+                field = "backend" if config.backend == "mosaic_gpu" else "bwd_backend"
+                raise ValueError(f"ConvConfig({field}='mosaic_gpu'): {refusal}")
         silu = activation in ("silu", "swish")
         states = None if initial_states is None else initial_states.astype(x.dtype)  # as the reference rounds them
         out = vjp.causal_conv1d(x, weight, bias, seq_idx, states, silu, config or ConvConfig(), interpret_mode())

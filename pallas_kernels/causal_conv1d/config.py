@@ -13,7 +13,8 @@ class ConvConfig:
     (``compare.triton_ir``: forward 72 registers, backward 167; the backward keeps 2 x width - 1 shifted input tiles
     live), the backward's the faster of the two measured on an H100 (docs/kernels.md#causal-conv1d).
     ``backend="mosaic_gpu"`` asks for the Mosaic GPU kernels (``causal_conv1d.dispatch`` says what they cover): a
-    program walks ``mosaic_segment_blocks`` blocks of ``mosaic_block_l`` steps."""
+    program walks ``mosaic_segment_blocks`` blocks of ``mosaic_block_l`` steps. ``bwd_backend`` sets the backward's
+    apart ("": the same as ``backend``), e.g. Triton's forward with Mosaic GPU's backward."""
 
     block_l: int = 32  # forward: time steps per program
     block_d: int = 64  # forward: channels per program (contiguous in memory)
@@ -22,6 +23,7 @@ class ConvConfig:
     bwd_block_d: int = 64
     bwd_num_warps: int = 4
     backend: str = "triton"
+    bwd_backend: str = ""
     mosaic_block_l: int = 64  # steps per TMA block (at least 8)
     mosaic_block_d: int = 256  # channels a Mosaic GPU program: 128 or 256 (128 where dim is no multiple of 256)
     mosaic_segment_blocks: int = 2  # blocks a Mosaic GPU program walks
@@ -49,3 +51,14 @@ class ConvConfig:
             )
         if self.backend not in BACKENDS:
             raise ValueError(f"ConvConfig.backend must be one of {BACKENDS}, got {self.backend!r}")
+        if self.bwd_backend not in ("", *BACKENDS):
+            raise ValueError(f"ConvConfig.bwd_backend must be '' or one of {BACKENDS}, got {self.bwd_backend!r}")
+
+    @property
+    def backward_backend(self) -> str:
+        """The backend of the backward kernel."""
+        return self.bwd_backend or self.backend
+
+    @property
+    def uses_mosaic_gpu(self) -> bool:
+        return "mosaic_gpu" in (self.backend, self.backward_backend)

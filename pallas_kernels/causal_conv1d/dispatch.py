@@ -1,7 +1,8 @@
 """The one place that chooses the causal conv1d's kernels: Pallas Triton (``triton.kernel``, the default) or Mosaic
-GPU (``mosaic_gpu.kernel``) where ``ConvConfig.backend`` asks for it. The Mosaic GPU kernels cover dim a multiple of
-128, width at most 9 and no seq_idx, on Hopper, and compiled, no initial states and L a multiple of their block; a
-request outside that is refused before any work (``mosaic_refusal``). The Triton kernels stay the default: on an
+GPU (``mosaic_gpu.kernel``) where ``ConvConfig.backend`` (both passes) or ``bwd_backend`` (the backward) asks for
+it. The Mosaic GPU kernels cover dim a multiple of 128, width at most 9 and no seq_idx, on Hopper, and compiled, no
+initial states and L a multiple of their block; a request outside that is refused before any work
+(``mosaic_refusal``). The Triton kernels stay the default: on an
 H200 the Mosaic GPU forward took twice the Triton one's time and its backward 0.55x (docs/kernels.md#causal-conv1d).
 
 Arguments are channels-last and pre-checked by ``api.causal_conv1d_fn``: x (batch, L, dim); weight (dim, width);
@@ -98,7 +99,7 @@ def conv_backward(
 ) -> tuple[jax.Array, jax.Array, jax.Array | None]:
     """(dx (batch, L, dim) in x.dtype, dw partials (batch, P, width, dim) float32, dbias partials (batch, P, dim)
     float32 or None): P partials a batch row, summed by the caller in a fixed order."""
-    if config.backend == "mosaic_gpu":
+    if config.backward_backend == "mosaic_gpu":
         initial_states = _read_states(weight, initial_states)
         dims = _mosaic_dims(x, weight, bias, initial_states, silu, config, interpret)
         return mosaic.conv_backward(x, weight, bias, initial_states, dout, dims)

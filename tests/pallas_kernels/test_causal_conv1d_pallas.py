@@ -42,6 +42,8 @@ CASES = [  # batch, L, dim, width, dtype, bias, silu, seq_idx, initial states, c
     (1, 1, 128, 4, jnp.float32, True, True, False, True, MOSAIC_SMALL),
     (3, 70, 256, 2, jnp.bfloat16, False, False, False, True, MOSAIC_SMALL),
     (1, 20, 256, 4, jnp.float32, True, True, False, False, dataclasses.replace(MOSAIC_SMALL, mosaic_block_d=128)),
+    # Triton's forward with Mosaic GPU's backward (their dw partials differ in count: the VJP sums either)
+    (2, 37, 128, 3, jnp.bfloat16, True, True, False, True, dataclasses.replace(SMALL, bwd_backend="mosaic_gpu")),
     (1, 9, 128, 1, jnp.float16, True, True, False, False, MOSAIC_SMALL),
     (2, 129, 128, 3, jnp.bfloat16, True, True, False, True, ConvConfig(backend="mosaic_gpu")),
 ]
@@ -109,6 +111,8 @@ def test_unsupported_arguments_are_refused_before_work(rng):
     weight = jnp.zeros((4, 4), jnp.float32)
     with pytest.raises(ValueError, match=r"initial_states must have shape \(batch, width - 1, dim\)"):
         causal_conv1d_fn(x, weight, initial_states=jnp.zeros((1, 2, 4)), impl="pallas")
+    with pytest.raises(ValueError, match=r"ConvConfig\.bwd_backend must be '' or one of"):
+        causal_conv1d_fn(x, weight, impl="pallas", config=ConvConfig(bwd_backend="cuda"))
     with pytest.raises(ValueError, match=r"ConvConfig\.mosaic_block_d must be 128 or 256, got 64"):
         causal_conv1d_fn(x, weight, impl="pallas", config=ConvConfig(backend="mosaic_gpu", mosaic_block_d=64))
     with pytest.raises(ValueError, match=r"ConvConfig\.block_l must be a positive power of two, got 6"):
@@ -131,6 +135,8 @@ def test_mosaic_gpu_backend_refuses_what_it_does_not_cover(dim, width, packed, m
     seq_idx = jnp.zeros((1, 16), jnp.int32) if packed else None
     with pytest.raises(ValueError, match=re.escape(f"ConvConfig(backend='mosaic_gpu'): {message}")):
         causal_conv1d_fn(x, weight, seq_idx=seq_idx, impl="pallas", config=MOSAIC_SMALL)
+    with pytest.raises(ValueError, match=re.escape(f"ConvConfig(bwd_backend='mosaic_gpu'): {message}")):
+        causal_conv1d_fn(x, weight, seq_idx=seq_idx, impl="pallas", config=ConvConfig(bwd_backend="mosaic_gpu"))
     with pytest.raises(ValueError, match=r"ConvConfig\.backend must be one of"):
         causal_conv1d_fn(x, weight, impl="pallas", config=ConvConfig(backend="cuda"))
 

@@ -40,17 +40,21 @@ def test_compiled_kernel_matches_reference_at_the_130m_shape(rng, packed):
 KNOWN_WRONG = "compiled, the Mosaic GPU forward missed the reference by 8% (B2 L1000 D256, initial states) on an H200"
 
 
+MOSAIC = ConvConfig(backend="mosaic_gpu")
+
+
 @pytest.mark.parametrize(
-    "batch,seqlen,dim,width,init",
+    "batch,seqlen,dim,width,init,config",
     [
-        (8, 2048, 1536, 4, False),
-        (1, 16384, 1536, 2, False),
-        pytest.param(2, 1000, 256, 4, False, marks=pytest.mark.xfail(reason=KNOWN_WRONG)),
-        pytest.param(2, 1024, 256, 4, True, marks=pytest.mark.xfail(reason=KNOWN_WRONG)),
+        (8, 2048, 1536, 4, False, MOSAIC),
+        (8, 2048, 1536, 4, False, ConvConfig(bwd_backend="mosaic_gpu")),
+        (1, 16384, 1536, 2, False, MOSAIC),
+        pytest.param(2, 1000, 256, 4, False, MOSAIC, marks=pytest.mark.xfail(reason=KNOWN_WRONG)),
+        pytest.param(2, 1024, 256, 4, True, MOSAIC, marks=pytest.mark.xfail(reason=KNOWN_WRONG)),
     ],
-    ids=["130m", "long-width-2", "partial-block", "initial-states"],
+    ids=["130m", "130m-triton-forward", "long-width-2", "partial-block", "initial-states"],
 )
-def test_compiled_mosaic_gpu_kernels_match_reference(rng, batch, seqlen, dim, width, init):
+def test_compiled_mosaic_gpu_kernels_match_reference(rng, batch, seqlen, dim, width, init, config):
     """The kernels beneath the API's refusal (``vjp.causal_conv1d``): the last two cases are refused by
     ``causal_conv1d_fn`` until they pass here; an XPASS says which of the two conditions broke the kernel."""
     x = jnp.asarray(rng.normal(size=(batch, seqlen, dim)), jnp.bfloat16)
@@ -58,7 +62,6 @@ def test_compiled_mosaic_gpu_kernels_match_reference(rng, batch, seqlen, dim, wi
     bias = jnp.asarray(rng.normal(size=dim), jnp.float32)
     states = jnp.asarray(rng.normal(size=(batch, width - 1, dim)), jnp.bfloat16) if init else None
     dout = jnp.asarray(rng.normal(size=x.shape), jnp.bfloat16)
-    config = ConvConfig(backend="mosaic_gpu")
 
     def pallas(*a):
         return vjp.causal_conv1d(*a[:3], None, states, True, config, False)
