@@ -19,9 +19,10 @@ from pallas_kernels.causal_conv1d.triton import kernel as triton
 
 def mosaic_refusal(x_shape: tuple, width: int, has_seq_idx: bool, has_initial: bool, config: ConvConfig) -> str | None:
     """Why the Mosaic GPU kernels cannot take these arguments, or None where they can. Compiled for a GPU they also
-    refuse initial states and an L that is not a multiple of the block: with both (batch 2, L 1000, dim 256) the
-    compiled forward missed the reference by 8% (relative L2) on an H200 while the interpreted kernels pass, and
-    the compiled kernels passed only without either; which of the two breaks it is not yet known."""
+    refuse initial states and an L that is not a multiple of the block until their GPU tests pass with both: with
+    both (batch 2, L 1000, dim 256) the compiled forward missed the reference by 8% (relative L2) on an H200. The
+    likely cause, found since in Mosaic GPU's copy code and mended in ``mosaic_gpu.kernel._store_block``: a partial
+    last block's rows past L were stored into the next batch row when the tile's rows are whole rows of the array."""
     seqlen, dim = x_shape[1], x_shape[-1]
     if has_seq_idx:
         return "seq_idx (packed sequences) is not covered: use backend='triton'"

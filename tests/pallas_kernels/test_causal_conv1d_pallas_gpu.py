@@ -1,6 +1,6 @@
 """On a GPU (marked ``gpu``): the compiled Pallas causal conv1d at the Mamba-1 130m layer's shape in bf16 (and
 with packed sequences), and its Mosaic GPU kernels at that shape, at a long sequence, and with a partial last block
-or initial states (known wrong compiled, refused by the API), forward and every gradient, against the pure-JAX
+or initial states (refused by the API until these pass), forward and every gradient, against the pure-JAX
 reference."""
 
 import jax
@@ -37,9 +37,6 @@ def test_compiled_kernel_matches_reference_at_the_130m_shape(rng, packed):
         assert_close(name, got, want, jnp.bfloat16)
 
 
-KNOWN_WRONG = "compiled, the Mosaic GPU forward missed the reference by 8% (B2 L1000 D256, initial states) on an H200"
-
-
 MOSAIC = ConvConfig(backend="mosaic_gpu")
 
 
@@ -49,14 +46,15 @@ MOSAIC = ConvConfig(backend="mosaic_gpu")
         (8, 2048, 1536, 4, False, MOSAIC),
         (8, 2048, 1536, 4, False, ConvConfig(bwd_backend="mosaic_gpu")),
         (1, 16384, 1536, 2, False, MOSAIC),
-        pytest.param(2, 1000, 256, 4, False, MOSAIC, marks=pytest.mark.xfail(reason=KNOWN_WRONG)),
-        pytest.param(2, 1024, 256, 4, True, MOSAIC, marks=pytest.mark.xfail(reason=KNOWN_WRONG)),
+        (2, 1000, 256, 4, False, MOSAIC),
+        (2, 1024, 256, 4, True, MOSAIC),
     ],
     ids=["130m", "130m-triton-forward", "long-width-2", "partial-block", "initial-states"],
 )
 def test_compiled_mosaic_gpu_kernels_match_reference(rng, batch, seqlen, dim, width, init, config):
-    """The kernels beneath the API's refusal (``vjp.causal_conv1d``): the last two cases are refused by
-    ``causal_conv1d_fn`` until they pass here; an XPASS says which of the two conditions broke the kernel."""
+    """The kernels beneath the API's refusal (``vjp.causal_conv1d``): ``causal_conv1d_fn`` refuses the last two
+    cases, compiled, until they pass here (a partial last block over whole rows of a batch of 2, whose rows past L
+    once landed on the next batch row; initial states)."""
     x = jnp.asarray(rng.normal(size=(batch, seqlen, dim)), jnp.bfloat16)
     weight = jnp.asarray(rng.normal(size=(dim, width)) / 2, jnp.float32)
     bias = jnp.asarray(rng.normal(size=dim), jnp.float32)

@@ -12,9 +12,9 @@ nothing is recomputed (the Triton kernels read each row at every tap and the bac
 
 The backward carries the width - 1 rows of g after t and the width - 1 rows of x before it; the rows before a
 block's first width - 1 steps come from a second stream, the 8 rows before the block (``HALO``). Rows before step 0
-read the initial states (0 without them); rows from L on read 0 (the TMA copy of a block past L fills them with 0,
-and a store past L is dropped). dw and dbias are written per (batch row, segment) and summed by the caller in a
-fixed order.
+read the initial states (0 without them); rows from L on read 0 (the TMA copy of a block past L fills them with 0),
+and the last block stores only its rows before L. dw and dbias are written per (batch row, segment) and summed by
+the caller in a fixed order.
 Layouts: x, out, dout, dx (batch, L, dim); weight transposed to (width, dim) float32; bias (dim,) float32;
 initial states (batch, width - 1, dim).
 """
@@ -112,10 +112,25 @@ def _activation_grad(p, dout, silu: bool) -> jax.Array:
 
 
 def _store_block(o_s, out_ref, prog: _Program, block, step) -> None:
-    """The block's output tile (in slot step % 2 of ``o_s``) to its rows of ``out_ref``."""
+    """The block's output tile (in slot step % 2 of ``o_s``) to its rows of ``out_ref``; of the last block, only the
+    rows before L. A store may not count on the copy to drop rows past L: where the tile's rows are whole rows of
+    ``out_ref`` (block_d = dim), Mosaic GPU copies them as one contiguous bulk transfer, bounded only by the end of
+    the array, so a partial block's rows past L would land on the next batch row's first steps."""
     plgpu.commit_smem()
-    rows = pl.ds(block * prog.dims.block_l, prog.dims.block_l)
-    plgpu.copy_smem_to_gmem(o_s.at[step % 2], out_ref.at[prog.b, rows, prog.cols])
+    dims = prog.dims
+    slot = step % 2
+
+    def store(rows: int) -> None:
+        target = out_ref.at[prog.b, pl.ds(block * dims.block_l, rows), prog.cols]
+        plgpu.copy_smem_to_gmem(o_s.at[slot, pl.ds(0, rows)], target)
+
+    tail = dims.seqlen % dims.block_l
+    if tail == 0:
+        store(dims.block_l)
+        return
+    last = block == dims.nblocks - 1
+    pl.when(last)(lambda: store(tail))
+    pl.when(jnp.logical_not(last))(lambda: store(dims.block_l))
 
 
 def _fwd_kernel(x_ref, w_ref, *refs, dims: MosaicConvDims):
