@@ -27,6 +27,7 @@ class ConvConfig:
     mosaic_block_l: int = 64  # steps per TMA block (at least 8)
     mosaic_block_d: int = 256  # channels a Mosaic GPU program: 128 or 256 (128 where dim is no multiple of 256)
     mosaic_segment_blocks: int = 2  # blocks a Mosaic GPU program walks
+    mosaic_unroll: int = 1  # steps a Mosaic GPU loop iteration (a power of two, at most mosaic_block_l)
 
     def validate(self) -> None:
         for name in (
@@ -37,10 +38,14 @@ class ConvConfig:
             "bwd_block_d",
             "bwd_num_warps",
             "mosaic_block_l",
+            "mosaic_unroll",
         ):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1 or value != next_pow2(value):
                 raise ValueError(f"ConvConfig.{name} must be a positive power of two, got {value!r}")
+        if self.mosaic_unroll > self.mosaic_block_l:
+            limit = f"at most mosaic_block_l ({self.mosaic_block_l})"
+            raise ValueError(f"ConvConfig.mosaic_unroll must be {limit}, got {self.mosaic_unroll}")
         if self.mosaic_block_d not in (128, 256):
             raise ValueError(f"ConvConfig.mosaic_block_d must be 128 or 256, got {self.mosaic_block_d!r}")
         if self.mosaic_block_l < 8:

@@ -64,6 +64,7 @@ def _mosaic_dims(x, weight, bias, initial_states, silu: bool, config: ConvConfig
         block_d=config.mosaic_block_d if dim % config.mosaic_block_d == 0 else mosaic.LANES,
         segment_blocks=config.mosaic_segment_blocks,
         interpret=interpret,
+        unroll=min(config.mosaic_unroll, _mosaic_block_l(seqlen, config)),
     )
 
 

@@ -22,6 +22,7 @@ from tests.pallas_kernels.test_ssd_reference import random_seq_idx
 
 SMALL = ConvConfig(block_l=8, block_d=4, num_warps=1, bwd_block_l=4, bwd_block_d=8, bwd_num_warps=1)  # many blocks
 MOSAIC_SMALL = ConvConfig(backend="mosaic_gpu", mosaic_block_l=8, mosaic_segment_blocks=2)  # many segments
+MOSAIC_NARROW = dataclasses.replace(MOSAIC_SMALL, mosaic_block_d=128, mosaic_unroll=4)  # 4 steps an iteration
 CASES = [  # batch, L, dim, width, dtype, bias, silu, seq_idx, initial states, config
     (2, 1, 8, 4, jnp.float32, True, True, False, False, SMALL),
     (1, 7, 3, 2, jnp.float32, False, False, False, False, SMALL),
@@ -37,11 +38,11 @@ CASES = [  # batch, L, dim, width, dtype, bias, silu, seq_idx, initial states, c
     (1, 9, 5, 1, jnp.float32, True, True, False, True, SMALL),
     (1, 70, 20, 4, jnp.bfloat16, True, True, False, True, None),
     # the Mosaic GPU kernels (dim a multiple of 128): several segments and a partial last block, L 1 with initial
-    # states, 256 channels a program and 128 of 256, width 1, the default blocks
+    # states, 256 channels a program and 128 of 256 (4 steps a loop iteration), width 1, the default blocks
     (2, 37, 128, 4, jnp.float32, True, True, False, False, MOSAIC_SMALL),
     (1, 1, 128, 4, jnp.float32, True, True, False, True, MOSAIC_SMALL),
     (3, 70, 256, 2, jnp.bfloat16, False, False, False, True, MOSAIC_SMALL),
-    (1, 20, 256, 4, jnp.float32, True, True, False, False, dataclasses.replace(MOSAIC_SMALL, mosaic_block_d=128)),
+    (1, 20, 256, 4, jnp.float32, True, True, False, False, MOSAIC_NARROW),
     # Triton's forward with Mosaic GPU's backward (their dw partials differ in count: the VJP sums either)
     (2, 37, 128, 3, jnp.bfloat16, True, True, False, True, dataclasses.replace(SMALL, bwd_backend="mosaic_gpu")),
     (1, 9, 128, 1, jnp.float16, True, True, False, False, MOSAIC_SMALL),
@@ -113,6 +114,8 @@ def test_unsupported_arguments_are_refused_before_work(rng):
         causal_conv1d_fn(x, weight, initial_states=jnp.zeros((1, 2, 4)), impl="pallas")
     with pytest.raises(ValueError, match=r"ConvConfig\.bwd_backend must be '' or one of"):
         causal_conv1d_fn(x, weight, impl="pallas", config=ConvConfig(bwd_backend="cuda"))
+    with pytest.raises(ValueError, match=r"ConvConfig\.mosaic_unroll must be at most mosaic_block_l \(64\), got 128"):
+        causal_conv1d_fn(x, weight, impl="pallas", config=ConvConfig(backend="mosaic_gpu", mosaic_unroll=128))
     with pytest.raises(ValueError, match=r"ConvConfig\.mosaic_block_d must be 128 or 256, got 64"):
         causal_conv1d_fn(x, weight, impl="pallas", config=ConvConfig(backend="mosaic_gpu", mosaic_block_d=64))
     with pytest.raises(ValueError, match=r"ConvConfig\.block_l must be a positive power of two, got 6"):

@@ -48,6 +48,7 @@ class MosaicConvDims:
     block_d: int
     segment_blocks: int
     interpret: bool
+    unroll: int = 1  # steps a loop iteration: a power of two, at most block_l
 
     @property
     def nblocks(self) -> int:
@@ -154,7 +155,7 @@ def _fwd_kernel(x_ref, w_ref, *refs, dims: MosaicConvDims):
             out_s[r] = (p * sigmoid(p) if dims.silu else p).astype(out_s.dtype)
             return xs[1:]
 
-        carry = lax.fori_loop(0, dims.block_l, step, carry)
+        carry = lax.fori_loop(0, dims.block_l, step, carry, unroll=dims.unroll)
         _store_block(o_s, out_ref, prog, prog.first + j, j)
         return carry
 
@@ -219,7 +220,10 @@ def _bwd_kernel(x_ref, w_ref, dout_ref, *refs, dims: MosaicConvDims):
             x_first = plgpu.load(x_s.at[r - (width - 1)], layout=dims.row_layout).astype(f32)
             return step(r, carry, x_first)
 
-        carry = lax.fori_loop(0, dims.block_l - (width - 1), upper, carry)
+        walked = dims.block_l - (width - 1)  # Mosaic GPU unrolls only a loop whose length the unroll divides
+        unrolled = walked - walked % dims.unroll
+        carry = lax.fori_loop(0, unrolled, upper, carry, unroll=dims.unroll)
+        carry = lax.fori_loop(unrolled, walked, upper, carry)
         for r in range(width - 2, -1, -1):
             carry = step(r, carry, below(r))
         _store_block(o_s, dx_ref, prog, block, j)
