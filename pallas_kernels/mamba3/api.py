@@ -1,0 +1,133 @@
+"""Public Mamba-3 SISO functions: mamba-ssm's ``mamba3_siso_combined`` and ``mamba3_siso_step`` names, argument order
+and layouts. Only the pure-JAX reference runs today (``impl="reference"``); the kernels are to come."""
+
+import jax
+
+from pallas_kernels._checks import check_array, check_divides, check_impl, check_positive_int, check_shape
+from pallas_kernels.mamba3 import reference
+
+_AVAILABLE_IMPLS = ("reference",)
+
+
+def mamba3_siso_combined(
+    Q: jax.Array,
+    K: jax.Array,
+    V: jax.Array,
+    ADT: jax.Array,
+    DT: jax.Array,
+    Trap: jax.Array,
+    Q_bias: jax.Array,
+    K_bias: jax.Array,
+    Angles: jax.Array,
+    D: jax.Array | None = None,
+    Z: jax.Array | None = None,
+    Input_States: tuple | None = None,
+    chunk_size: int = 64,
+    return_final_states: bool = False,
+    cu_seqlens: jax.Array | None = None,
+    *,
+    impl: str = "reference",
+):
+    """Mamba-3's SISO sequence mixer over whole sequences (the recurrence: ``reference``'s docstring).
+
+    Shapes: Q (= C), K (= B) (batch, L, G, N); V (= x) and Z (batch, L, H, P), G dividing H; ADT (= A dt), DT and
+    Trap (the trapezoid's logits, before their sigmoid) (batch, H, L); Q_bias, K_bias (H, N); Angles (batch, L, H, S)
+    with 1 <= S <= N / 2, the rotary angles' raw inputs; D (H,). Input_States: (angle (batch, H, S), ssm (batch, H,
+    P, N), k (batch, H, N), v (batch, H, P)), all four or None (zeros). Returns out (batch, L, H, P) in V's dtype, and
+    with ``return_final_states`` also the final angle, ssm and k states (float32) and v (V's dtype), as
+    ``Input_States`` takes them (a prefill then continues through ``mamba3_siso_step``). Unlike mamba-ssm's Triton
+    op, which rounds Q, K, V, Z, Trap, Angles and its cumulative angles to bfloat16, the reference keeps float32.
+    ``cu_seqlens`` (packed sequences) is not implemented yet."""
+    check_impl("mamba3_siso_combined", impl, _AVAILABLE_IMPLS)
+    if cu_seqlens is not None:
+        raise NotImplementedError("mamba3_siso_combined: cu_seqlens (packed sequences) is not implemented yet")
+    check_array("V", V, 4)
+    batch, seqlen, heads, headdim = V.shape
+    _check_qk(Q, K, (batch, seqlen), "(batch, L, G, N)", heads)
+    dstate = Q.shape[-1]
+    for name, value in (("ADT", ADT), ("DT", DT), ("Trap", Trap)):
+        check_array(name, value, 3)
+        check_shape(name, value, (batch, heads, seqlen), "(batch, H, L)")
+    _check_common(Q_bias, K_bias, Angles, D, Z, V, (batch, seqlen, heads), "(batch, L, H, S)", dstate)
+    check_positive_int("chunk_size", chunk_size)
+    states = _check_states(Input_States, batch, heads, headdim, dstate, Angles.shape[-1])
+    out, finals = reference.mamba3_siso(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, Angles, D, Z, states, chunk_size)
+    return (out, *finals) if return_final_states else out
+
+
+def mamba3_siso_step(
+    Q: jax.Array,
+    K: jax.Array,
+    V: jax.Array,
+    ADT: jax.Array,
+    DT: jax.Array,
+    Trap: jax.Array,
+    Q_bias: jax.Array,
+    K_bias: jax.Array,
+    Angles: jax.Array,
+    D: jax.Array | None = None,
+    Z: jax.Array | None = None,
+    Input_States: tuple | None = None,
+    *,
+    impl: str = "reference",
+):
+    """One decoding step of ``mamba3_siso_combined``: Q, K (batch, G, N); V, Z (batch, H, P); ADT, DT, Trap (batch,
+    H); Q_bias, K_bias (H, N); Angles (batch, H, S); D (H,); Input_States as there (None: zeros). Returns (out
+    (batch, H, P) in V's dtype, (angle, ssm, k, v) the new states), where mamba-ssm's kernel writes them in place."""
+    check_impl("mamba3_siso_step", impl, _AVAILABLE_IMPLS)
+    check_array("V", V, 3)
+    batch, heads, headdim = V.shape
+    _check_qk(Q, K, (batch,), "(batch, G, N)", heads)
+    dstate = Q.shape[-1]
+    for name, value in (("ADT", ADT), ("DT", DT), ("Trap", Trap)):
+        check_array(name, value, 2)
+        check_shape(name, value, (batch, heads), "(batch, H)")
+    _check_common(Q_bias, K_bias, Angles, D, Z, V, (batch, heads), "(batch, H, S)", dstate)
+    states = _check_states(Input_States, batch, heads, headdim, dstate, Angles.shape[-1])
+    return reference.mamba3_siso_step(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, Angles, D, Z, states)
+
+
+def _check_qk(Q, K, lead: tuple, layout: str, heads: int) -> None:
+    check_array("Q", Q, len(lead) + 2)
+    if tuple(Q.shape[: len(lead)]) != lead:
+        raise ValueError(f"Q must have shape {layout} with leading axes {lead} (as V's), got {tuple(Q.shape)}")
+    check_shape("K", K, Q.shape, "like Q")
+    check_divides("ngroups (Q.shape[-2])", heads, Q.shape[-2], "nheads (V.shape[-2])")
+
+
+def _check_common(Q_bias, K_bias, Angles, D, Z, V, lead: tuple, angles_layout: str, dstate: int) -> None:
+    heads = V.shape[-2]
+    for name, value in (("Q_bias", Q_bias), ("K_bias", K_bias)):
+        check_array(name, value, 2)
+        check_shape(name, value, (heads, dstate), "(H, N)")
+    check_array("Angles", Angles, len(lead) + 1)
+    pairs = Angles.shape[-1]
+    if tuple(Angles.shape[:-1]) != lead or not 1 <= pairs <= dstate // 2:
+        raise ValueError(
+            f"Angles must have shape {angles_layout} with leading axes {lead} and 1 <= S <= N / 2 = {dstate // 2}, "
+            f"got {tuple(Angles.shape)}"
+        )
+    if D is not None:
+        check_array("D", D, 1)
+        check_shape("D", D, (heads,), "(H,)")
+    if Z is not None:
+        check_array("Z", Z, V.ndim)
+        check_shape("Z", Z, V.shape, "like V")
+
+
+def _check_states(states, batch: int, heads: int, headdim: int, dstate: int, pairs: int):
+    """Input_States: None, or (angle, ssm, k, v) with their shapes."""
+    if states is None:
+        return None
+    if not isinstance(states, tuple | list) or len(states) != 4:
+        raise ValueError("Input_States must be a tuple (angle, ssm, k, v) of four arrays, or None")
+    expected = {
+        "angle": ((batch, heads, pairs), "(batch, H, S)"),
+        "ssm": ((batch, heads, headdim, dstate), "(batch, H, P, N)"),
+        "k": ((batch, heads, dstate), "(batch, H, N)"),
+        "v": ((batch, heads, headdim), "(batch, H, P)"),
+    }
+    for (name, (shape, layout)), value in zip(expected.items(), states, strict=True):
+        check_array(f"Input_States {name}", value, len(shape))
+        check_shape(f"Input_States {name}", value, shape, layout)
+    return tuple(states)

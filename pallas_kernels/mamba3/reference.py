@@ -1,0 +1,159 @@
+"""Pure-JAX Mamba-3 SISO, the ground truth for its kernels: chunked for the sequence, recurrent for a decoding step.
+
+Per batch row and head h (head h reads Q/K group h // (H / G)), with sigma_t = sigmoid(Trap_t), Delta_t = DT_t and
+alpha_t = exp(ADT_t), a trapezoidal discretization of a state S_t (headdim_v x d_state):
+
+    theta_t = theta_{t-1} + pi tanh(Angles_t) Delta_t                  (S angles, kept modulo 2 pi)
+    q_t = R(theta_t) (Q_t + Q_bias),   k_t = R(theta_t) (K_t + K_bias)  (R turns feature pairs (2j, 2j + 1), j < S)
+    S_t = alpha_t S_{t-1} + alpha_t Delta_t (1 - sigma_t) v_{t-1} k_{t-1}^T + Delta_t sigma_t v_t k_t^T
+    out_t = (S_t q_t + D v_t) silu(Z_t)
+
+The step before the first reads the input states (theta, S, k, v), zeros without them. Chunked, an input v_j k_j^T
+enters every later step t of its chunk with weight exp(ADT_{j+1} + ... + ADT_t) scale_j, where scale_j = Delta_j
+sigma_j + Delta_{j+1} (1 - sigma_{j+1}) (the second term 0 at the last step); a chunk hands the next the state with
+its last step's next-step term already in, so the next chunk's decays apply to it as to the state. Arithmetic is
+float32; out comes back in V's dtype.
+"""
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+TWO_PI = 2 * jnp.pi
+
+
+def rotate_pairs(x: jax.Array, theta: jax.Array) -> jax.Array:
+    """x (..., N) with its feature pairs (2j, 2j + 1), j < S, turned by theta (..., S); the rest unchanged."""
+    pairs = theta.shape[-1]
+    head = x[..., : 2 * pairs].reshape(*x.shape[:-1], pairs, 2)
+    a, b = head[..., 0], head[..., 1]
+    cos, sin = jnp.cos(theta), jnp.sin(theta)
+    turned = jnp.stack([a * cos - b * sin, a * sin + b * cos], axis=-1).reshape(*x.shape[:-1], 2 * pairs)
+    return jnp.concatenate([turned, x[..., 2 * pairs :]], axis=-1)
+
+
+def angle_increments(angles: jax.Array, dt: jax.Array) -> jax.Array:
+    """pi tanh(angles) Delta: angles (..., H, S), dt (..., H) -> (..., H, S) float32."""
+    return jnp.pi * jnp.tanh(angles.astype(jnp.float32)) * dt.astype(jnp.float32)[..., None]
+
+
+def cumulative_angles(angles: jax.Array, dt: jax.Array, initial: jax.Array | None, chunk: int) -> jax.Array:
+    """theta (batch, L, H, S) float32 modulo 2 pi: angles (batch, L, H, S), dt (batch, H, L), initial (batch, H, S).
+    Summed within chunks and carried between them modulo 2 pi, so that float32 keeps its precision at any L."""
+    batch, seqlen, heads, pairs = angles.shape
+    inc = angle_increments(angles, jnp.swapaxes(dt, 1, 2))
+    chunks = -(-seqlen // chunk)
+    inc = jnp.pad(inc, ((0, 0), (0, chunks * chunk - seqlen), (0, 0), (0, 0)))
+    local = jnp.cumsum(inc.reshape(batch, chunks, chunk, heads, pairs), axis=2)
+    start = jnp.zeros((batch, heads, pairs), jnp.float32) if initial is None else initial.astype(jnp.float32)
+
+    def carry(offset, total):
+        return jnp.mod(offset + total, TWO_PI), offset
+
+    _, offsets = lax.scan(carry, start, jnp.moveaxis(local[:, :, -1], 1, 0))
+    theta = jnp.mod(jnp.moveaxis(offsets, 0, 1)[:, :, None] + local, TWO_PI)
+    return theta.reshape(batch, chunks * chunk, heads, pairs)[:, :seqlen]
+
+
+def _per_head(x: jax.Array, heads: int) -> jax.Array:
+    """(batch, L, G, N) -> (batch, L, H, N) float32, head h reading group h // (H / G)."""
+    return jnp.repeat(x.astype(jnp.float32), heads // x.shape[2], axis=2)
+
+
+def _pad_time(x: jax.Array, axis: int, extra: int) -> jax.Array:
+    widths = [(0, 0)] * x.ndim
+    widths[axis] = (0, extra)
+    return jnp.pad(x, widths)
+
+
+def mamba3_siso(
+    Q, K, V, ADT, DT, Trap, Q_bias, K_bias, Angles, D=None, Z=None, states=None, chunk_size: int = 64
+) -> tuple[jax.Array, tuple[jax.Array, jax.Array, jax.Array, jax.Array]]:
+    """out (batch, L, H, P) in V's dtype, and the final states (angle (batch, H, S), ssm (batch, H, P, N), k (batch,
+    H, N), all float32, v (batch, H, P) in V's dtype). Layouts as ``api.mamba3_siso_combined``; ``states`` the input
+    (angle, ssm, k, v) or None."""
+    f32 = jnp.float32
+    batch, seqlen, heads, _ = V.shape
+    chunk = chunk_size
+    chunks = -(-seqlen // chunk)
+    extra = chunks * chunk - seqlen
+    angle0, ssm0, k0, v0 = (None,) * 4 if states is None else states
+    theta = cumulative_angles(Angles, DT, angle0, chunk)
+    q = rotate_pairs(_per_head(Q, heads) + Q_bias.astype(f32), theta)  # (batch, L, H, N)
+    k = rotate_pairs(_per_head(K, heads) + K_bias.astype(f32), theta)
+    v = V.astype(f32)
+    sigma, dt, adt = jax.nn.sigmoid(Trap.astype(f32)), DT.astype(f32), ADT.astype(f32)  # (batch, H, L)
+    gamma = dt * sigma
+    before = dt * (1 - sigma)  # the weight of step t - 1's input at step t, before its decay
+    scale = gamma + jnp.concatenate([before[..., 1:], jnp.zeros_like(before[..., :1])], axis=-1)
+
+    def chunked(x, time_axis):  # pad L to whole chunks (inputs of weight 0, decay 1) and split it
+        x = _pad_time(x, time_axis, extra)
+        return x.reshape(*x.shape[:time_axis], chunks, chunk, *x.shape[time_axis + 1 :])
+
+    qc, kc, vc = (chunked(jnp.swapaxes(a, 1, 2), 2) for a in (q, k, v))  # (batch, H, chunks, chunk, .)
+    gc, sc, ac = (chunked(a, 2) for a in (gamma, scale, adt))  # (batch, H, chunks, chunk)
+    cum = jnp.cumsum(ac, axis=-1)
+    causal = jnp.tril(jnp.ones((chunk, chunk), bool), -1)
+    gap = jnp.where(causal, cum[..., :, None] - cum[..., None, :], 0.0)
+    decay = jnp.where(causal, jnp.exp(gap), 0.0)  # [t, j]: exp(ADT_{j+1} + ... + ADT_t), j < t
+    scores = jnp.einsum("bhctn,bhcjn->bhctj", qc, kc) * decay * sc[..., None, :]
+    within = jnp.einsum("bhctj,bhcjp->bhctp", scores, vc)
+    skip = gc * jnp.sum(qc * kc, axis=-1)
+    if D is not None:
+        skip = skip + D.astype(f32)[None, :, None, None]
+    within = within + skip[..., None] * vc
+
+    to_end = jnp.exp(cum[..., -1:] - cum) * sc  # weight of each input in the state the chunk hands on
+    handed = jnp.einsum("bhct,bhctp,bhctn->bhcpn", to_end, vc, kc)
+    state = jnp.zeros((batch, heads, V.shape[-1], Q.shape[-1]), f32) if ssm0 is None else ssm0.astype(f32)
+    if v0 is not None:
+        state = state + before[..., 0, None, None] * jnp.einsum("bhp,bhn->bhpn", v0.astype(f32), k0.astype(f32))
+
+    def walk(s, chunk_inputs):
+        chunk_decay, added = chunk_inputs
+        return chunk_decay[..., None, None] * s + added, s
+
+    final, starts = lax.scan(walk, state, (jnp.moveaxis(jnp.exp(cum[..., -1]), 2, 0), jnp.moveaxis(handed, 2, 0)))
+    starts = jnp.moveaxis(starts, 0, 2)  # (batch, H, chunks, P, N): the state before each chunk
+    carried = jnp.exp(cum)[..., None] * jnp.einsum("bhcpn,bhctn->bhctp", starts, qc)
+    out = (within + carried).reshape(batch, heads, chunks * chunk, -1)[:, :, :seqlen]
+    out = jnp.swapaxes(out, 1, 2)  # (batch, L, H, P)
+    if Z is not None:
+        out = out * jax.nn.silu(Z.astype(f32))
+    finals = (theta[:, -1], final, k[:, -1], V[:, -1])
+    return out.astype(V.dtype), finals
+
+
+def mamba3_siso_step(
+    Q, K, V, ADT, DT, Trap, Q_bias, K_bias, Angles, D=None, Z=None, states=None
+) -> tuple[jax.Array, tuple[jax.Array, jax.Array, jax.Array, jax.Array]]:
+    """One decoding step, the recurrence itself: out (batch, H, P) in V's dtype and the new states, layouts as
+    ``api.mamba3_siso_step``."""
+    f32 = jnp.float32
+    batch, heads, headdim = V.shape
+    if states is None:
+        pairs, dstate = Angles.shape[-1], Q.shape[-1]
+        states = (
+            jnp.zeros((batch, heads, pairs), f32),
+            jnp.zeros((batch, heads, headdim, dstate), f32),
+            jnp.zeros((batch, heads, dstate), f32),
+            jnp.zeros((batch, heads, headdim), V.dtype),
+        )
+    angle0, ssm0, k0, v0 = states
+    theta = jnp.mod(angle0.astype(f32) + angle_increments(Angles, DT), TWO_PI)
+    per_head = lambda x: jnp.repeat(x.astype(f32), heads // x.shape[1], axis=1)  # noqa: E731
+    q = rotate_pairs(per_head(Q) + Q_bias.astype(f32), theta)
+    k = rotate_pairs(per_head(K) + K_bias.astype(f32), theta)
+    v = V.astype(f32)
+    sigma, dt = jax.nn.sigmoid(Trap.astype(f32)), DT.astype(f32)
+    alpha = jnp.exp(ADT.astype(f32))
+    outer = lambda a, b: jnp.einsum("bhp,bhn->bhpn", a, b)  # noqa: E731
+    previous = (alpha * dt * (1 - sigma))[..., None, None] * outer(v0.astype(f32), k0.astype(f32))
+    state = alpha[..., None, None] * ssm0.astype(f32) + previous + (dt * sigma)[..., None, None] * outer(v, k)
+    out = jnp.einsum("bhpn,bhn->bhp", state, q)
+    if D is not None:
+        out = out + D.astype(f32)[None, :, None] * v
+    if Z is not None:
+        out = out * jax.nn.silu(Z.astype(f32))
+    return out.astype(V.dtype), (theta, state, k, V)
