@@ -1,10 +1,10 @@
-"""float64 NumPy forward passes of mamba-ssm's Mamba and Mamba2 mixers, written from mamba-ssm's slow paths on top
-of the op oracles, reading parameters by their mamba-ssm names. They check the modules' wiring (split orders,
-where biases enter, gating) independently of the module code."""
+"""float64 NumPy forward passes of mamba-ssm's Mamba, Mamba2 and Mamba3 mixers, written from mamba-ssm's slow paths
+on top of the op oracles, reading parameters by their mamba-ssm names. They check the modules' wiring (split
+orders, where biases enter, gating) independently of the module code."""
 
 import numpy as np
 
-from tests.pallas_kernels import naive
+from tests.pallas_kernels import naive, naive_mamba3
 
 
 def _linear(x, p, name):
@@ -55,4 +55,40 @@ def mamba2(
     )
     if d_mlp > 0:
         y = np.concatenate([naive.silu(z0) * x0, y], axis=-1)
+    return _linear(y, p, "out_proj")
+
+
+def _rms(x, weight, eps=1e-5):
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * weight
+
+
+def mamba3(p: dict, hidden: np.ndarray, *, d_state: int, headdim: int, ngroups: int, angles: int, A_floor=1e-4):
+    """mamba-ssm's ``Mamba3.forward`` (SISO) on top of the Mamba-3 oracle."""
+    d_inner = p["out_proj.kernel"].shape[0]
+    heads = d_inner // headdim
+    gn = ngroups * d_state
+    batch, seqlen = hidden.shape[:2]
+    cuts = np.cumsum([d_inner, d_inner, gn, gn, heads, heads, heads])
+    z, x, B, C, dd_dt, dd_A, trap, ang = np.split(_linear(hidden, p, "in_proj"), cuts, axis=-1)
+    assert ang.shape[-1] == angles
+    A = np.minimum(-naive.softplus(dd_A), -A_floor)
+    dt = naive.softplus(dd_dt + p["dt_bias"])
+    by_head = lambda t: np.swapaxes(t, 1, 2)  # noqa: E731
+    groups = (batch, seqlen, ngroups, d_state)
+    y, _ = naive_mamba3.mamba3_forward(
+        _rms(C.reshape(groups), p["C_norm.weight"]),
+        _rms(B.reshape(groups), p["B_norm.weight"]),
+        x.reshape(batch, seqlen, heads, headdim),
+        by_head(A * dt),
+        by_head(dt),
+        by_head(trap),
+        p["C_bias"][:, 0],
+        p["B_bias"][:, 0],
+        np.broadcast_to(ang[:, :, None, :], (batch, seqlen, heads, angles)),
+        D=p["D"],
+        Z=None if "norm.weight" in p else z.reshape(batch, seqlen, heads, headdim),
+    )
+    y = y.reshape(batch, seqlen, d_inner)
+    if "norm.weight" in p:
+        y = naive.rmsnorm_forward(y, p["norm.weight"], z=z, eps=1e-5, group_size=headdim, norm_before_gate=True)
     return _linear(y, p, "out_proj")

@@ -1,0 +1,59 @@
+"""The Mamba-3 mixer: mamba-ssm's parameter names, shapes and initialization, and its forward against a float64
+NumPy re-derivation of mamba-ssm's ``Mamba3.forward`` (split order, A and dt, B/C norms and biases, the gate or the
+gated output norm) on top of the Mamba-3 oracle."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from compare.tolerances import assert_close
+from jax_mamba.models import ParamLayout
+from jax_mamba.modules.mamba3 import Mamba3
+from tests.jax_mamba import naive_mixers
+from tests.jax_mamba.test_modules import params64, perturb, run
+
+
+def test_names_shapes_and_init():
+    m = Mamba3(32, d_state=16, headdim=8, ngroups=2, rngs=nnx.Rngs(0))  # d_inner 64, 8 heads, 4 rotary angles
+    p = {k: np.asarray(v) for k, v in ParamLayout.split(m)[1].items()}
+    shapes = {k: v.shape for k, v in p.items()}
+    assert shapes == {
+        "in_proj.kernel": (32, 2 * 64 + 2 * 2 * 16 + 3 * 8 + 4),
+        "dt_bias": (8,),
+        "B_bias": (8, 1, 16),
+        "C_bias": (8, 1, 16),
+        "B_norm.weight": (16,),
+        "C_norm.weight": (16,),
+        "D": (8,),
+        "out_proj.kernel": (64, 32),
+    }
+    dt = np.logaddexp(p["dt_bias"], 0.0)
+    assert dt.min() >= 1e-3 * 0.999 and dt.max() <= 0.1 * 1.001
+    for name in ("B_bias", "C_bias", "B_norm.weight", "C_norm.weight", "D"):
+        np.testing.assert_array_equal(p[name], 1.0)
+    with_norm = Mamba3(32, d_state=16, headdim=8, rope_fraction=1.0, is_outproj_norm=True, rngs=nnx.Rngs(0))
+    assert with_norm.norm.weight.shape == (64,) and with_norm.num_rope_angles == 8
+
+
+@pytest.mark.parametrize(
+    "d_model,d_state,headdim,ngroups,rope_fraction,outproj_norm,chunk",
+    [(16, 8, 4, 1, 0.5, False, 4), (12, 6, 6, 2, 1.0, True, 5)],
+)
+def test_forward_matches_numpy_slow_path(rng, d_model, d_state, headdim, ngroups, rope_fraction, outproj_norm, chunk):
+    kw = dict(d_state=d_state, headdim=headdim, ngroups=ngroups, rope_fraction=rope_fraction, chunk_size=chunk)
+    m = perturb(Mamba3(d_model, **kw, is_outproj_norm=outproj_norm, rngs=nnx.Rngs(1)), rng)
+    x = rng.normal(size=(2, 11, d_model))
+    want = naive_mixers.mamba3(
+        params64(m), x, d_state=d_state, headdim=headdim, ngroups=ngroups, angles=m.num_rope_angles
+    )
+    assert_close("Mamba3 output", run(m, jnp.asarray(x, jnp.float32)), want, jnp.float32)
+
+
+def test_unsupported_options_are_refused():
+    with pytest.raises(NotImplementedError, match="is_mimo"):
+        Mamba3(16, is_mimo=True, rngs=nnx.Rngs(0))
+    with pytest.raises(ValueError, match=r"rope_fraction must be 0\.5 or 1\.0, got 0\.25"):
+        Mamba3(16, rope_fraction=0.25, rngs=nnx.Rngs(0))
+    with pytest.raises(ValueError, match="must be a multiple of headdim=24"):
+        Mamba3(16, headdim=24, rngs=nnx.Rngs(0))
