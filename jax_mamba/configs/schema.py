@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 MODEL_IMPLS = ("auto", "reference", "pallas", "mamba_ssm_triton")  # what each means: jax_mamba.modules.impl
 
-SSM_LAYERS = ("Mamba1", "Mamba2")
+SSM_LAYERS = ("Mamba1", "Mamba2", "Mamba3")
 COMPUTE_DTYPES = ("auto", "float32", "bfloat16")
 FAMILIES = ("lm", "mamba_vision", "graph_mamba")
 DATA_KINDS = {  # family: the data kinds its task reads
@@ -36,7 +36,8 @@ TOKEN_DTYPES = ("uint16", "uint32")
 
 @dataclass
 class SSMConfig:
-    """mamba-ssm's ``ssm_cfg``: the arguments of ``Mamba`` (layer Mamba1) or ``Mamba2`` (layer Mamba2)."""
+    """mamba-ssm's ``ssm_cfg``: the arguments of ``Mamba`` (layer Mamba1), ``Mamba2`` (layer Mamba2) or ``Mamba3``
+    (layer Mamba3, SISO: headdim, ngroups and chunk_size as Mamba2's, and the fields below)."""
 
     layer: str = "Mamba1"
     d_state: int | None = None  # None: 16 for Mamba1, 128 for Mamba2 (mamba-ssm's defaults)
@@ -62,6 +63,10 @@ class SSMConfig:
     dt_limit: tuple[float, float] = (0.0, math.inf)
     chunk_size: int = 256
     conv_init: float | None = None
+    # Mamba3 only
+    rope_fraction: float = 0.5
+    A_floor: float = 1e-4
+    is_outproj_norm: bool = False
 
     def resolved_d_state(self) -> int:
         if self.d_state is not None:
@@ -434,6 +439,15 @@ def validate_model(m: ModelConfig) -> ModelConfig:
             s.dt_rank,
         )
         _require(s.dt_init in ("random", "constant"), "model.ssm_cfg.dt_init", "'random' or 'constant'", s.dt_init)
+    elif s.layer == "Mamba3":
+        _require(s.rope_fraction in (0.5, 1.0), "model.ssm_cfg.rope_fraction", "0.5 or 1.0", s.rope_fraction)
+        _require(s.A_floor > 0, "model.ssm_cfg.A_floor", "a float > 0", s.A_floor)
+        _require(
+            d_inner % s.headdim == 0 and (d_inner // s.headdim) % s.ngroups == 0,
+            "model.ssm_cfg.headdim/ngroups",
+            f"headdim dividing d_inner={d_inner} into heads that ngroups divides",
+            (s.headdim, s.ngroups),
+        )
     else:
         d_ssm = d_inner if s.d_ssm is None else s.d_ssm
         _require(0 < d_ssm <= d_inner, "model.ssm_cfg.d_ssm", f"in (0, d_inner={d_inner}]", s.d_ssm)

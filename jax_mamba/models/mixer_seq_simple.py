@@ -14,6 +14,7 @@ from jax_mamba.modules.block import Block
 from jax_mamba.modules.impl import compute_dtype_for
 from jax_mamba.modules.layers import LayerNorm, RMSNorm, embedding, linear
 from jax_mamba.modules.mamba2 import Mamba2
+from jax_mamba.modules.mamba3 import Mamba3
 from jax_mamba.modules.mamba_simple import Mamba
 from jax_mamba.modules.mha import MHA
 from jax_mamba.modules.mlp import GatedMLP
@@ -23,7 +24,7 @@ def ssm_layer_kwargs(ssm_cfg: SSMConfig) -> dict:
     """The ``ssm_cfg`` fields the configured mixer takes, by argument name (as mamba-ssm passes ``**ssm_cfg``), with
     d_state resolved to the layer's default when unset."""
     fields = {**dataclasses.asdict(ssm_cfg), "d_state": ssm_cfg.resolved_d_state()}
-    cls = Mamba if ssm_cfg.layer == "Mamba1" else Mamba2
+    cls = {"Mamba1": Mamba, "Mamba2": Mamba2, "Mamba3": Mamba3}[ssm_cfg.layer]
     accepted = inspect.signature(cls.__init__).parameters
     return {k: v for k, v in fields.items() if k in accepted}
 
@@ -31,6 +32,8 @@ def ssm_layer_kwargs(ssm_cfg: SSMConfig) -> dict:
 def _mixer(cfg: ModelConfig, layer_idx: int, dtype, rngs: nnx.Rngs) -> nnx.Module:
     if layer_idx in cfg.attn_layer_idx:
         return MHA(cfg.d_model, **dataclasses.asdict(cfg.attn_cfg), dtype=dtype, impl=cfg.impl, rngs=rngs)
+    if cfg.ssm_cfg.layer == "Mamba3":
+        return Mamba3(cfg.d_model, **ssm_layer_kwargs(cfg.ssm_cfg), dtype=dtype, impl=cfg.impl, rngs=rngs)
     run = dict(mixer_remat=cfg.mixer_remat, dtype=dtype, impl=cfg.impl, rngs=rngs)
     if cfg.ssm_cfg.layer == "Mamba1":
         kept = cfg.scan_checkpoint_every
@@ -79,8 +82,9 @@ class MixerModel(nnx.Module):
                 proj.kernel[...] = proj.kernel[...] * scale
 
     def __call__(self, input_ids: jax.Array, seq_idx: jax.Array | None = None) -> jax.Array:
-        if seq_idx is not None and self.cfg.ssm_cfg.layer == "Mamba1":
-            raise ValueError("seq_idx (packed sequences) is supported by Mamba2 and attention layers, not Mamba1")
+        if seq_idx is not None and self.cfg.ssm_cfg.layer in ("Mamba1", "Mamba3"):
+            layer = self.cfg.ssm_cfg.layer
+            raise ValueError(f"seq_idx (packed sequences) is supported by Mamba2 and attention layers, not {layer}")
         mixer_kwargs = {} if seq_idx is None else {"seq_idx": seq_idx}
         hidden = self.embedding(input_ids)
         residual = None

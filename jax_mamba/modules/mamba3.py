@@ -8,7 +8,7 @@ from flax import nnx
 
 from jax_mamba.modules.init import dt_bias_init
 from jax_mamba.modules.layers import RMSNormGated, linear
-from pallas_kernels import mamba3_siso_combined
+from pallas_kernels import mamba3_siso_combined, mamba3_siso_step
 
 
 class Mamba3(nnx.Module):
@@ -73,8 +73,8 @@ class Mamba3(nnx.Module):
         bc = self.ngroups * self.d_state
         return [self.d_inner, self.d_inner, bc, bc, self.nheads, self.nheads, self.nheads, self.num_rope_angles]
 
-    def __call__(self, hidden_states: jax.Array) -> jax.Array:
-        """hidden_states (batch, L, d_model) -> (batch, L, d_model)."""
+    def _inputs(self, hidden_states: jax.Array) -> tuple[dict, jax.Array]:
+        """hidden_states (batch, L, d_model) -> (the SISO core's arguments in its layouts, z (batch, L, H, P))."""
         batch, seqlen, _ = hidden_states.shape
         ends = list(itertools.accumulate(self._in_proj_blocks()))[:-1]
         z, x, B, C, dd_dt, dd_A, trap, angles = jnp.split(self.in_proj(hidden_states), ends, axis=-1)
@@ -84,22 +84,51 @@ class Mamba3(nnx.Module):
         A = jnp.minimum(-jax.nn.softplus(dd_A.astype(f32)), -self.A_floor)  # (batch, L, H)
         dt = jax.nn.softplus(dd_dt.astype(f32) + self.dt_bias[...])
         by_head = lambda a: jnp.swapaxes(a, 1, 2)  # noqa: E731  (batch, L, H) -> (batch, H, L)
-        angles = jnp.broadcast_to(angles.astype(f32)[:, :, None, :], (*heads[:3], self.num_rope_angles))
         z = z.reshape(heads)
-        y = mamba3_siso_combined(
-            self.C_norm(C.reshape(groups)),
-            self.B_norm(B.reshape(groups)),
-            x.reshape(heads),
-            by_head(A * dt),
-            by_head(dt),
-            by_head(trap),
-            self.C_bias[...][:, 0],
-            self.B_bias[...][:, 0],
-            angles,
-            D=self.D[...],
-            Z=None if self.is_outproj_norm else z,
-            chunk_size=self.chunk_size,
-        ).reshape(batch, seqlen, self.d_inner)
+        inputs = {
+            "Q": self.C_norm(C.reshape(groups)),
+            "K": self.B_norm(B.reshape(groups)),
+            "V": x.reshape(heads),
+            "ADT": by_head(A * dt),
+            "DT": by_head(dt),
+            "Trap": by_head(trap),
+            "Q_bias": self.C_bias[...][:, 0],
+            "K_bias": self.B_bias[...][:, 0],
+            "Angles": jnp.broadcast_to(angles.astype(f32)[:, :, None, :], (*heads[:3], self.num_rope_angles)),
+            "D": self.D[...],
+            "Z": None if self.is_outproj_norm else z,
+        }
+        return inputs, z
+
+    def _output(self, y: jax.Array, z: jax.Array) -> jax.Array:
+        """The core's output (batch, L, H, P) -> the gated output norm where configured, out_proj."""
+        batch, seqlen = y.shape[:2]
+        y = y.reshape(batch, seqlen, self.d_inner)
         if self.is_outproj_norm:
             y = self.norm(y, z.reshape(batch, seqlen, self.d_inner))
-        return self.out_proj(y.astype(x.dtype))
+        return self.out_proj(y)
+
+    def __call__(self, hidden_states: jax.Array, seq_idx: jax.Array | None = None) -> jax.Array:
+        """hidden_states (batch, L, d_model) -> (batch, L, d_model). Packed sequences (seq_idx) are not supported."""
+        if seq_idx is not None:
+            raise ValueError("Mamba3: seq_idx (packed sequences) is not supported yet")
+        inputs, z = self._inputs(hidden_states)
+        return self._output(mamba3_siso_combined(**inputs, chunk_size=self.chunk_size), z)
+
+    def prefill(self, hidden_states: jax.Array, max_len: int) -> tuple[jax.Array, dict]:
+        """Inference over a prompt: (output like __call__'s, cache {"angle" (batch, H, S), "ssm" (batch, H, P, N),
+        "k" (batch, H, N), all float32, "v" (batch, H, P)}: what the next step reads). ``max_len`` is unused."""
+        inputs, z = self._inputs(hidden_states)
+        y, *states = mamba3_siso_combined(**inputs, chunk_size=self.chunk_size, return_final_states=True)
+        return self._output(y, z), dict(zip(("angle", "ssm", "k", "v"), states, strict=True))
+
+    def step(self, hidden_states: jax.Array, cache: dict, pos: jax.Array) -> tuple[jax.Array, dict]:
+        """One decoding position: hidden_states (batch, 1, d_model) and the cache after the previous position ->
+        (output (batch, 1, d_model), the cache after this one). ``pos`` is unused (the state carries position)."""
+        inputs, z = self._inputs(hidden_states)
+        one = {k: None if v is None else v[:, 0] for k, v in inputs.items() if k in ("Q", "K", "V", "Angles", "Z")}
+        one |= {k: inputs[k][..., 0] for k in ("ADT", "DT", "Trap")}
+        one |= {k: inputs[k] for k in ("Q_bias", "K_bias", "D")}
+        states = tuple(cache[k] for k in ("angle", "ssm", "k", "v"))
+        y, states = mamba3_siso_step(**one, Input_States=states)
+        return self._output(y[:, None], z), dict(zip(("angle", "ssm", "k", "v"), states, strict=True))

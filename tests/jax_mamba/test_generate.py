@@ -1,6 +1,7 @@
 """Generation: decoding position by position (prefill, then the layers' recurrent steps and KV caches) gives the
-full forward's logits for Mamba-1, Mamba-2 (its variants) and hybrid models; the compiled loop's greedy tokens equal
-greedy decoding by full forwards, with prompts of different lengths; sampling filters; eos; argument checks."""
+full forward's logits for Mamba-1, Mamba-2 (its variants), Mamba-3 and hybrid models; the compiled loop's greedy
+tokens equal greedy decoding by full forwards, with prompts of different lengths; sampling filters; eos; argument
+checks."""
 
 import jax
 import jax.numpy as jnp
@@ -26,6 +27,8 @@ MODELS = {  # name: (config, overrides): every mixer path a step takes
     ),
     "hybrid": ("hybrid-tiny", ["--model.attn_cfg.d_conv=4", "--model.attn_cfg.mlp_dim=64"]),
     "hybrid-interleaved-rotary": ("hybrid-tiny", ["--model.attn_cfg.rotary_emb_interleaved=true"]),
+    "mamba3": ("mamba3-tiny", ["--model.ssm_cfg.ngroups=2", "--model.ssm_cfg.chunk_size=4"]),
+    "mamba3-outproj-norm": ("mamba3-tiny", ["--model.ssm_cfg.is_outproj_norm=true", "--model.n_layer=1"]),
 }
 
 

@@ -29,7 +29,10 @@ CONFIGS = {
     "mamba2-groups-dhdim-bias": load_config(
         "mamba2-tiny", ["--ngroups=2", "--D_has_hdim=true", "--bias=true", "--model.ssm_cfg.d_ssm=64"]
     ).model,
+    "mamba3-outproj-norm": load_config("mamba3-tiny", ["--ngroups=2", "--model.ssm_cfg.is_outproj_norm=true"]).model,
 }
+# mamba-ssm 2.3.2.post1's MambaLMHeadModel builds no Mamba3 layers (its Mamba3 module has no language-model wrapper)
+IN_MAMBA_SSM_LM = [name for name in CONFIGS if not name.startswith("mamba3")]
 
 
 def random_params(cfg, rng):
@@ -48,7 +51,7 @@ def test_round_trip_is_exact(rng, name):
         np.testing.assert_array_equal(back[k], params[k])
 
 
-@pytest.mark.parametrize("name", list(CONFIGS))
+@pytest.mark.parametrize("name", IN_MAMBA_SSM_LM)
 def test_names_and_shapes_match_a_real_mamba_ssm_model(cpu_reference, name):
     from torch_reference.lm import TorchLM
 
