@@ -20,7 +20,10 @@ class TorchLM(TorchModel):
         config["ssm_cfg"] = {**config["ssm_cfg"], **options["ssm_overrides"]}
         torch.manual_seed(seed)
         self.ref = ref
-        self.model = ref.MambaLMHeadModel(ref.MambaConfig(**config), device=ref.device, dtype=torch.float32)
+        if cfg.ssm_cfg.layer == "Mamba3":
+            self.model = _with_mamba3_mixers(ref, config, cfg)
+        else:
+            self.model = ref.MambaLMHeadModel(ref.MambaConfig(**config), device=ref.device, dtype=torch.float32)
 
     def loss_and_grads(
         self, inputs: np.ndarray, targets: np.ndarray, compute_dtype: str = "float32", label_smoothing: float = 0.0
@@ -37,3 +40,23 @@ class TorchLM(TorchModel):
         loss.backward()
         grads = {k: to_numpy(p.grad) for k, p in self.named_parameters().items()}
         return to_numpy(logits), loss.item(), grads
+
+
+def _with_mamba3_mixers(ref: Reference, config: dict, cfg: ModelConfig) -> torch.nn.Module:
+    """mamba-ssm's ``MambaLMHeadModel`` with its own ``Mamba3`` mixers. Its ``create_block`` takes only Mamba1 and
+    Mamba2 layers (mamba-ssm 2.3.2.post1 has no Mamba-3 language model), so the model is built with small Mamba2
+    placeholders and each SSM layer's mixer is then replaced by a ``Mamba3``, initialized as ``MixerModel``
+    initializes its mixers (``_init_weights``: out_proj rescaled by 1 / sqrt(n_layer))."""
+    from mamba_ssm.models.mixer_seq_simple import _init_weights
+    from mamba_ssm.modules.mamba3 import Mamba3
+
+    from jax_mamba.models import ssm_layer_kwargs
+
+    placeholder = {**config, "ssm_cfg": {"layer": "Mamba2", "d_state": 16, "headdim": 16, "expand": 1}}
+    model = ref.MambaLMHeadModel(ref.MambaConfig(**placeholder), device=ref.device, dtype=torch.float32)
+    kwargs = ssm_layer_kwargs(cfg.ssm_cfg)
+    for i, block in enumerate(model.backbone.layers):
+        if i not in cfg.attn_layer_idx:
+            block.mixer = Mamba3(cfg.d_model, **kwargs, layer_idx=i, device=ref.device, dtype=torch.float32)
+            block.mixer.apply(lambda module: _init_weights(module, n_layer=cfg.n_layer, n_residuals_per_layer=1))
+    return model
