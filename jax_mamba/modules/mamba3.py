@@ -10,6 +10,8 @@ from jax_mamba.modules.init import dt_bias_init
 from jax_mamba.modules.layers import RMSNormGated, linear
 from pallas_kernels import mamba3_siso_combined, mamba3_siso_step
 
+STATE_NAMES = ("angle", "ssm", "k", "v")  # the decoding cache, in the order the SISO ops take and return states
+
 
 class Mamba3(nnx.Module):
     """in_proj -> [z, x, B, C, dd_dt, dd_A, trap, angles]; A = min(-softplus(dd_A), -A_floor) and dt =
@@ -120,7 +122,7 @@ class Mamba3(nnx.Module):
         "k" (batch, H, N), all float32, "v" (batch, H, P)}: what the next step reads). ``max_len`` is unused."""
         inputs, z = self._inputs(hidden_states)
         y, *states = mamba3_siso_combined(**inputs, chunk_size=self.chunk_size, return_final_states=True)
-        return self._output(y, z), dict(zip(("angle", "ssm", "k", "v"), states, strict=True))
+        return self._output(y, z), dict(zip(STATE_NAMES, states, strict=True))
 
     def step(self, hidden_states: jax.Array, cache: dict, pos: jax.Array) -> tuple[jax.Array, dict]:
         """One decoding position: hidden_states (batch, 1, d_model) and the cache after the previous position ->
@@ -129,6 +131,6 @@ class Mamba3(nnx.Module):
         one = {k: None if v is None else v[:, 0] for k, v in inputs.items() if k in ("Q", "K", "V", "Angles", "Z")}
         one |= {k: inputs[k][..., 0] for k in ("ADT", "DT", "Trap")}
         one |= {k: inputs[k] for k in ("Q_bias", "K_bias", "D")}
-        states = tuple(cache[k] for k in ("angle", "ssm", "k", "v"))
+        states = tuple(cache[k] for k in STATE_NAMES)
         y, states = mamba3_siso_step(**one, Input_States=states)
-        return self._output(y[:, None], z), dict(zip(("angle", "ssm", "k", "v"), states, strict=True))
+        return self._output(y[:, None], z), dict(zip(STATE_NAMES, states, strict=True))

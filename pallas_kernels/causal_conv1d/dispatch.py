@@ -2,8 +2,8 @@
 GPU (``mosaic_gpu.kernel``) where ``ConvConfig.backend`` (both passes) or ``bwd_backend`` (the backward) asks for
 it. The Mosaic GPU kernels cover dim a multiple of 128, width at most 9 and no seq_idx, on Hopper, and compiled, no
 initial states and L a multiple of their block; a request outside that is refused before any work
-(``mosaic_refusal``). The Triton kernels stay the default: on an
-H200 the Mosaic GPU forward took twice the Triton one's time and its backward 0.55x (docs/kernels.md#causal-conv1d).
+(``mosaic_refusal``). The Triton kernels stay the default: on an H200 the Mosaic GPU forward took twice the Triton
+one's time and its backward 0.55x (docs/kernels.md#causal-conv1d).
 
 Arguments are channels-last and pre-checked by ``api.causal_conv1d_fn``: x (batch, L, dim); weight (dim, width);
 bias (dim,) or None; seq_idx (batch, L) int or None; initial_states (batch, width - 1, dim) or None.
@@ -21,8 +21,8 @@ def mosaic_refusal(x_shape: tuple, width: int, has_seq_idx: bool, has_initial: b
     """Why the Mosaic GPU kernels cannot take these arguments, or None where they can. Compiled for a GPU they also
     refuse initial states and an L that is not a multiple of the block until their GPU tests pass with both: with
     both (batch 2, L 1000, dim 256) the compiled forward missed the reference by 8% (relative L2) on an H200. The
-    likely cause, found since in Mosaic GPU's copy code and mended in ``mosaic_gpu.kernel._store_block``: a partial
-    last block's rows past L were stored into the next batch row when the tile's rows are whole rows of the array."""
+    likely cause is what ``mosaic_gpu.kernel._store_block`` guards against: a partial last block's rows past L stored
+    into the next batch row where the tile's rows are whole rows of the array."""
     seqlen, dim = x_shape[1], x_shape[-1]
     if has_seq_idx:
         return "seq_idx (packed sequences) is not covered: use backend='triton'"
@@ -52,6 +52,7 @@ def _read_states(weight, initial_states):
 
 def _mosaic_dims(x, weight, bias, initial_states, silu: bool, config: ConvConfig, interpret: bool):
     batch, seqlen, dim = x.shape
+    block_l = _mosaic_block_l(seqlen, config)
     return mosaic.MosaicConvDims(
         batch=batch,
         seqlen=seqlen,
@@ -60,11 +61,11 @@ def _mosaic_dims(x, weight, bias, initial_states, silu: bool, config: ConvConfig
         has_bias=bias is not None,
         has_initial=initial_states is not None,
         silu=silu,
-        block_l=_mosaic_block_l(seqlen, config),
+        block_l=block_l,
         block_d=config.mosaic_block_d if dim % config.mosaic_block_d == 0 else mosaic.LANES,
         segment_blocks=config.mosaic_segment_blocks,
         interpret=interpret,
-        unroll=min(config.mosaic_unroll, _mosaic_block_l(seqlen, config)),
+        unroll=min(config.mosaic_unroll, block_l),
     )
 
 

@@ -45,9 +45,7 @@ def mamba3_siso_combined(
     batch, seqlen, heads, headdim = V.shape
     _check_qk(Q, K, (batch, seqlen), "(batch, L, G, N)", heads)
     dstate = Q.shape[-1]
-    for name, value in (("ADT", ADT), ("DT", DT), ("Trap", Trap)):
-        check_array(name, value, 3)
-        check_shape(name, value, (batch, heads, seqlen), "(batch, H, L)")
+    _check_per_head(ADT, DT, Trap, (batch, heads, seqlen), "(batch, H, L)")
     _check_common(Q_bias, K_bias, Angles, D, Z, V, (batch, seqlen, heads), "(batch, L, H, S)", dstate)
     check_positive_int("chunk_size", chunk_size)
     states = _check_states(Input_States, batch, heads, headdim, dstate, Angles.shape[-1])
@@ -79,9 +77,7 @@ def mamba3_siso_step(
     batch, heads, headdim = V.shape
     _check_qk(Q, K, (batch,), "(batch, G, N)", heads)
     dstate = Q.shape[-1]
-    for name, value in (("ADT", ADT), ("DT", DT), ("Trap", Trap)):
-        check_array(name, value, 2)
-        check_shape(name, value, (batch, heads), "(batch, H)")
+    _check_per_head(ADT, DT, Trap, (batch, heads), "(batch, H)")
     _check_common(Q_bias, K_bias, Angles, D, Z, V, (batch, heads), "(batch, H, S)", dstate)
     states = _check_states(Input_States, batch, heads, headdim, dstate, Angles.shape[-1])
     return reference.mamba3_siso_step(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, Angles, D, Z, states)
@@ -93,6 +89,13 @@ def _check_qk(Q, K, lead: tuple, layout: str, heads: int) -> None:
         raise ValueError(f"Q must have shape {layout} with leading axes {lead} (as V's), got {tuple(Q.shape)}")
     check_shape("K", K, Q.shape, "like Q")
     check_divides("ngroups (Q.shape[-2])", heads, Q.shape[-2], "nheads (V.shape[-2])")
+
+
+def _check_per_head(ADT, DT, Trap, shape: tuple, layout: str) -> None:
+    """ADT, DT and Trap: one value per batch row and head (and step, over a sequence)."""
+    for name, value in (("ADT", ADT), ("DT", DT), ("Trap", Trap)):
+        check_array(name, value, len(shape))
+        check_shape(name, value, shape, layout)
 
 
 def _check_common(Q_bias, K_bias, Angles, D, Z, V, lead: tuple, angles_layout: str, dstate: int) -> None:

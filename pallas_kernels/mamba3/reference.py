@@ -56,8 +56,8 @@ def cumulative_angles(angles: jax.Array, dt: jax.Array, initial: jax.Array | Non
 
 
 def _per_head(x: jax.Array, heads: int) -> jax.Array:
-    """(batch, L, G, N) -> (batch, L, H, N) float32, head h reading group h // (H / G)."""
-    return jnp.repeat(x.astype(jnp.float32), heads // x.shape[2], axis=2)
+    """(..., G, N) -> (..., H, N) float32, head h reading group h // (H / G)."""
+    return jnp.repeat(x.astype(jnp.float32), heads // x.shape[-2], axis=-2)
 
 
 def _pad_time(x: jax.Array, axis: int, extra: int) -> jax.Array:
@@ -142,9 +142,8 @@ def mamba3_siso_step(
         )
     angle0, ssm0, k0, v0 = states
     theta = jnp.mod(angle0.astype(f32) + angle_increments(Angles, DT), TWO_PI)
-    per_head = lambda x: jnp.repeat(x.astype(f32), heads // x.shape[1], axis=1)  # noqa: E731
-    q = rotate_pairs(per_head(Q) + Q_bias.astype(f32), theta)
-    k = rotate_pairs(per_head(K) + K_bias.astype(f32), theta)
+    q = rotate_pairs(_per_head(Q, heads) + Q_bias.astype(f32), theta)
+    k = rotate_pairs(_per_head(K, heads) + K_bias.astype(f32), theta)
     v = V.astype(f32)
     sigma, dt = jax.nn.sigmoid(Trap.astype(f32)), DT.astype(f32)
     alpha = jnp.exp(ADT.astype(f32))

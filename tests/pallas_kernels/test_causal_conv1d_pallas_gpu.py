@@ -54,7 +54,7 @@ MOSAIC = ConvConfig(backend="mosaic_gpu")
 def test_compiled_mosaic_gpu_kernels_match_reference(rng, batch, seqlen, dim, width, init, config):
     """The kernels beneath the API's refusal (``vjp.causal_conv1d``): ``causal_conv1d_fn`` refuses the last two
     cases, compiled, until they pass here (a partial last block over whole rows of a batch of 2, whose rows past L
-    once landed on the next batch row; initial states)."""
+    must not land on the next batch row; initial states)."""
     x = jnp.asarray(rng.normal(size=(batch, seqlen, dim)), jnp.bfloat16)
     weight = jnp.asarray(rng.normal(size=(dim, width)) / 2, jnp.float32)
     bias = jnp.asarray(rng.normal(size=dim), jnp.float32)
