@@ -39,8 +39,8 @@ def causal_conv1d_fn(
 
     ``impl="pallas"`` runs the Pallas kernels (interpreted when JAX has no GPU), SiLU fused, initial states read in
     place (context parallelism passes the previous device's last inputs), a backward that keeps only the inputs.
-    ``config`` sets their backend (Triton by default, or Mosaic GPU: ``causal_conv1d.dispatch``) and tiling
-    (``ConvConfig``).
+    ``config`` sets their backends (by default Mosaic GPU's where they cover the call, else Triton's:
+    ``causal_conv1d.dispatch``) and tiling (``ConvConfig``).
     """
     check_impl("causal_conv1d_fn", impl, _AVAILABLE_IMPLS)
     if layout not in ("channels_last", "channels_first"):
@@ -73,14 +73,11 @@ def causal_conv1d_fn(
 
     if impl == "pallas":
         check_config(config, ConvConfig)
-        if config is not None and config.uses_mosaic_gpu:
-            refusal = dispatch.mosaic_refusal(x.shape, width, seq_idx is not None, initial_states is not None, config)
-            if refusal:
-                field = "backend" if config.backend == "mosaic_gpu" else "bwd_backend"
-                raise ValueError(f"ConvConfig({field}='mosaic_gpu'): {refusal}")
+        interpret = interpret_mode()
+        config = dispatch.choose_backends(x.shape, width, seq_idx is not None, config or ConvConfig(), interpret)
         silu = activation in ("silu", "swish")
         states = None if initial_states is None else initial_states.astype(x.dtype)  # as the reference rounds them
-        out = vjp.causal_conv1d(x, weight, bias, seq_idx, states, silu, config or ConvConfig(), interpret_mode())
+        out = vjp.causal_conv1d(x, weight, bias, seq_idx, states, silu, config, interpret)
         final_states = _last_inputs(x, initial_states, width) if return_final_states else None
     else:
         out, final_states = reference.causal_conv1d(x, weight, bias, seq_idx, initial_states, activation)

@@ -4,17 +4,17 @@ import dataclasses
 
 from pallas_kernels._triton import next_pow2
 
-BACKENDS = ("triton", "mosaic_gpu")
+BACKENDS = ("auto", "triton", "mosaic_gpu")
 
 
 @dataclasses.dataclass(frozen=True)
 class ConvConfig:
-    """Defaults: the Triton kernels, in tiles that compile without spilling for an H100 at width 4
-    (``compare.triton_ir``: forward 72 registers, backward 167; the backward keeps 2 x width - 1 shifted input tiles
-    live), the backward's the faster of the two measured on an H100 (docs/kernels.md#causal-conv1d).
-    ``backend="mosaic_gpu"`` asks for the Mosaic GPU kernels (``causal_conv1d.dispatch`` says what they cover): a
-    program walks ``mosaic_segment_blocks`` blocks of ``mosaic_block_l`` steps. ``bwd_backend`` sets the backward's
-    apart ("": the same as ``backend``), e.g. Triton's forward with Mosaic GPU's backward."""
+    """Defaults: ``backend="auto"``, the Mosaic GPU kernels where they cover the call and Triton's elsewhere
+    (``causal_conv1d.dispatch.choose_backends``); Mosaic GPU programs of ``mosaic_segment_blocks`` blocks of
+    ``mosaic_block_l`` = 32 steps, the fastest measured (docs/kernels.md#causal-conv1d); Triton tiles that compile
+    without spilling for an H100 at width 4 (``compare.triton_ir``: forward 72 registers, backward 167).
+    ``backend="triton"`` or ``"mosaic_gpu"`` asks for one backend (a Mosaic GPU request it does not cover is
+    refused); ``bwd_backend`` sets the backward's apart ("": the same as ``backend``)."""
 
     block_l: int = 32  # forward: time steps per program
     block_d: int = 64  # forward: channels per program (contiguous in memory)
@@ -22,9 +22,9 @@ class ConvConfig:
     bwd_block_l: int = 32
     bwd_block_d: int = 64
     bwd_num_warps: int = 4
-    backend: str = "triton"
+    backend: str = "auto"
     bwd_backend: str = ""
-    mosaic_block_l: int = 64  # steps per TMA block (at least 8)
+    mosaic_block_l: int = 32  # steps per TMA block (at least 8)
     mosaic_block_d: int = 256  # channels a Mosaic GPU program: 128 or 256 (128 where dim is no multiple of 256)
     mosaic_segment_blocks: int = 2  # blocks a Mosaic GPU program walks
     mosaic_unroll: int = 1  # steps a Mosaic GPU loop iteration (a power of two, at most mosaic_block_l)
@@ -60,10 +60,8 @@ class ConvConfig:
             raise ValueError(f"ConvConfig.bwd_backend must be '' or one of {BACKENDS}, got {self.bwd_backend!r}")
 
     @property
-    def backward_backend(self) -> str:
-        """The backend of the backward kernel."""
-        return self.bwd_backend or self.backend
-
-    @property
-    def uses_mosaic_gpu(self) -> bool:
-        return "mosaic_gpu" in (self.backend, self.backward_backend)
+    def asks_for_mosaic_gpu(self) -> str | None:
+        """The field that asks for the Mosaic GPU kernels by name ("backend" or "bwd_backend"), or None."""
+        if self.backend == "mosaic_gpu":
+            return "backend"
+        return "bwd_backend" if self.bwd_backend == "mosaic_gpu" else None

@@ -1,29 +1,28 @@
-"""The one place that chooses the causal conv1d's kernels: Pallas Triton (``triton.kernel``, the default) or Mosaic
-GPU (``mosaic_gpu.kernel``) where ``ConvConfig.backend`` (both passes) or ``bwd_backend`` (the backward) asks for
-it. The Mosaic GPU kernels cover dim a multiple of 128, width at most 9 and no seq_idx, on Hopper, and compiled, no
-initial states and L a multiple of their block; a request outside that is refused before any work
-(``mosaic_refusal``). The Triton kernels stay the default: on an H200 the Mosaic GPU forward took twice the Triton
-one's time and its backward 0.55x (docs/kernels.md#causal-conv1d).
+"""The one place that chooses the causal conv1d's kernels, Pallas Triton (``triton.kernel``) or Mosaic GPU
+(``mosaic_gpu.kernel``), for each pass (``choose_backends``). The Mosaic GPU kernels cover dim a multiple of 128,
+width at most 9 and no seq_idx, on Hopper; ``ConvConfig.backend="auto"`` (the default) takes them, compiled, wherever
+they cover the call, and Triton's elsewhere (packed sequences, other dims or GPUs, the interpreter): on an H200 they
+ran forward and backward in 0.56x the Triton kernels' time at the 130m, 1.4b, long and 790m shapes, the forward
+alone in the same time (docs/kernels.md#causal-conv1d). A request for Mosaic GPU by name that they do not cover is
+refused before any work.
 
 Arguments are channels-last and pre-checked by ``api.causal_conv1d_fn``: x (batch, L, dim); weight (dim, width);
 bias (dim,) or None; seq_idx (batch, L) int or None; initial_states (batch, width - 1, dim) or None.
 """
 
+import dataclasses
+
 import jax
 
-from pallas_kernels._triton import gpu_has_wgmma, interpret_mode, next_pow2
+from pallas_kernels._triton import gpu_has_wgmma, next_pow2
 from pallas_kernels.causal_conv1d.config import ConvConfig
 from pallas_kernels.causal_conv1d.mosaic_gpu import kernel as mosaic
 from pallas_kernels.causal_conv1d.triton import kernel as triton
 
 
-def mosaic_refusal(x_shape: tuple, width: int, has_seq_idx: bool, has_initial: bool, config: ConvConfig) -> str | None:
-    """Why the Mosaic GPU kernels cannot take these arguments, or None where they can. Compiled for a GPU they also
-    refuse initial states and an L that is not a multiple of the block until their GPU tests pass with both: with
-    both (batch 2, L 1000, dim 256) the compiled forward missed the reference by 8% (relative L2) on an H200. The
-    likely cause is what ``mosaic_gpu.kernel._store_block`` guards against: a partial last block's rows past L stored
-    into the next batch row where the tile's rows are whole rows of the array."""
-    seqlen, dim = x_shape[1], x_shape[-1]
+def mosaic_refusal(x_shape: tuple, width: int, has_seq_idx: bool) -> str | None:
+    """Why the Mosaic GPU kernels cannot take these arguments, or None where they can."""
+    dim = x_shape[-1]
     if has_seq_idx:
         return "seq_idx (packed sequences) is not covered: use backend='triton'"
     if dim % mosaic.LANES:
@@ -32,13 +31,23 @@ def mosaic_refusal(x_shape: tuple, width: int, has_seq_idx: bool, has_initial: b
         return f"width must be at most {mosaic.HALO + 1}, got {width}"
     if not gpu_has_wgmma():
         return "the GPU is not a Hopper (compute capability 9.x): use backend='triton'"
-    if not interpret_mode():
-        block_l = _mosaic_block_l(seqlen, config)
-        if seqlen % block_l:
-            return f"L must be a multiple of the block ({block_l} steps) when compiled, got {seqlen}"
-        if has_initial and width > 1:
-            return "initial_states are not covered when compiled: use backend='triton'"
     return None
+
+
+def choose_backends(x_shape: tuple, width: int, has_seq_idx: bool, config: ConvConfig, interpret: bool) -> ConvConfig:
+    """``config`` with each pass's backend named ("triton" or "mosaic_gpu"): "auto" becomes Mosaic GPU where
+    ``mosaic_refusal`` has nothing against the call and the kernels are compiled, else Triton. Interpreted, "auto"
+    stays on Triton: the Mosaic GPU interpreter's host callbacks cannot be differentiated under ``jax.checkpoint``,
+    which the models' layers use (the Mosaic kernels' interpret-mode tests ask for them by name). A pass that asks
+    for Mosaic GPU by name and is refused raises ValueError naming the field and the reason."""
+    refusal = mosaic_refusal(x_shape, width, has_seq_idx)
+    field = config.asks_for_mosaic_gpu
+    if field and refusal:
+        raise ValueError(f"ConvConfig({field}='mosaic_gpu'): {refusal}")
+    auto = "triton" if refusal or interpret else "mosaic_gpu"
+    forward = auto if config.backend == "auto" else config.backend
+    backward = config.bwd_backend or config.backend
+    return dataclasses.replace(config, backend=forward, bwd_backend=auto if backward == "auto" else backward)
 
 
 def _mosaic_block_l(seqlen: int, config: ConvConfig) -> int:
@@ -102,7 +111,7 @@ def conv_backward(
 ) -> tuple[jax.Array, jax.Array, jax.Array | None]:
     """(dx (batch, L, dim) in x.dtype, dw partials (batch, P, width, dim) float32, dbias partials (batch, P, dim)
     float32 or None): P partials a batch row, summed by the caller in a fixed order."""
-    if config.backward_backend == "mosaic_gpu":
+    if config.bwd_backend == "mosaic_gpu":
         initial_states = _read_states(weight, initial_states)
         dims = _mosaic_dims(x, weight, bias, initial_states, silu, config, interpret)
         return mosaic.conv_backward(x, weight, bias, initial_states, dout, dims)

@@ -17,10 +17,16 @@ import jax.numpy as jnp
 from pallas_kernels.causal_conv1d import dispatch, reference
 from pallas_kernels.causal_conv1d.config import ConvConfig
 
+# Both passes under ``jax.jit`` so that every call of the same shapes and config shares one lowering: a Mosaic GPU
+# kernel's module carries its call's source location, so each layer would otherwise compile its own kernel
+# (docs/kernels.md#compiled-once-per-shape).
+_forward_once = jax.jit(dispatch.conv_forward, static_argnums=(5, 6, 7))
+_backward_once = jax.jit(dispatch.conv_backward, static_argnums=(6, 7, 8))
+
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7))
 def causal_conv1d(x, weight, bias, seq_idx, initial_states, silu: bool, config: ConvConfig, interpret: bool):
-    return dispatch.conv_forward(x, weight, bias, seq_idx, initial_states, silu, config, interpret)
+    return _forward_once(x, weight, bias, seq_idx, initial_states, silu, config, interpret)
 
 
 def _fwd(x, weight, bias, seq_idx, initial_states, silu, config, interpret):
@@ -31,7 +37,7 @@ def _fwd(x, weight, bias, seq_idx, initial_states, silu, config, interpret):
 def _bwd(silu, config, interpret, residuals, dout):
     x, weight, bias, seq_idx, initial_states = residuals
     dout = dout.astype(x.dtype)
-    dx, dw, dbias = dispatch.conv_backward(x, weight, bias, seq_idx, initial_states, dout, silu, config, interpret)
+    dx, dw, dbias = _backward_once(x, weight, bias, seq_idx, initial_states, dout, silu, config, interpret)
     dw = dw.sum(axis=(0, 1)).T.astype(weight.dtype)  # partials (batch, P, width, dim) in a fixed order
     dbias = None if bias is None else dbias.sum(axis=(0, 1)).astype(bias.dtype)
     dseq = None if seq_idx is None else jnp.zeros(seq_idx.shape, jax.dtypes.float0)

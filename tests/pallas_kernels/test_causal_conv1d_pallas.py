@@ -114,7 +114,7 @@ def test_unsupported_arguments_are_refused_before_work(rng):
         causal_conv1d_fn(x, weight, initial_states=jnp.zeros((1, 2, 4)), impl="pallas")
     with pytest.raises(ValueError, match=r"ConvConfig\.bwd_backend must be '' or one of"):
         causal_conv1d_fn(x, weight, impl="pallas", config=ConvConfig(bwd_backend="cuda"))
-    with pytest.raises(ValueError, match=r"ConvConfig\.mosaic_unroll must be at most mosaic_block_l \(64\), got 128"):
+    with pytest.raises(ValueError, match=r"ConvConfig\.mosaic_unroll must be at most mosaic_block_l \(32\), got 128"):
         causal_conv1d_fn(x, weight, impl="pallas", config=ConvConfig(backend="mosaic_gpu", mosaic_unroll=128))
     with pytest.raises(ValueError, match=r"ConvConfig\.mosaic_block_d must be 128 or 256, got 64"):
         causal_conv1d_fn(x, weight, impl="pallas", config=ConvConfig(backend="mosaic_gpu", mosaic_block_d=64))
@@ -145,23 +145,30 @@ def test_mosaic_gpu_backend_refuses_what_it_does_not_cover(dim, width, packed, m
 
 
 @pytest.mark.parametrize(
-    "seqlen,init,message",
+    "dim,width,packed,hopper,interpret,expected",
     [
-        (1000, False, "L must be a multiple of the block (64 steps) when compiled, got 1000"),
-        (40, False, "L must be a multiple of the block (64 steps) when compiled, got 40"),
-        (128, True, "initial_states are not covered when compiled"),
+        (1536, 4, False, True, False, "mosaic_gpu"),
+        (128, 9, False, True, False, "mosaic_gpu"),
+        (1536, 4, True, True, False, "triton"),
+        (100, 4, False, True, False, "triton"),
+        (128, 11, False, True, False, "triton"),
+        (1536, 4, False, False, False, "triton"),
+        (1536, 4, False, True, True, "triton"),
     ],
 )
-def test_compiled_mosaic_gpu_backend_refuses_what_failed_its_gpu_test(monkeypatch, seqlen, init, message):
-    """Compiled (as on a Hopper GPU, faked here), the Mosaic GPU kernels refuse a partial last block and initial
-    states, which the compiled kernels got wrong on an H200; interpreted they take both (the cases above)."""
+def test_auto_backend_takes_mosaic_gpu_wherever_it_covers_the_call(
+    monkeypatch, dim, width, packed, hopper, interpret, expected
+):
+    """The default config's backend per pass: Mosaic GPU compiled on Hopper for dims a multiple of 128, widths up to
+    9 and no seq_idx; Triton otherwise (interpreted too). A pass named explicitly keeps its backend."""
     from pallas_kernels.causal_conv1d import dispatch
 
-    monkeypatch.setattr(dispatch, "interpret_mode", lambda: False)
-    monkeypatch.setattr(dispatch, "gpu_has_wgmma", lambda: True)
-    x = jnp.zeros((2, seqlen, 128), jnp.float32)
-    weight = jnp.zeros((128, 4), jnp.float32)
-    states = jnp.zeros((2, 3, 128), jnp.float32) if init else None
-    with pytest.raises(ValueError, match=re.escape(f"ConvConfig(backend='mosaic_gpu'): {message}")):
-        causal_conv1d_fn(x, weight, initial_states=states, impl="pallas", config=ConvConfig(backend="mosaic_gpu"))
-    assert dispatch.mosaic_refusal((2, 2048, 128), 4, False, False, ConvConfig(backend="mosaic_gpu")) is None
+    monkeypatch.setattr(dispatch, "gpu_has_wgmma", lambda: hopper)
+
+    def chosen(config):
+        config = dispatch.choose_backends((2, 1000, dim), width, packed, config, interpret)
+        return config.backend, config.bwd_backend
+
+    assert chosen(ConvConfig()) == (expected, expected)
+    assert chosen(ConvConfig(bwd_backend="triton")) == (expected, "triton")
+    assert chosen(ConvConfig(backend="triton", bwd_backend="auto")) == ("triton", expected)
