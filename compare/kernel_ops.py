@@ -16,6 +16,7 @@ import numpy as np
 
 from pallas_kernels import causal_conv1d_fn, mamba_chunk_scan_combined, rmsnorm_fn, selective_scan_fn
 from pallas_kernels.causal_conv1d.config import ConvConfig
+from pallas_kernels.mamba3.api import mamba3_siso_combined
 from pallas_kernels.rmsnorm_gated.config import NormConfig
 from pallas_kernels.selective_scan.config import ScanConfig
 from pallas_kernels.ssd.api import pallas_config as ssd_pallas_config
@@ -291,18 +292,84 @@ def norm_torch(ref, arrays, dtypes, cotangent, shape):
     return rmsnorm_gated_calls(ref, arrays, dtypes, cotangent, **_norm_options(shape))
 
 
+# ---- Mamba-3 SISO (the mixer's sequence op): shape (batch, L, H, P, N, G, S, chunk)
+
+MAMBA3_ARGS = ("Q", "K", "V", "ADT", "DT", "Trap", "Q_bias", "K_bias", "Angles", "D", "Z")
+
+
+def mamba3_inputs(shape, dtype: str, seed: int) -> tuple[dict, dict, np.ndarray]:
+    """As the mixer feeds the op: Q, K (the RMS-normed C and B), V, Z in the compute dtype; A dt < 0 and dt from
+    softplus, trapezoid logits and raw angles of order 1, biases around 1, in float32 (Trap and Angles rounded to
+    the compute dtype, as mamba-ssm's op rounds them)."""
+    batch, seqlen, heads, headdim, dstate, groups, pairs, _ = shape
+    rng = np.random.default_rng(seed)
+    dt = np.logaddexp(rng.normal(-1.0, 1.0, (batch, heads, seqlen)), 0.0)
+    arrays = {
+        "Q": rng.normal(size=(batch, seqlen, groups, dstate)),
+        "K": rng.normal(size=(batch, seqlen, groups, dstate)),
+        "V": rng.normal(size=(batch, seqlen, heads, headdim)),
+        "ADT": -(np.logaddexp(rng.normal(size=(batch, heads, seqlen)), 0.0) + 1e-4) * dt,
+        "DT": dt,
+        "Trap": rng.normal(size=(batch, heads, seqlen)),
+        "Q_bias": rng.normal(1.0, 0.1, (heads, dstate)),
+        "K_bias": rng.normal(1.0, 0.1, (heads, dstate)),
+        "Angles": rng.normal(size=(batch, seqlen, heads, pairs)),
+        "D": np.ones(heads),
+        "Z": rng.normal(size=(batch, seqlen, heads, headdim)),
+    }
+    activations = ("Q", "K", "V", "Z")
+    dtypes = {k: dtype if k in activations else "float32" for k in MAMBA3_ARGS}
+    arrays = _rounded(arrays, dtypes) | _rounded(
+        {k: arrays[k] for k in ("Trap", "Angles")}, {"Trap": dtype, "Angles": dtype}
+    )
+    cotangent = _rounded({"c": rng.normal(size=(batch, seqlen, heads, headdim))}, {"c": dtype})["c"]
+    return arrays, dtypes, cotangent
+
+
+def mamba3_costs(shape, dtype: str) -> dict:
+    """Bytes: the inputs read once and out written; the backward reads the inputs and dout again and writes a
+    gradient of each input. FLOPs of the chunked form per head and step: q·k and scores·v within the chunk
+    (2 chunk (N + P)), the state handed on and read out (4 P N); the backward about twice that again. Exps: the
+    within-chunk decays."""
+    batch, seqlen, heads, headdim, dstate, groups, pairs, chunk = shape
+    item = jnp.dtype(dtype).itemsize
+    steps = batch * seqlen
+    inputs = steps * (2 * groups * dstate * item + 2 * heads * headdim * item + 3 * heads * 4 + heads * pairs * 4)
+    out = steps * heads * headdim * item
+    flops = 2 * steps * heads * (chunk * (dstate + headdim) + 2 * headdim * dstate)
+    exps = steps * heads * chunk // 2
+    return {
+        "forward": {"bytes": inputs + out, "flops": flops, "exps": exps},
+        "forward+backward": {"bytes": 3 * inputs + 2 * out, "flops": 3 * flops, "exps": 2 * exps},
+    }
+
+
+def mamba3_jax(variant: Variant, arrays, dtypes, cotangent, shape):
+    def fn(**kw):
+        return mamba3_siso_combined(**kw, chunk_size=shape[-1], impl=variant.impl)
+
+    return _jax_calls(fn, arrays, dtypes, cotangent, dtypes["V"])
+
+
+def mamba3_torch(ref, arrays, dtypes, cotangent, shape):
+    from torch_reference.kernel_calls import mamba3_siso_calls
+
+    return mamba3_siso_calls(ref, arrays, dtypes, cotangent, chunk_size=shape[-1])
+
+
 @dataclasses.dataclass(frozen=True)
 class KernelOp:
     name: str
     dim_names: tuple[str, ...]
     shapes: dict[str, tuple]
-    config_cls: type
+    config_cls: type | None  # the op's tiling dataclass (--pallas-config), None where it has none
     inputs: Callable
     costs: Callable
     jax_calls: Callable
     torch_calls: Callable
     shape_config: Callable | None = None  # (shape, dtype) -> the Pallas config the op's API picks, where shape-aware
     torch_extensions: bool = True  # mamba-ssm's side needs its CUDA extensions (the SSD runs on its Triton kernels)
+    impls: tuple[str, ...] = ("pallas",)  # the JAX impls timed without --impls
 
 
 OPS = {
@@ -352,5 +419,17 @@ OPS = {
         norm_jax,
         norm_torch,
         torch_extensions=False,
+    ),
+    "mamba3": KernelOp(
+        "mamba3",
+        ("batch", "L", "H", "P", "N", "G", "S", "chunk"),
+        {"130m": (8, 2048, 24, 64, 128, 1, 32, 64), "long": (1, 65536, 24, 64, 128, 1, 32, 64)},
+        None,
+        mamba3_inputs,
+        mamba3_costs,
+        mamba3_jax,
+        mamba3_torch,
+        torch_extensions=False,
+        impls=("reference",),
     ),
 }

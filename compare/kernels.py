@@ -141,6 +141,8 @@ def _field_value(key: str, value: str, kind) -> str | int | bool:
 
 def parse_config(text: str, op: KernelOp = OPS["selective_scan"]) -> Variant:
     """'block_d=32,num_warps=1,...' -> a pallas variant of ``op``'s config class, labelled by the text."""
+    if op.config_cls is None:
+        raise SystemExit(f"--pallas-config: --op {op.name} has no tiling config")
     types = {f.name: f.type for f in dataclasses.fields(op.config_cls)}
     fields = {}
     for item in text.split(","):
@@ -352,8 +354,9 @@ def main(argv: list[str] | None = None) -> int:
         "--impls",
         nargs="*",
         choices=["pallas", "reference", *REGISTERED_IMPLS],
-        default=["pallas"],
-        help="mamba_ssm_triton (--op ssd): mamba-ssm's own Triton kernels launched from JAX",
+        default=None,
+        help="default: the op's kernels (--op mamba3: its reference); mamba_ssm_triton (--op ssd): mamba-ssm's own "
+        "Triton kernels launched from JAX",
     )
     parser.add_argument(
         "--pallas-config",
@@ -389,6 +392,7 @@ def main(argv: list[str] | None = None) -> int:
     if jax.default_backend() != "gpu":
         raise SystemExit("compare.kernels times GPU kernels: JAX sees no GPU")
 
+    args.impls = list(op.impls) if args.impls is None else args.impls
     for impl in args.impls:
         if impl in REGISTERED_IMPLS and REGISTERED_IMPLS[impl] != args.op:
             raise SystemExit(f"--impls {impl} serves --op {REGISTERED_IMPLS[impl]} only, not {args.op}")

@@ -64,13 +64,13 @@ def check_seq_idx(seq_idx, batch: int, seqlen: int) -> None:
         raise ValueError("seq_idx must be non-decreasing along L (packed sequences are contiguous)")
 
 
-def check_cu_seqlens(cu_seqlens, batch: int, seqlen: int) -> None:
-    """cu_seqlens for varlen states: int (num_sequences + 1,) strictly increasing from 0 to L (values checked when
-    known), with batch 1 (the sequences are packed along L)."""
+def check_cu_seqlens(cu_seqlens, batch: int, seqlen: int, needed_by: str = "return_varlen_states") -> None:
+    """cu_seqlens of packed sequences: int (num_sequences + 1,) strictly increasing from 0 to L (values checked when
+    known), with batch 1 (the sequences are packed along L). ``needed_by`` names the argument that asks for them."""
     if cu_seqlens is None:
-        raise ValueError("return_varlen_states needs cu_seqlens: int (num_sequences + 1,), from 0 to L")
+        raise ValueError(f"{needed_by} needs cu_seqlens: int (num_sequences + 1,), from 0 to L")
     if batch != 1:
-        raise ValueError(f"return_varlen_states needs batch 1 (sequences packed along L), got batch {batch}")
+        raise ValueError(f"{needed_by} needs batch 1 (sequences packed along L), got batch {batch}")
     check_array("cu_seqlens", cu_seqlens, 1, floating=False)
     if not jnp.issubdtype(cu_seqlens.dtype, jnp.integer) or cu_seqlens.shape[0] < 2:
         raise ValueError(

@@ -145,6 +145,22 @@ def rmsnorm_gated_calls(
     return _calls(run, list(leaves.values()), dout, device, channels_first=False)
 
 
+def mamba3_siso_calls(ref: Reference, arrays: dict, dtypes: dict, cotangent: np.ndarray, *, chunk_size: int):
+    """Q, K (batch, L, G, N); V, Z (batch, L, H, P); ADT, DT, Trap (batch, H, L); Q_bias, K_bias (H, N); Angles
+    (batch, L, H, S); D (H,): mamba-ssm's Triton ``mamba3_siso_combined``, in the same layouts (no copies)."""
+    if ref.device != "cuda":
+        raise RuntimeError("mamba-ssm's Mamba-3 op is Triton kernels only: it needs a GPU")
+    from mamba_ssm.ops.triton.mamba3.mamba3_siso_combined import mamba3_siso_combined
+
+    leaves = {k: to_torch(v, dtypes[k], ref.device, grad=True) for k, v in arrays.items()}
+    dout = to_torch(cotangent, dtypes["V"], ref.device)
+
+    def run():
+        return mamba3_siso_combined(**leaves, chunk_size=chunk_size)
+
+    return _calls(run, list(leaves.values()), dout, ref.device, channels_first=False)
+
+
 def _sync_cuda(_output) -> None:
     torch.cuda.synchronize()
 

@@ -2,8 +2,16 @@
 and layouts. Only the pure-JAX reference runs today (``impl="reference"``); the kernels are to come."""
 
 import jax
+import numpy as np
 
-from pallas_kernels._checks import check_array, check_divides, check_impl, check_positive_int, check_shape
+from pallas_kernels._checks import (
+    check_array,
+    check_cu_seqlens,
+    check_divides,
+    check_impl,
+    check_positive_int,
+    check_shape,
+)
 from pallas_kernels.mamba3 import reference
 
 _AVAILABLE_IMPLS = ("reference",)
@@ -37,10 +45,11 @@ def mamba3_siso_combined(
     with ``return_final_states`` also the final angle, ssm and k states (float32) and v (V's dtype), as
     ``Input_States`` takes them (a prefill then continues through ``mamba3_siso_step``). Unlike mamba-ssm's Triton
     op, which rounds Q, K, V, Z, Trap, Angles and its cumulative angles to bfloat16, the reference keeps float32.
-    ``cu_seqlens`` (packed sequences) is not implemented yet."""
+
+    ``cu_seqlens`` int (num_sequences + 1,), from 0 to L strictly increasing: sequences packed along L of a batch of
+    1, each from its own input states (``Input_States``' leading axis the sequence), their final states returned
+    the same way. The reference splits them on the host, so cu_seqlens must be concrete (not traced under jit)."""
     check_impl("mamba3_siso_combined", impl, _AVAILABLE_IMPLS)
-    if cu_seqlens is not None:
-        raise NotImplementedError("mamba3_siso_combined: cu_seqlens (packed sequences) is not implemented yet")
     check_array("V", V, 4)
     batch, seqlen, heads, headdim = V.shape
     _check_qk(Q, K, (batch, seqlen), "(batch, L, G, N)", heads)
@@ -48,8 +57,14 @@ def mamba3_siso_combined(
     _check_per_head(ADT, DT, Trap, (batch, heads, seqlen), "(batch, H, L)")
     _check_common(Q_bias, K_bias, Angles, D, Z, V, (batch, seqlen, heads), "(batch, L, H, S)", dstate)
     check_positive_int("chunk_size", chunk_size)
-    states = _check_states(Input_States, batch, heads, headdim, dstate, Angles.shape[-1])
-    out, finals = reference.mamba3_siso(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, Angles, D, Z, states, chunk_size)
+    args = (Q, K, V, ADT, DT, Trap, Q_bias, K_bias, Angles, D, Z)
+    if cu_seqlens is None:
+        states = _check_states(Input_States, batch, heads, headdim, dstate, Angles.shape[-1])
+        out, finals = reference.mamba3_siso(*args, states, chunk_size)
+    else:
+        bounds = _packed_bounds(cu_seqlens, batch, seqlen)
+        states = _check_states(Input_States, len(bounds) - 1, heads, headdim, dstate, Angles.shape[-1], "num_sequences")
+        out, finals = reference.mamba3_siso_packed(*args, states, chunk_size, bounds)
     return (out, *finals) if return_final_states else out
 
 
@@ -118,17 +133,28 @@ def _check_common(Q_bias, K_bias, Angles, D, Z, V, lead: tuple, angles_layout: s
         check_shape("Z", Z, V.shape, "like V")
 
 
-def _check_states(states, batch: int, heads: int, headdim: int, dstate: int, pairs: int):
-    """Input_States: None, or (angle, ssm, k, v) with their shapes."""
+def _packed_bounds(cu_seqlens, batch: int, seqlen: int) -> tuple[int, ...]:
+    """cu_seqlens checked and read on the host."""
+    check_cu_seqlens(cu_seqlens, batch, seqlen, needed_by="cu_seqlens")
+    if isinstance(cu_seqlens, jax.core.Tracer):
+        raise ValueError(
+            "cu_seqlens must be concrete (a NumPy array, or a JAX array outside jit): mamba3_siso_combined's "
+            "reference splits the packed sequences on the host"
+        )
+    return tuple(int(v) for v in np.asarray(cu_seqlens))
+
+
+def _check_states(states, lead: int, heads: int, headdim: int, dstate: int, pairs: int, lead_name: str = "batch"):
+    """Input_States: None, or (angle, ssm, k, v) with their shapes; ``lead`` rows (batch rows or sequences)."""
     if states is None:
         return None
     if not isinstance(states, tuple | list) or len(states) != 4:
         raise ValueError("Input_States must be a tuple (angle, ssm, k, v) of four arrays, or None")
     expected = {
-        "angle": ((batch, heads, pairs), "(batch, H, S)"),
-        "ssm": ((batch, heads, headdim, dstate), "(batch, H, P, N)"),
-        "k": ((batch, heads, dstate), "(batch, H, N)"),
-        "v": ((batch, heads, headdim), "(batch, H, P)"),
+        "angle": ((lead, heads, pairs), f"({lead_name}, H, S)"),
+        "ssm": ((lead, heads, headdim, dstate), f"({lead_name}, H, P, N)"),
+        "k": ((lead, heads, dstate), f"({lead_name}, H, N)"),
+        "v": ((lead, heads, headdim), f"({lead_name}, H, P)"),
     }
     for (name, (shape, layout)), value in zip(expected.items(), states, strict=True):
         check_array(f"Input_States {name}", value, len(shape))

@@ -245,6 +245,28 @@ def test_conv_op_costs_inputs_and_jax_calls():
     assert pallas.saved_bytes == 0 and reference.saved_bytes > 0
 
 
+def test_mamba3_op_costs_inputs_and_refusals():
+    """The Mamba-3 op: bytes of the 130m shape, inputs in their dtypes and ranges, the reference timed by default (it
+    has no kernels yet) and no tiling variants; the reference runs on the CPU."""
+    import numpy as np
+
+    op = kernel_ops.OPS["mamba3"]
+    costs = op.costs(op.shapes["130m"], "bfloat16")
+    steps = 8 * 2048
+    inputs = steps * (2 * 128 * 2 + 2 * 24 * 64 * 2 + 3 * 24 * 4 + 24 * 32 * 4)
+    assert costs["forward"]["bytes"] == inputs + steps * 24 * 64 * 2
+    assert costs["forward+backward"]["bytes"] == 3 * inputs + 2 * steps * 24 * 64 * 2
+    shape = (1, 9, 2, 4, 8, 1, 2, 4)
+    arrays, dtypes, cotangent = op.inputs(shape, "bfloat16", seed=0)
+    assert set(arrays) == set(kernel_ops.MAMBA3_ARGS) and dtypes["V"] == "bfloat16" and dtypes["DT"] == "float32"
+    assert (arrays["ADT"] < 0).all() and (arrays["DT"] > 0).all() and cotangent.shape == arrays["V"].shape
+    assert op.impls == ("reference",)
+    calls = op.jax_calls(kernel_ops.Variant("reference", "reference"), arrays, dtypes, cotangent, shape)
+    assert calls.output.shape == (1, 9, 2, 4) and np.isfinite(calls.output).all()
+    with pytest.raises(SystemExit, match="--op mamba3 has no tiling config"):
+        kernels.parse_config("block_l=32", op)
+
+
 def test_jax_forward_backward_returns_the_output_with_the_gradients():
     """The timed forward+backward returns the op's output beside the gradients, as a training step's loss reads it:
     with the gradients alone XLA may drop forward kernels whose results the backward does not keep (the SSD's forward

@@ -3,6 +3,8 @@ outputs and final states over awkward shapes (L of 1 and not a multiple of the c
 two, several groups, partial rotation, input states), every gradient against central differences of the oracle, a
 prefill continued by steps against a longer prefill, and the argument checks."""
 
+import itertools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -172,10 +174,87 @@ def test_bad_arguments_are_named_before_any_work(rng):
         mamba3_siso_combined(**jargs, Input_States=bad)
     with pytest.raises(ValueError, match=r"chunk_size must be a positive int, got 0"):
         mamba3_siso_combined(**jargs, chunk_size=0)
-    with pytest.raises(NotImplementedError, match=r"cu_seqlens"):
-        mamba3_siso_combined(**jargs, cu_seqlens=jnp.asarray([0, 4], jnp.int32))
+    with pytest.raises(ValueError, match=r"cu_seqlens must increase strictly from 0 to L=4 .* got \[0, 3\]"):
+        mamba3_siso_combined(**jargs, cu_seqlens=np.asarray([0, 3], np.int32))
+    with pytest.raises(ValueError, match=r"cu_seqlens must be concrete"):
+        jax.jit(lambda cu: mamba3_siso_combined(**jargs, cu_seqlens=cu))(jnp.asarray([0, 4], jnp.int32))
+    with pytest.raises(ValueError, match=r"Input_States angle must have shape \(num_sequences, H, S\) = \(2, 2, 2\)"):
+        bad = (jnp.zeros((1, 2, 2)), jnp.zeros((1, 2, 2, 4)), jnp.zeros((1, 2, 4)), jnp.zeros((1, 2, 2)))
+        mamba3_siso_combined(**jargs, Input_States=bad, cu_seqlens=np.asarray([0, 1, 4]))
+    two = {k: None if v is None else jnp.concatenate([v, v]) for k, v in jargs.items() if k not in PER_HEAD}
+    with pytest.raises(ValueError, match=r"cu_seqlens needs batch 1 \(sequences packed along L\), got batch 2"):
+        mamba3_siso_combined(**(jargs | two), cu_seqlens=np.asarray([0, 4]))
     with pytest.raises(NotImplementedError, match=r"impl='pallas' is not available yet"):
         mamba3_siso_combined(**jargs, impl="pallas")
     step = {k: jargs[k][:, 0] for k in ("Q", "K", "V", "Angles")} | {k: jargs[k][..., 0] for k in ("ADT", "DT")}
     with pytest.raises(ValueError, match=r"Trap must have shape \(batch, H\) = \(1, 2\)"):
         mamba3_siso_step(**step, Trap=jnp.zeros((1, 3)), Q_bias=jargs["Q_bias"], K_bias=jargs["K_bias"])
+
+
+@pytest.mark.parametrize(
+    "lengths,groups,chunk,has_states",
+    [((1, 70, 13), 2, 8, True), ((9,), 1, 4, False), ((3, 1, 1, 6), 1, 64, True)],
+    ids=["three-awkward-states", "one", "short-ones"],
+)
+def test_packed_sequences_match_the_recurrence_and_separate_runs(rng, lengths, groups, chunk, has_states):
+    """cu_seqlens: each packed sequence against the float64 loop from its own input states (outputs and final
+    states), and every gradient against the same sequences run one by one."""
+    seqlen, heads, pairs = sum(lengths), 2 * groups, 2
+    args, _ = random_inputs(rng, 1, seqlen, groups, heads, 3, 6, pairs, True, True, False)
+    states = (
+        random_inputs(rng, len(lengths), 1, groups, heads, 3, 6, pairs, False, False, True)[1] if has_states else None
+    )
+    bounds = np.cumsum((0, *lengths))
+    jargs, jstates = as_jax(args, states)
+
+    def packed(values, state_values):
+        return mamba3_siso_combined(
+            **values, Input_States=state_values, chunk_size=chunk, return_final_states=True, cu_seqlens=bounds
+        )
+
+    out, *finals = packed(jargs, jstates)
+    for i, (start, end) in enumerate(itertools.pairwise(bounds)):
+        own = None if states is None else tuple(s[i : i + 1] for s in states)
+        want, want_finals = naive_mamba3.mamba3_forward(**_steps(args, start, end), states=own)
+        assert_close(f"out of sequence {i}", out[:, start:end], want, jnp.float32)
+        assert_angles_close(f"final angle of sequence {i}", finals[0][i : i + 1], want_finals[0])
+        for name, got, expected in zip(("ssm", "k", "v"), finals[1:], want_finals[1:], strict=True):
+            assert_close(f"final {name} of sequence {i}", got[i : i + 1], expected, jnp.float32)
+
+    dout = jnp.asarray(rng.normal(size=out.shape), jnp.float32)
+    dssm = jnp.asarray(rng.normal(size=finals[1].shape), jnp.float32)
+
+    def separate(values, state_values):
+        outs, ssms = [], []
+        for i, (start, end) in enumerate(itertools.pairwise(bounds)):
+            own = None if state_values is None else tuple(s[i : i + 1] for s in state_values)
+            o, _, ssm, _, _ = mamba3_siso_combined(
+                **_steps(values, start, end), Input_States=own, chunk_size=chunk, return_final_states=True
+            )
+            outs.append(o)
+            ssms.append(ssm)
+        return jnp.concatenate(outs, axis=1), jnp.concatenate(ssms)
+
+    def loss(run, values, state_values):
+        if run is packed:
+            o, _, ssm, _, _ = packed(values, state_values)
+        else:
+            o, ssm = separate(values, state_values)
+        return jnp.sum(o * dout) + jnp.sum(ssm * dssm)
+
+    got = jax.grad(lambda v, s: loss(packed, v, s), argnums=(0, 1))(jargs, jstates)
+    want = jax.grad(lambda v, s: loss(separate, v, s), argnums=(0, 1))(jargs, jstates)
+    for path, g in jax.tree_util.tree_leaves_with_path(got):
+        assert_close(f"d{jax.tree_util.keystr(path)}", g, _at(want, path), jnp.float32)
+
+
+def _steps(args: dict, start: int, end: int) -> dict:
+    """Steps start to end - 1 of every per-step input."""
+    cut = {k: v[:, start:end] for k, v in args.items() if k in TIME_FIRST and v is not None}
+    return args | cut | {k: args[k][..., start:end] for k in TIME_LAST}
+
+
+def _at(tree, path):
+    for key in path:
+        tree = tree[key.key if hasattr(key, "key") else key.idx]
+    return tree
