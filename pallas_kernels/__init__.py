@@ -7,7 +7,7 @@ pure-JAX ground truth). This package knows nothing of Flax or torch.
 import sys
 
 from pallas_kernels.causal_conv1d.api import causal_conv1d_fn
-from pallas_kernels.mamba3.api import mamba3_siso_combined, mamba3_siso_step
+from pallas_kernels.mamba3.api import mamba3_mimo, mamba3_mimo_step, mamba3_siso_combined, mamba3_siso_step
 from pallas_kernels.matmul_few_rows.api import matmul_few_rows
 from pallas_kernels.rmsnorm_gated.api import rmsnorm_fn
 from pallas_kernels.selective_scan.api import selective_scan_fn
@@ -17,6 +17,8 @@ from pallas_kernels.ssd.api import mamba_chunk_scan_combined
 __all__ = [
     "available_impls",
     "causal_conv1d_fn",
+    "mamba3_mimo",
+    "mamba3_mimo_step",
     "mamba3_siso_combined",
     "mamba3_siso_step",
     "mamba_chunk_scan_combined",

@@ -1,5 +1,6 @@
-"""Public Mamba-3 SISO functions: mamba-ssm's ``mamba3_siso_combined`` and ``mamba3_siso_step`` names, argument order
-and layouts. Only the pure-JAX reference runs today (``impl="reference"``); the kernels are to come."""
+"""Public Mamba-3 functions: mamba-ssm's ``mamba3_siso_combined``, ``mamba3_siso_step`` and ``mamba3_mimo`` names,
+argument order and layouts, and a MIMO decoding step in the SISO step's form (``mamba3_mimo_step``). Only the
+pure-JAX reference runs today (``impl="reference"``); the kernels are to come."""
 
 import jax
 import numpy as np
@@ -15,6 +16,8 @@ from pallas_kernels._checks import (
 from pallas_kernels.mamba3 import reference
 
 _AVAILABLE_IMPLS = ("reference",)
+SISO_ARGS = ("Q", "K", "V", "ADT", "DT", "Trap", "Q_bias", "K_bias", "Angles", "D", "Z")
+MIMO_ARGS = ("Q", "K", "V", "ADT", "DT", "Trap", "Q_bias", "K_bias", "MIMO_V", "MIMO_Z", "MIMO_Out", "Angles", "D", "Z")
 
 
 def mamba3_siso_combined(
@@ -64,7 +67,8 @@ def mamba3_siso_combined(
     else:
         bounds = _packed_bounds(cu_seqlens, batch, seqlen)
         states = _check_states(Input_States, len(bounds) - 1, heads, headdim, dstate, Angles.shape[-1], "num_sequences")
-        out, finals = reference.mamba3_siso_packed(*args, states, chunk_size, bounds)
+        named = dict(zip(SISO_ARGS, args, strict=True))
+        out, finals = reference.mamba3_packed(reference.mamba3_siso, named, states, chunk_size, bounds)
     return (out, *finals) if return_final_states else out
 
 
@@ -96,6 +100,142 @@ def mamba3_siso_step(
     _check_common(Q_bias, K_bias, Angles, D, Z, V, (batch, heads), "(batch, H, S)", dstate)
     states = _check_states(Input_States, batch, heads, headdim, dstate, Angles.shape[-1])
     return reference.mamba3_siso_step(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, Angles, D, Z, states)
+
+
+def mamba3_mimo(
+    Q: jax.Array,
+    K: jax.Array,
+    V: jax.Array,
+    ADT: jax.Array,
+    DT: jax.Array,
+    Trap: jax.Array,
+    Q_bias: jax.Array,
+    K_bias: jax.Array,
+    MIMO_V: jax.Array,
+    MIMO_Z: jax.Array,
+    MIMO_Out: jax.Array | None,
+    Angles: jax.Array,
+    D: jax.Array | None = None,
+    Z: jax.Array | None = None,
+    chunk_size: int = 16,
+    rotary_dim_divisor: int = 4,
+    dtype=None,
+    return_state: bool = False,
+    cu_seqlens: jax.Array | None = None,
+    *,
+    Input_States: tuple | None = None,
+    impl: str = "reference",
+):
+    """Mamba-3's MIMO sequence mixer of rank R (the recurrence: ``reference``'s docstring).
+
+    Shapes: Q (= C), K (= B) (batch, L, R, G, N), G dividing H; V (= x) and Z (batch, L, H, P); ADT, DT, Trap
+    (batch, H, L); Q_bias, K_bias (H, R, N); MIMO_V, MIMO_Z, MIMO_Out (H, R, P), the ranks' input, gate and output
+    projections (MIMO_Out None: the ranks' outputs come back unsummed); Angles (batch, L, H, N / rotary_dim_divisor)
+    raw, feature j turned with feature j + N / 2; D (H,). Returns out (batch, L, H, P), or (batch, L, R, H, P)
+    without MIMO_Out, in ``dtype`` (V's when None), and with ``return_state`` also the final angle, ssm (batch, H, P,
+    N) and k (batch, R, H, N) states and v (batch, H, P), as ``mamba3_mimo_step`` takes them.
+
+    ``cu_seqlens`` as ``mamba3_siso_combined``'s (concrete; each sequence's final v its own last step, where
+    mamba-ssm's op returns the whole batch's last). ``Input_States`` (keyword only; mamba-ssm's op has none):
+    (angle, ssm, k, v) with those shapes, per batch row (per sequence with cu_seqlens), or None (zeros)."""
+    check_impl("mamba3_mimo", impl, _AVAILABLE_IMPLS)
+    check_array("V", V, 4)
+    batch, seqlen, heads, headdim = V.shape
+    rank, dstate = _check_mimo(Q, K, V, Q_bias, K_bias, MIMO_V, MIMO_Z, MIMO_Out, D, Z, (batch, seqlen))
+    _check_per_head(ADT, DT, Trap, (batch, heads, seqlen), "(batch, H, L)")
+    pairs = _check_rotary(Angles, rotary_dim_divisor, dstate, (batch, seqlen, heads), "(batch, L, H, S)")
+    check_positive_int("chunk_size", chunk_size)
+    args = dict(
+        zip(MIMO_ARGS, (Q, K, V, ADT, DT, Trap, Q_bias, K_bias, MIMO_V, MIMO_Z, MIMO_Out, Angles, D, Z), strict=True)
+    )
+    if cu_seqlens is None:
+        states = _check_states(Input_States, batch, heads, headdim, dstate, pairs, rank=rank)
+        out, finals = reference.mamba3_mimo(**args, states=states, chunk_size=chunk_size)
+    else:
+        bounds = _packed_bounds(cu_seqlens, batch, seqlen)
+        states = _check_states(Input_States, len(bounds) - 1, heads, headdim, dstate, pairs, "num_sequences", rank)
+        out, finals = reference.mamba3_packed(reference.mamba3_mimo, args, states, chunk_size, bounds)
+    out = out if dtype is None else out.astype(dtype)
+    return (out, *finals) if return_state else out
+
+
+def mamba3_mimo_step(
+    Q: jax.Array,
+    K: jax.Array,
+    V: jax.Array,
+    ADT: jax.Array,
+    DT: jax.Array,
+    Trap: jax.Array,
+    Q_bias: jax.Array,
+    K_bias: jax.Array,
+    MIMO_V: jax.Array,
+    MIMO_Z: jax.Array,
+    MIMO_Out: jax.Array | None,
+    Angles: jax.Array,
+    D: jax.Array | None = None,
+    Z: jax.Array | None = None,
+    Input_States: tuple | None = None,
+    rotary_dim_divisor: int = 4,
+    *,
+    impl: str = "reference",
+):
+    """One decoding step of ``mamba3_mimo``: Q, K (batch, R, G, N); V, Z (batch, H, P); ADT, DT, Trap (batch, H);
+    Q_bias, K_bias (H, R, N); MIMO_V, MIMO_Z, MIMO_Out (H, R, P); Angles (batch, H, S); D (H,); Input_States (angle
+    (batch, H, S), ssm (batch, H, P, N), k (batch, R, H, N), v (batch, H, P)) or None (zeros). Returns (out (batch, H,
+    P), or (batch, R, H, P) without MIMO_Out, in V's dtype, the new states)."""
+    check_impl("mamba3_mimo_step", impl, _AVAILABLE_IMPLS)
+    check_array("V", V, 3)
+    batch, heads, headdim = V.shape
+    rank, dstate = _check_mimo(Q, K, V, Q_bias, K_bias, MIMO_V, MIMO_Z, MIMO_Out, D, Z, (batch,))
+    _check_per_head(ADT, DT, Trap, (batch, heads), "(batch, H)")
+    pairs = _check_rotary(Angles, rotary_dim_divisor, dstate, (batch, heads), "(batch, H, S)")
+    states = _check_states(Input_States, batch, heads, headdim, dstate, pairs, rank=rank)
+    args = dict(
+        zip(MIMO_ARGS, (Q, K, V, ADT, DT, Trap, Q_bias, K_bias, MIMO_V, MIMO_Z, MIMO_Out, Angles, D, Z), strict=True)
+    )
+    return reference.mamba3_mimo_step(**args, states=states)
+
+
+def _check_mimo(Q, K, V, Q_bias, K_bias, MIMO_V, MIMO_Z, MIMO_Out, D, Z, lead: tuple) -> tuple[int, int]:
+    """The MIMO arguments' shapes (all but the per-step scalars and the angles); returns (R, N)."""
+    heads, headdim = V.shape[-2:]
+    check_array("Q", Q, len(lead) + 3)
+    layout = "(batch, L, R, G, N)" if len(lead) == 2 else "(batch, R, G, N)"
+    if tuple(Q.shape[: len(lead)]) != lead:
+        raise ValueError(f"Q must have shape {layout} with leading axes {lead} (as V's), got {tuple(Q.shape)}")
+    check_shape("K", K, Q.shape, "like Q")
+    check_divides("ngroups (Q.shape[-2])", heads, Q.shape[-2], "nheads (V.shape[-2])")
+    rank, dstate = Q.shape[-3], Q.shape[-1]
+    for name, value, size, letter in (
+        ("Q_bias", Q_bias, dstate, "N"),
+        ("K_bias", K_bias, dstate, "N"),
+        ("MIMO_V", MIMO_V, headdim, "P"),
+        ("MIMO_Z", MIMO_Z, headdim, "P"),
+        ("MIMO_Out", MIMO_Out, headdim, "P"),
+    ):
+        if value is not None or name != "MIMO_Out":
+            check_array(name, value, 3)
+            check_shape(name, value, (heads, rank, size), f"(H, R, {letter})")
+    if D is not None:
+        check_array("D", D, 1)
+        check_shape("D", D, (heads,), "(H,)")
+    if Z is not None:
+        check_array("Z", Z, V.ndim)
+        check_shape("Z", Z, V.shape, "like V")
+    return rank, dstate
+
+
+def _check_rotary(Angles, divisor, dstate: int, lead: tuple, layout: str) -> int:
+    """Angles with N / rotary_dim_divisor pairs (j, j + N / 2); returns that count."""
+    if divisor not in (2, 4) or dstate % (2 * divisor):
+        raise ValueError(
+            f"rotary_dim_divisor must be 2 or 4 with N (Q.shape[-1]) a multiple of twice it, got {divisor!r} "
+            f"and N={dstate}"
+        )
+    check_array("Angles", Angles, len(lead) + 1)
+    pairs = dstate // divisor
+    check_shape("Angles", Angles, (*lead, pairs), layout.replace("S", "N / rotary_dim_divisor"))
+    return pairs
 
 
 def _check_qk(Q, K, lead: tuple, layout: str, heads: int) -> None:
@@ -144,8 +284,11 @@ def _packed_bounds(cu_seqlens, batch: int, seqlen: int) -> tuple[int, ...]:
     return tuple(int(v) for v in np.asarray(cu_seqlens))
 
 
-def _check_states(states, lead: int, heads: int, headdim: int, dstate: int, pairs: int, lead_name: str = "batch"):
-    """Input_States: None, or (angle, ssm, k, v) with their shapes; ``lead`` rows (batch rows or sequences)."""
+def _check_states(
+    states, lead: int, heads: int, headdim: int, dstate: int, pairs: int, lead_name: str = "batch", rank=None
+):
+    """Input_States: None, or (angle, ssm, k, v) with their shapes; ``lead`` rows (batch rows or sequences); k per
+    rank where ``rank`` is given (MIMO)."""
     if states is None:
         return None
     if not isinstance(states, tuple | list) or len(states) != 4:
@@ -153,7 +296,9 @@ def _check_states(states, lead: int, heads: int, headdim: int, dstate: int, pair
     expected = {
         "angle": ((lead, heads, pairs), f"({lead_name}, H, S)"),
         "ssm": ((lead, heads, headdim, dstate), f"({lead_name}, H, P, N)"),
-        "k": ((lead, heads, dstate), f"({lead_name}, H, N)"),
+        "k": ((lead, heads, dstate), f"({lead_name}, H, N)")
+        if rank is None
+        else ((lead, rank, heads, dstate), f"({lead_name}, R, H, N)"),
         "v": ((lead, heads, headdim), f"({lead_name}, H, P)"),
     }
     for (name, (shape, layout)), value in zip(expected.items(), states, strict=True):

@@ -85,22 +85,29 @@ def test_chunked_reference_matches_the_recurrence(
 
 
 def test_every_gradient_matches_central_differences_of_the_recurrence(rng):
-    """d/d every input (and the input states) of sum(out * dout) + sum(final ssm * dssm), the JAX reference's
-    autodiff against central differences of the float64 oracle."""
     args, states = random_inputs(rng, 1, 6, 1, 2, 2, 4, 1, True, True, True)
-    dout = rng.normal(size=args["V"].shape)
-    dssm = rng.normal(size=states[1].shape)
+
+    def ours(**kw):
+        out, _, ssm, _, _ = mamba3_siso_combined(**kw, chunk_size=4, return_final_states=True)
+        return out, ssm
+
+    assert_gradients_match_the_oracle(rng, ours, naive_mamba3.mamba3_forward, args, states)
+
+
+def assert_gradients_match_the_oracle(rng, ours, oracle_forward, args: dict, states) -> None:
+    """d/d every input (and the input states) of sum(out * dout) + sum(final ssm * dssm): the JAX reference's
+    autodiff (``ours(**args, Input_States=...)`` -> (out, final ssm)) against central differences of the float64
+    oracle (``oracle_forward(**args, states=...)`` -> (out, finals))."""
     names = [k for k, v in args.items() if v is not None]
+    dout = rng.normal(size=oracle_forward(**args, states=states)[0].shape)
+    dssm = rng.normal(size=states[1].shape)
 
     def oracle(values, state_values):
-        out, finals = naive_mamba3.mamba3_forward(**dict(zip(names, values, strict=True)), states=state_values)
+        out, finals = oracle_forward(**dict(zip(names, values, strict=True)), states=state_values)
         return np.sum(out * dout) + np.sum(finals[1] * dssm)
 
     def loss(values, state_values):
-        kw = dict(zip(names, values, strict=True))
-        out, _, ssm, _, _ = mamba3_siso_combined(
-            **kw, Input_States=state_values, chunk_size=4, return_final_states=True
-        )
+        out, ssm = ours(**dict(zip(names, values, strict=True)), Input_States=state_values)
         return jnp.sum(out * dout) + jnp.sum(ssm * dssm)
 
     values = [np.array(args[k], np.float64) for k in names]
