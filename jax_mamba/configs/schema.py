@@ -67,6 +67,8 @@ class SSMConfig:
     rope_fraction: float = 0.5
     A_floor: float = 1e-4
     is_outproj_norm: bool = False
+    is_mimo: bool = False
+    mimo_rank: int = 4
 
     def resolved_d_state(self) -> int:
         if self.d_state is not None:
@@ -442,6 +444,17 @@ def validate_model(m: ModelConfig) -> ModelConfig:
     elif s.layer == "Mamba3":
         _require(s.rope_fraction in (0.5, 1.0), "model.ssm_cfg.rope_fraction", "0.5 or 1.0", s.rope_fraction)
         _require(s.A_floor > 0, "model.ssm_cfg.A_floor", "a float > 0", s.A_floor)
+        if s.is_mimo:
+            _require(
+                isinstance(s.mimo_rank, int) and s.mimo_rank >= 1, "model.ssm_cfg.mimo_rank", "an int >= 1", s.mimo_rank
+            )
+            divisor = round(2 / s.rope_fraction)
+            _require(
+                s.resolved_d_state() % divisor == 0,
+                "model.ssm_cfg.d_state",
+                f"a multiple of {divisor} for MIMO at rope_fraction {s.rope_fraction}",
+                s.resolved_d_state(),
+            )
         _require(
             d_inner % s.headdim == 0 and (d_inner // s.headdim) % s.ngroups == 0,
             "model.ssm_cfg.headdim/ngroups",

@@ -1,4 +1,5 @@
-"""Mamba-3 mixer (SISO): mamba-ssm's ``modules/mamba3.Mamba3`` (names, shapes, initialization, forward math)."""
+"""Mamba-3 mixer (SISO and MIMO): mamba-ssm's ``modules/mamba3.Mamba3`` (names, shapes, initialization, forward
+math)."""
 
 import itertools
 
@@ -8,7 +9,7 @@ from flax import nnx
 
 from jax_mamba.modules.init import dt_bias_init
 from jax_mamba.modules.layers import RMSNormGated, linear
-from pallas_kernels import mamba3_siso_combined, mamba3_siso_step
+from pallas_kernels import mamba3_mimo, mamba3_mimo_step, mamba3_siso_combined, mamba3_siso_step
 
 STATE_NAMES = ("angle", "ssm", "k", "v")  # the decoding cache, in the order the SISO ops take and return states
 
@@ -19,10 +20,13 @@ class Mamba3(nnx.Module):
     (``pallas_kernels.mamba3``: biases B_bias / C_bias, rotary angles, trapezoid, D, silu(z) gating); with
     ``is_outproj_norm`` a gated RMSNorm with z (groups of headdim) instead of the gate; out_proj.
 
-    Parameters: in_proj.kernel (d_model, 2 d_inner + 2 G N + 3 H + S), dt_bias (H,), B_bias and C_bias (H, 1, N),
+    Parameters: in_proj.kernel (d_model, 2 d_inner + 2 R G N + 3 H + S), dt_bias (H,), B_bias and C_bias (H, R, N),
     B_norm.weight and C_norm.weight (N,), D (H,), norm.weight (d_inner,) with is_outproj_norm, out_proj.kernel
-    (d_inner, d_model). H = d_inner / headdim heads, G = ngroups, N = d_state, S = the rotary angles: half of
-    d_state x rope_fraction, rounded down to whole pairs. MIMO (``is_mimo``) is not implemented.
+    (d_inner, d_model); with ``is_mimo`` also mimo_x, mimo_z and mimo_o (H, R, P), the ranks' input, gate and
+    output projections. H = d_inner / headdim heads, G = ngroups, N = d_state, R = mimo_rank (1 without is_mimo),
+    S = the rotary angles: half of d_state x rope_fraction, rounded down to whole pairs. MIMO takes B and C per rank
+    (rank outermost in in_proj's output) and turns the feature pairs (j, j + N / 2); with is_outproj_norm each
+    rank's output is normed and gated with z mimo_z_r before mimo_o sums the ranks.
     """
 
     def __init__(
@@ -39,14 +43,15 @@ class Mamba3(nnx.Module):
         A_floor: float = 1e-4,
         is_outproj_norm: bool = False,
         is_mimo: bool = False,
+        mimo_rank: int = 4,
         chunk_size: int = 64,
         *,
         dtype=jnp.float32,
         impl: str = "auto",
         rngs: nnx.Rngs,
     ):
-        if is_mimo:
-            raise NotImplementedError("Mamba3: is_mimo (the MIMO variant) is not implemented; use is_mimo=False")
+        if is_mimo and (not isinstance(mimo_rank, int) or mimo_rank < 1):
+            raise ValueError(f"Mamba3: mimo_rank must be a positive int, got {mimo_rank!r}")
         if rope_fraction not in (0.5, 1.0):
             raise ValueError(f"Mamba3: rope_fraction must be 0.5 or 1.0, got {rope_fraction}")
         self.d_model, self.d_state, self.headdim, self.ngroups = d_model, d_state, headdim, ngroups
@@ -59,10 +64,16 @@ class Mamba3(nnx.Module):
         if self.num_rope_angles < 1:
             raise ValueError(f"Mamba3: d_state x rope_fraction must hold a rotary pair, got d_state={d_state}")
         self.A_floor, self.is_outproj_norm, self.chunk_size = A_floor, is_outproj_norm, chunk_size
+        self.is_mimo, self.rank = is_mimo, mimo_rank if is_mimo else 1
         self.in_proj = linear(d_model, sum(self._in_proj_blocks()), bias=False, dtype=dtype, rngs=rngs, impl=impl)
         self.dt_bias = nnx.Param(dt_bias_init(dt_min, dt_max, dt_init_floor)(rngs.params(), (self.nheads,)))
-        self.B_bias = nnx.Param(jnp.ones((self.nheads, 1, d_state), jnp.float32))
-        self.C_bias = nnx.Param(jnp.ones((self.nheads, 1, d_state), jnp.float32))
+        self.B_bias = nnx.Param(jnp.ones((self.nheads, self.rank, d_state), jnp.float32))
+        self.C_bias = nnx.Param(jnp.ones((self.nheads, self.rank, d_state), jnp.float32))
+        if is_mimo:
+            shape = (self.nheads, self.rank, headdim)
+            self.mimo_x = nnx.Param(jnp.full(shape, 1.0 / self.rank, jnp.float32))
+            self.mimo_z = nnx.Param(jnp.ones(shape, jnp.float32))
+            self.mimo_o = nnx.Param(jnp.full(shape, 1.0 / self.rank, jnp.float32))
         self.B_norm = RMSNormGated(d_state, eps=1e-5, impl=impl)
         self.C_norm = RMSNormGated(d_state, eps=1e-5, impl=impl)
         self.D = nnx.Param(jnp.ones((self.nheads,), jnp.float32))
@@ -72,7 +83,7 @@ class Mamba3(nnx.Module):
 
     def _in_proj_blocks(self) -> list[int]:
         """Channels of in_proj's output blocks z, x, B, C, dd_dt, dd_A, trap, angles (mamba-ssm's order)."""
-        bc = self.ngroups * self.d_state
+        bc = self.rank * self.ngroups * self.d_state
         return [self.d_inner, self.d_inner, bc, bc, self.nheads, self.nheads, self.nheads, self.num_rope_angles]
 
     def _inputs(self, hidden_states: jax.Array) -> tuple[dict, jax.Array]:
@@ -81,12 +92,15 @@ class Mamba3(nnx.Module):
         ends = list(itertools.accumulate(self._in_proj_blocks()))[:-1]
         z, x, B, C, dd_dt, dd_A, trap, angles = jnp.split(self.in_proj(hidden_states), ends, axis=-1)
         heads = (batch, seqlen, self.nheads, self.headdim)
-        groups = (batch, seqlen, self.ngroups, self.d_state)
+        groups = (batch, seqlen, *((self.rank,) if self.is_mimo else ()), self.ngroups, self.d_state)
         f32 = jnp.float32
         A = jnp.minimum(-jax.nn.softplus(dd_A.astype(f32)), -self.A_floor)  # (batch, L, H)
         dt = jax.nn.softplus(dd_dt.astype(f32) + self.dt_bias[...])
         by_head = lambda a: jnp.swapaxes(a, 1, 2)  # noqa: E731  (batch, L, H) -> (batch, H, L)
         z = z.reshape(heads)
+        biases = (
+            (self.C_bias[...], self.B_bias[...]) if self.is_mimo else (self.C_bias[...][:, 0], self.B_bias[...][:, 0])
+        )
         inputs = {
             "Q": self.C_norm(C.reshape(groups)),
             "K": self.B_norm(B.reshape(groups)),
@@ -94,34 +108,56 @@ class Mamba3(nnx.Module):
             "ADT": by_head(A * dt),
             "DT": by_head(dt),
             "Trap": by_head(trap),
-            "Q_bias": self.C_bias[...][:, 0],
-            "K_bias": self.B_bias[...][:, 0],
+            "Q_bias": biases[0],
+            "K_bias": biases[1],
             "Angles": jnp.broadcast_to(angles.astype(f32)[:, :, None, :], (*heads[:3], self.num_rope_angles)),
             "D": self.D[...],
             "Z": None if self.is_outproj_norm else z,
         }
+        if self.is_mimo:
+            outputs = None if self.is_outproj_norm else self.mimo_o[...]
+            inputs |= {"MIMO_V": self.mimo_x[...], "MIMO_Z": self.mimo_z[...], "MIMO_Out": outputs}
         return inputs, z
 
     def _output(self, y: jax.Array, z: jax.Array) -> jax.Array:
-        """The core's output (batch, L, H, P) -> the gated output norm where configured, out_proj."""
+        """The core's output (batch, L, H, P), or per rank (batch, L, R, H, P) for MIMO with is_outproj_norm -> the
+        gated output norm where configured (per rank, with z mimo_z_r, the ranks then summed by mimo_o), out_proj."""
         batch, seqlen = y.shape[:2]
-        y = y.reshape(batch, seqlen, self.d_inner)
+        flat = (batch, seqlen, self.d_inner)
+        if self.is_outproj_norm and self.is_mimo:
+            gates = z[:, :, None] * jnp.swapaxes(self.mimo_z[...], 0, 1)  # (batch, L, R, H, P)
+            normed = [self.norm(y[:, :, r].reshape(flat), gates[:, :, r].reshape(flat)) for r in range(self.rank)]
+            weights = jnp.swapaxes(self.mimo_o[...], 0, 1).reshape(self.rank, self.d_inner)
+            return self.out_proj(sum(w * n for w, n in zip(weights, normed, strict=True)).astype(normed[0].dtype))
+        y = y.reshape(flat)
         if self.is_outproj_norm:
-            y = self.norm(y, z.reshape(batch, seqlen, self.d_inner))
+            y = self.norm(y, z.reshape(flat))
         return self.out_proj(y)
+
+    def _sequence(self, inputs: dict, return_states: bool):
+        """The SISO or MIMO op over the whole sequence."""
+        if self.is_mimo:
+            divisor = self.d_state // self.num_rope_angles
+            run = mamba3_mimo(
+                **inputs, chunk_size=self.chunk_size, rotary_dim_divisor=divisor, return_state=return_states
+            )
+        else:
+            run = mamba3_siso_combined(**inputs, chunk_size=self.chunk_size, return_final_states=return_states)
+        return run
 
     def __call__(self, hidden_states: jax.Array, seq_idx: jax.Array | None = None) -> jax.Array:
         """hidden_states (batch, L, d_model) -> (batch, L, d_model). Packed sequences (seq_idx) are not supported."""
         if seq_idx is not None:
             raise ValueError("Mamba3: seq_idx (packed sequences) is not supported yet")
         inputs, z = self._inputs(hidden_states)
-        return self._output(mamba3_siso_combined(**inputs, chunk_size=self.chunk_size), z)
+        return self._output(self._sequence(inputs, return_states=False), z)
 
     def prefill(self, hidden_states: jax.Array, max_len: int) -> tuple[jax.Array, dict]:
         """Inference over a prompt: (output like __call__'s, cache {"angle" (batch, H, S), "ssm" (batch, H, P, N),
-        "k" (batch, H, N), all float32, "v" (batch, H, P)}: what the next step reads). ``max_len`` is unused."""
+        "k" (batch, H, N), MIMO (batch, R, H, N), all float32, "v" (batch, H, P)}: what the next step reads).
+        ``max_len`` is unused."""
         inputs, z = self._inputs(hidden_states)
-        y, *states = mamba3_siso_combined(**inputs, chunk_size=self.chunk_size, return_final_states=True)
+        y, *states = self._sequence(inputs, return_states=True)
         return self._output(y, z), dict(zip(STATE_NAMES, states, strict=True))
 
     def step(self, hidden_states: jax.Array, cache: dict, pos: jax.Array) -> tuple[jax.Array, dict]:
@@ -130,7 +166,11 @@ class Mamba3(nnx.Module):
         inputs, z = self._inputs(hidden_states)
         one = {k: None if v is None else v[:, 0] for k, v in inputs.items() if k in ("Q", "K", "V", "Angles", "Z")}
         one |= {k: inputs[k][..., 0] for k in ("ADT", "DT", "Trap")}
-        one |= {k: inputs[k] for k in ("Q_bias", "K_bias", "D")}
+        one |= {k: v for k, v in inputs.items() if k in ("Q_bias", "K_bias", "D", "MIMO_V", "MIMO_Z", "MIMO_Out")}
         states = tuple(cache[k] for k in STATE_NAMES)
-        y, states = mamba3_siso_step(**one, Input_States=states)
+        if self.is_mimo:
+            divisor = self.d_state // self.num_rope_angles
+            y, states = mamba3_mimo_step(**one, Input_States=states, rotary_dim_divisor=divisor)
+        else:
+            y, states = mamba3_siso_step(**one, Input_States=states)
         return self._output(y[:, None], z), dict(zip(STATE_NAMES, states, strict=True))

@@ -227,10 +227,9 @@ def _check_mimo(Q, K, V, Q_bias, K_bias, MIMO_V, MIMO_Z, MIMO_Out, D, Z, lead: t
 
 def _check_rotary(Angles, divisor, dstate: int, lead: tuple, layout: str) -> int:
     """Angles with N / rotary_dim_divisor pairs (j, j + N / 2); returns that count."""
-    if divisor not in (2, 4) or dstate % (2 * divisor):
+    if divisor not in (2, 4) or dstate % divisor:
         raise ValueError(
-            f"rotary_dim_divisor must be 2 or 4 with N (Q.shape[-1]) a multiple of twice it, got {divisor!r} "
-            f"and N={dstate}"
+            f"rotary_dim_divisor must be 2 or 4 with N (Q.shape[-1]) a multiple of it, got {divisor!r} and N={dstate}"
         )
     check_array("Angles", Angles, len(lead) + 1)
     pairs = dstate // divisor

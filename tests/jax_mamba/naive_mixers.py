@@ -92,3 +92,48 @@ def mamba3(p: dict, hidden: np.ndarray, *, d_state: int, headdim: int, ngroups: 
     if "norm.weight" in p:
         y = naive.rmsnorm_forward(y, p["norm.weight"], z=z, eps=1e-5, group_size=headdim, norm_before_gate=True)
     return _linear(y, p, "out_proj")
+
+
+def mamba3_mimo(p: dict, hidden: np.ndarray, *, d_state: int, headdim: int, ngroups: int, rank: int, angles: int):
+    """mamba-ssm's ``Mamba3.forward`` with ``is_mimo`` on top of the MIMO oracle: B and C per rank (rank outermost in
+    in_proj's output), the ranks summed by mimo_o inside the op, or normed and gated per rank (z mimo_z_r) first."""
+    d_inner = p["out_proj.kernel"].shape[0]
+    heads = d_inner // headdim
+    rgn = rank * ngroups * d_state
+    batch, seqlen = hidden.shape[:2]
+    cuts = np.cumsum([d_inner, d_inner, rgn, rgn, heads, heads, heads])
+    z, x, B, C, dd_dt, dd_A, trap, ang = np.split(_linear(hidden, p, "in_proj"), cuts, axis=-1)
+    assert ang.shape[-1] == angles
+    A = np.minimum(-naive.softplus(dd_A), -1e-4)
+    dt = naive.softplus(dd_dt + p["dt_bias"])
+    by_head = lambda t: np.swapaxes(t, 1, 2)  # noqa: E731
+    per_rank = (batch, seqlen, rank, ngroups, d_state)
+    normed = "norm.weight" in p
+    z = z.reshape(batch, seqlen, heads, headdim)
+    y, _ = naive_mamba3.mamba3_mimo_forward(
+        _rms(C.reshape(per_rank), p["C_norm.weight"]),
+        _rms(B.reshape(per_rank), p["B_norm.weight"]),
+        x.reshape(batch, seqlen, heads, headdim),
+        by_head(A * dt),
+        by_head(dt),
+        by_head(trap),
+        p["C_bias"],
+        p["B_bias"],
+        p["mimo_x"],
+        p["mimo_z"],
+        None if normed else p["mimo_o"],
+        np.broadcast_to(ang[:, :, None, :], (batch, seqlen, heads, angles)),
+        D=p["D"],
+        Z=None if normed else z,
+    )
+    if normed:
+        flat = (batch, seqlen, d_inner)
+        parts = []
+        for r in range(rank):
+            gate = (z * p["mimo_z"][:, r]).reshape(flat)
+            one = naive.rmsnorm_forward(
+                y[:, :, r].reshape(flat), p["norm.weight"], z=gate, eps=1e-5, group_size=headdim, norm_before_gate=True
+            )
+            parts.append(one * p["mimo_o"][:, r].reshape(d_inner))
+        y = sum(parts)
+    return _linear(y.reshape(batch, seqlen, d_inner), p, "out_proj")

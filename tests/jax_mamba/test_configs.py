@@ -102,6 +102,8 @@ BAD = [
     (["--train.batch_size=two"], "config field train.batch_size: expected int"),
     (["--model.ssm_cfg.layer=Mamba4"], "model.ssm_cfg.layer: expected one of"),
     (["--model.ssm_cfg.layer=Mamba3", "--model.ssm_cfg.rope_fraction=0.25"], "model.ssm_cfg.rope_fraction"),
+    (["--model.ssm_cfg.layer=Mamba3", "--model.ssm_cfg.is_mimo=true", "--model.ssm_cfg.mimo_rank=0"], "mimo_rank"),
+    (["--model.ssm_cfg.layer=Mamba3", "--model.ssm_cfg.is_mimo=true", "--model.ssm_cfg.d_state=6"], "d_state"),
     (["--model.ssm_cfg.ngroups=3"], "model.ssm_cfg.ngroups"),
     (["--model.attn_layer_idx=[5]"], "model.attn_layer_idx"),
     (["--model.scan_checkpoint_every=48"], "model.scan_checkpoint_every: expected 0 or a power of two >= 16"),

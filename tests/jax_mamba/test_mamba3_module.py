@@ -50,9 +50,40 @@ def test_forward_matches_numpy_slow_path(rng, d_model, d_state, headdim, ngroups
     assert_close("Mamba3 output", run(m, jnp.asarray(x, jnp.float32)), want, jnp.float32)
 
 
+@pytest.mark.parametrize("rope_fraction,outproj_norm,chunk", [(0.5, False, 4), (1.0, True, 3)])
+def test_mimo_names_shapes_and_forward_match_numpy_slow_path(rng, rope_fraction, outproj_norm, chunk):
+    """is_mimo: B_bias and C_bias per rank, mimo_x / mimo_z / mimo_o (H, R, P) at 1/R, 1 and 1/R, in_proj's B and C
+    R times wider; the forward against mamba-ssm's MIMO forward re-derived in NumPy on the MIMO oracle."""
+    kw = dict(d_state=8, headdim=4, ngroups=1, rope_fraction=rope_fraction, chunk_size=chunk, mimo_rank=2)
+    m = Mamba3(16, **kw, is_mimo=True, is_outproj_norm=outproj_norm, rngs=nnx.Rngs(1))  # 8 heads
+    p = {k: np.asarray(v) for k, v in ParamLayout.split(m)[1].items()}
+    assert p["in_proj.kernel"].shape == (16, 2 * 32 + 2 * 2 * 8 + 3 * 8 + m.num_rope_angles)
+    assert p["B_bias"].shape == p["C_bias"].shape == (8, 2, 8)
+    for name, value in (("mimo_x", 0.5), ("mimo_z", 1.0), ("mimo_o", 0.5)):
+        assert p[name].shape == (8, 2, 4)
+        np.testing.assert_array_equal(p[name], value)
+    m = perturb(m, rng)
+    x = rng.normal(size=(2, 7, 16))
+    want = naive_mixers.mamba3_mimo(params64(m), x, d_state=8, headdim=4, ngroups=1, rank=2, angles=m.num_rope_angles)
+    assert_close("Mamba3 MIMO output", run(m, jnp.asarray(x, jnp.float32)), want, jnp.float32)
+
+
+def test_mimo_prefill_continued_by_steps_is_the_whole_forward(rng):
+    m = perturb(Mamba3(16, d_state=8, headdim=4, chunk_size=4, is_mimo=True, mimo_rank=2, rngs=nnx.Rngs(2)), rng)
+    x = jnp.asarray(rng.normal(size=(2, 9, 16)), jnp.float32)
+    whole = m(x)
+    out, cache = m.prefill(x[:, :5], max_len=9)
+    assert cache["k"].shape == (2, 2, 8, 8)
+    outs = [out]
+    for t in range(5, 9):
+        y, cache = m.step(x[:, t : t + 1], cache, jnp.asarray(t))
+        outs.append(y)
+    assert_close("prefill + steps", jnp.concatenate(outs, axis=1), whole, jnp.float32)
+
+
 def test_unsupported_options_are_refused():
-    with pytest.raises(NotImplementedError, match="is_mimo"):
-        Mamba3(16, is_mimo=True, rngs=nnx.Rngs(0))
+    with pytest.raises(ValueError, match=r"mimo_rank must be a positive int, got 0"):
+        Mamba3(16, is_mimo=True, mimo_rank=0, rngs=nnx.Rngs(0))
     with pytest.raises(ValueError, match=r"rope_fraction must be 0\.5 or 1\.0, got 0\.25"):
         Mamba3(16, rope_fraction=0.25, rngs=nnx.Rngs(0))
     with pytest.raises(ValueError, match="must be a multiple of headdim=24"):
