@@ -29,6 +29,12 @@ MODELS = {  # name: (config, overrides): every mixer path a step takes
     "hybrid-interleaved-rotary": ("hybrid-tiny", ["--model.attn_cfg.rotary_emb_interleaved=true"]),
     "mamba3": ("mamba3-tiny", ["--model.ssm_cfg.ngroups=2", "--model.ssm_cfg.chunk_size=4"]),
     "mamba3-outproj-norm": ("mamba3-tiny", ["--model.ssm_cfg.is_outproj_norm=true", "--model.n_layer=1"]),
+    "mamba3-mimo": ("mamba3-tiny", ["--model.ssm_cfg.is_mimo=true", "--model.ssm_cfg.mimo_rank=2", "--chunk_size=8"]),
+    "mamba3-mimo-outproj-norm": (
+        "mamba3-tiny",
+        ["--model.ssm_cfg.is_mimo=true", "--model.ssm_cfg.is_outproj_norm=true", "--model.n_layer=1"],
+    ),
+    "mamba3-hybrid": ("mamba3-tiny", ["--model.attn_layer_idx=[1]", "--model.attn_cfg.num_heads=4"]),
 }
 
 
