@@ -8,7 +8,7 @@ import jax.numpy as jnp
 
 from pallas_kernels._checks import check_array, check_config, check_divides, check_impl, check_shape
 from pallas_kernels._triton import gpu_sm_count, interpret_mode
-from pallas_kernels.selective_scan import reference, vjp
+from pallas_kernels.selective_scan import dispatch, reference, vjp
 from pallas_kernels.selective_scan.config import MAX_DSTATE, ScanConfig
 from pallas_kernels.selective_scan.heuristics import KEEP_EVERY, default_config
 
@@ -89,6 +89,10 @@ def selective_scan_fn(
         if vec is not None:
             check_array(name, vec, 1)
             check_shape(name, vec, (dim,), "(dim,)")
+    if impl == "pallas" and config is not None and config.fwd_backend == "mosaic_gpu":
+        refusal = dispatch.mosaic_forward_refusal(dim, B.shape[2])
+        if refusal:
+            raise ValueError(f"ScanConfig(fwd_backend='mosaic_gpu'): {refusal}")
 
     if impl == "pallas":
         if config is None:

@@ -20,6 +20,9 @@ mamba-ssm keeps one per 2048: the backward first rebuilds the states between the
 recurrence without its outputs (one more kernel), so that a layer's (L / save_every, N, dim) states exist only
 during its own backward instead of from its forward to its backward (the difference in a training step's peak
 memory is that size times the layers).
+``fwd_backend="mosaic_gpu"`` runs the forward instead as one Mosaic GPU warpgroup per batch row and 128 channels
+walking all of L (``mosaic_gpu.sequential_forward``), keeping the states every ``kept_every`` steps as the Triton
+forwards do; the backward is unchanged.
 """
 
 import dataclasses
@@ -30,6 +33,7 @@ MAX_DSTATE = 256
 
 
 DESIGNS = ("sequential", "chunked")
+FWD_BACKENDS = ("triton", "mosaic_gpu")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +52,7 @@ class ScanConfig:
     bwd_rows: int = 4  # chunked backward: time steps scanned together, and between the states the forward saves
     segments: int = 0  # chunked forward: segments of L scanned in parallel (0: enough to fill the GPU)
     checkpoint_every: int = 0  # chunked forward: steps between the states kept for the backward (0: every save_every)
+    fwd_backend: str = "triton"  # "mosaic_gpu": the forward as one Mosaic GPU walk per 128 channels (opt-in)
 
     @property
     def save_every(self) -> int:
@@ -87,6 +92,8 @@ class ScanConfig:
             raise ValueError(
                 f"ScanConfig.checkpoint_every must be 0 or a positive power of two, got {self.checkpoint_every!r}"
             )
+        if self.fwd_backend not in FWD_BACKENDS:
+            raise ValueError(f"ScanConfig.fwd_backend must be one of {FWD_BACKENDS}, got {self.fwd_backend!r}")
         if self.checkpoint_every and self.design != "chunked":
             raise ValueError("ScanConfig.checkpoint_every needs design='chunked' (the forward rerun in the backward)")
         if self.checkpoint_every and self.checkpoint_every < max(self.rows, self.save_every):

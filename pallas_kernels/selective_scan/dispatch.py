@@ -1,7 +1,8 @@
 """Which kernels run each pass of the Pallas selective scan, forward and backward, for a config: the sequential or
 the chunked design (``ScanConfig.design``, ``ScanConfig.bwd_design``), the chunked design's boundary passes, and
-the backward's rebuild of the states the forward did not keep. All kernels are Triton ones (``triton/``); their
-modules hold only the kernels and their launches.
+the backward's rebuild of the states the forward did not keep. The kernels are Triton ones (``triton/``) but for
+the opt-in Mosaic GPU forward (``mosaic_gpu/``, ``ScanConfig.fwd_backend``); their modules hold only the kernels and
+their launches.
 
 The forward: the chunked design first finds every segment's start state (``triton.chunked_boundaries`` per
 segment, composed by ``state_passing``) where L is split into segments, then scans all segments at once
@@ -16,8 +17,10 @@ import dataclasses
 
 import jax.numpy as jnp
 
+from pallas_kernels._triton import gpu_has_wgmma
 from pallas_kernels.selective_scan.dims import ScanDims, scan_dims
-from pallas_kernels.selective_scan.layout import padded_rows
+from pallas_kernels.selective_scan.layout import a2_transposed, padded_rows
+from pallas_kernels.selective_scan.mosaic_gpu import sequential_forward as mosaic_forward
 from pallas_kernels.selective_scan.state_passing import chunk_end_adjoints, segment_start_states
 from pallas_kernels.selective_scan.triton.block_sums import sum_block_partials
 from pallas_kernels.selective_scan.triton.chunked_backward import scan_backward_chunked
@@ -30,6 +33,11 @@ from pallas_kernels.selective_scan.triton.sequential_forward import scan_forward
 def scan_forward_pass(u, delta, A, B, C, D, z, delta_bias, softplus, config, interpret, save_states):
     """Returns out (batch, L, dim) u.dtype, the last state (batch, dim, N) float32 and, when ``save_states``, the
     states every ``config.kept_every`` steps (batch, nkept, N, dim + 1) float32, else None."""
+    if config.fwd_backend == "mosaic_gpu":
+        mosaic_dims = _mosaic_dims(u, B, D, z, delta_bias, softplus, config, interpret)
+        args = (u, delta, a2_transposed(A), B, C, D, z, delta_bias, mosaic_dims, save_states)
+        out, last, states = mosaic_forward.scan_forward(*args)
+        return out, jnp.swapaxes(last, 1, 2), states
     dims = scan_dims(u, B, A, D, z, delta_bias, softplus, config, interpret, bwd=False)
     if config.design == "chunked":
         starts = _segment_starts(u, delta, A, B, delta_bias, dims, config.num_warps)
@@ -39,6 +47,34 @@ def scan_forward_pass(u, delta, A, B, C, D, z, delta_bias, softplus, config, int
     else:
         out, last, states = scan_forward(u, delta, A, B, C, D, z, delta_bias, dims, config.num_warps, save_states)
     return out, jnp.swapaxes(last, 1, 2), states
+
+
+def mosaic_forward_refusal(dim: int, groups: int) -> str | None:
+    """Why the Mosaic GPU forward cannot take this shape, or None where it can."""
+    if (dim // groups) % mosaic_forward.LANES:
+        return f"channels per group (dim / G = {dim // groups}) must be a multiple of {mosaic_forward.LANES}"
+    if not gpu_has_wgmma():
+        return "the GPU is not a Hopper (compute capability 9.x): use fwd_backend='triton'"
+    return None
+
+
+def _mosaic_dims(u, B, D, z, delta_bias, softplus, config, interpret) -> mosaic_forward.MosaicScanDims:
+    batch, seqlen, dim = u.shape
+    keep = config.kept_every
+    return mosaic_forward.MosaicScanDims(
+        batch=batch,
+        seqlen=seqlen,
+        dim=dim,
+        groups=B.shape[2],
+        dstate=B.shape[3],
+        has_D=D is not None,
+        has_z=z is not None,
+        has_bias=delta_bias is not None,
+        softplus=bool(softplus),
+        block_l=min(mosaic_forward.BLOCK_L, keep),
+        keep_every=keep,
+        interpret=interpret,
+    )
 
 
 def _segment_starts(u, delta, A, B, delta_bias, dims: ScanDims, num_warps):

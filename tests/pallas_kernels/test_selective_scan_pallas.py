@@ -38,6 +38,11 @@ KEPT = ScanConfig(
     checkpoint_every=16,
 )
 KEPT_SEQUENTIAL = ScanConfig(design="chunked", block_d=2, rows=8, chunk=4, bwd_block_d=4, checkpoint_every=32)
+# The Mosaic GPU forward (128 channels a program) before each backward: states kept every 16 steps (its blocks of
+# 16), every 4 (blocks of 4, the sequential backward's chunk) and every 32 (its full blocks)
+MOSAIC_KEPT = dataclasses.replace(KEPT, fwd_backend="mosaic_gpu")
+MOSAIC_SEQUENTIAL = ScanConfig(fwd_backend="mosaic_gpu", chunk=4, bwd_unroll=2, bwd_block_d=8)
+MOSAIC_KEPT_SEQUENTIAL = dataclasses.replace(KEPT_SEQUENTIAL, fwd_backend="mosaic_gpu")
 
 CASES = [  # batch, L, dim, N, G, dtype, D, z, delta_bias, softplus, config
     (2, 1, 8, 4, 1, jnp.float32, True, True, True, True, SMALL),
@@ -65,6 +70,10 @@ CASES = [  # batch, L, dim, N, G, dtype, D, z, delta_bias, softplus, config
     (2, 77, 12, 4, 3, jnp.bfloat16, True, True, True, True, KEPT),
     (1, 129, 8, 16, 1, jnp.float32, True, True, True, True, KEPT_SEQUENTIAL),
     (2, 5, 4, 16, 1, jnp.float32, True, False, True, True, KEPT_SEQUENTIAL),  # L shorter than the interval
+    (2, 1, 128, 4, 1, jnp.float32, True, True, True, True, MOSAIC_KEPT),
+    (1, 45, 256, 7, 2, jnp.bfloat16, True, True, True, True, MOSAIC_KEPT),  # a partial block, two groups
+    (2, 37, 128, 16, 1, jnp.float32, False, False, False, False, MOSAIC_SEQUENTIAL),
+    (1, 70, 128, 1, 1, jnp.float16, True, False, True, True, MOSAIC_KEPT_SEQUENTIAL),
 ]
 
 
@@ -199,6 +208,11 @@ def test_unsupported_inputs_are_refused_before_work(rng):
         selective_scan_fn(u, delta, A, B, C, impl="pallas", checkpoint_every=48)
     with pytest.raises(ValueError, match="config must be an instance of ScanConfig"):
         selective_scan_fn(u, delta, A, B, C, impl="pallas", config={"block_d": 4})
+    with pytest.raises(ValueError, match="fwd_backend must be one of"):
+        selective_scan_fn(u, delta, A, B, C, impl="pallas", config=ScanConfig(fwd_backend="cuda"))
+    mosaic = ScanConfig(fwd_backend="mosaic_gpu")
+    with pytest.raises(ValueError, match=r"fwd_backend='mosaic_gpu'\): channels per group \(dim / G = 4\) must be"):
+        selective_scan_fn(u, delta, A, B, C, impl="pallas", config=mosaic)
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,6 @@
 """On a GPU (marked ``gpu``): the compiled Pallas selective scan at the 130m shape in bf16, forward and every
-gradient, against the pure-JAX reference and against mamba-ssm's CUDA ``selective_scan_fn`` on the same values."""
+gradient, against the pure-JAX reference and against mamba-ssm's CUDA ``selective_scan_fn`` on the same values, with
+the Triton forward and with the Mosaic GPU one; both against the float64 oracle at awkward sizes."""
 
 import jax
 import jax.numpy as jnp
@@ -15,11 +16,12 @@ from tests.pallas_kernels.gpu_checks import assert_matches_reference_and_mamba_s
 pytestmark = pytest.mark.gpu
 
 
-def _vjp(arrays, dtypes, cotangent, impl):
+def _vjp(arrays, dtypes, cotangent, impl, config=None):
     names = list(arrays)
 
     def run(*xs):
-        return selective_scan_fn(**dict(zip(names, xs, strict=True)), delta_softplus=True, impl=impl)
+        kw = dict(zip(names, xs, strict=True))
+        return selective_scan_fn(**kw, delta_softplus=True, impl=impl, config=config)
 
     out, vjp = jax.vjp(jax.jit(run), *[jnp.asarray(arrays[k], dtypes[k]) for k in names])
     (grads,) = [dict(zip(names, vjp(jnp.asarray(cotangent, out.dtype)), strict=True))]
@@ -53,6 +55,23 @@ CONFIGS = {  # the scan axis inside one thread; across lanes and warps (Triton's
 }
 
 
+# The Mosaic GPU forward (128 channels a program, blocks of 32 steps) before the chunked backward from states kept
+# every 256 steps, and before the sequential backward from states every 8 (blocks of 8)
+MOSAIC = {
+    "mosaic-kept": ScanConfig(
+        fwd_backend="mosaic_gpu", design="chunked", bwd_design="chunked", rows=8, bwd_rows=8, checkpoint_every=256
+    ),
+    "mosaic-sequential": ScanConfig(fwd_backend="mosaic_gpu", chunk=8),
+}
+
+
+@pytest.mark.parametrize("config", list(MOSAIC))
+def test_mosaic_forward_matches_oracle_on_gpu(rng, config):
+    """L not a multiple of the block, two groups of 128 channels."""
+    arrays, exact = ss.make_inputs(rng, 2, 301, 256, 16, 2, jnp.bfloat16)
+    ss.assert_matches_oracle(rng, arrays, exact, True, impl="pallas", config=MOSAIC[config])
+
+
 @pytest.mark.parametrize("config", list(CONFIGS))
 def test_pallas_matches_oracle_on_gpu(rng, config):
     """Awkward sizes compiled for the GPU: L not a multiple of the chunk, a partial channel block, two groups."""
@@ -60,13 +79,14 @@ def test_pallas_matches_oracle_on_gpu(rng, config):
     ss.assert_matches_oracle(rng, arrays, exact, True, impl="pallas", config=CONFIGS[config])
 
 
-def test_pallas_matches_reference_and_mamba_ssm_at_130m(cuda_reference, rng):
+@pytest.mark.parametrize("forward", ["triton", "mosaic"])
+def test_pallas_matches_reference_and_mamba_ssm_at_130m(cuda_reference, rng, forward):
     from torch_reference.ops import run_selective_scan
 
     arrays, dtypes, cotangent = selective_scan_inputs(
         OPS["selective_scan"].shapes["130m"], "bfloat16", seed=int(rng.integers(2**31))
     )
-    out, grads = _vjp(arrays, dtypes, cotangent, "pallas")
+    out, grads = _vjp(arrays, dtypes, cotangent, "pallas", MOSAIC["mosaic-kept"] if forward == "mosaic" else None)
     ref_out, ref_grads = _vjp(arrays, dtypes, cotangent, "reference")
     f32 = {k: "float32" for k in dtypes}
     (cuda_out,), cuda_grads = run_selective_scan(cuda_reference, arrays, dtypes, cotangent, delta_softplus=True)
