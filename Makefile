@@ -11,6 +11,7 @@ TEST_WORKERS ?= 2
 
 MAMBA_SSM := mamba-ssm==2.3.2.post1
 MAMBAVISION := mambavision==1.2.0
+MAMBA3_JAX := mamba3-jax==1.0.1
 
 .PHONY: setup setup-torch train test lint clean-venv
 
@@ -30,7 +31,7 @@ $(VENV)/.installed: pyproject.toml
 $(VENV)/.installed-torch: $(VENV)/.installed
 	$(PY) -m pip install --quiet -e ".[dev,torch]"
 	MAMBA_SKIP_CUDA_BUILD=TRUE MAMBA_FORCE_BUILD=TRUE $(PY) -m pip install --quiet --no-build-isolation --no-deps "$(MAMBA_SSM)"
-	$(PY) -m pip install --quiet --no-deps "$(MAMBAVISION)"
+	$(PY) -m pip install --quiet --no-deps "$(MAMBAVISION)" "$(MAMBA3_JAX)"
 	touch $@
 
 train: setup

@@ -12,7 +12,8 @@
 #                    from .sdist/ (about 7 minutes); BUILD_PARTS=none skips the PyTorch side's set-up
 #   DEADLINE=S       seconds from the start after which no command starts and a running one is stopped (default 540,
 #                    inside one 10-minute call); the results are packed either way
-# NVlabs' mambavision wheel, if present in .whl/, is installed (--no-deps) on the path first: the GPU image lacks it.
+# NVlabs' mambavision and mamba3-jax wheels, if present in .whl/, are installed (--no-deps) on the path first: the GPU
+# image lacks them.
 # Carry .sdist/, .whl/ and the parts folder. Everything under $RESULTS comes back in OUT_DIR/results.tar.gz.
 set -uo pipefail
 out=${1:?usage: tools/gpu-run.sh OUT_DIR [COMMAND ...]}
@@ -23,6 +24,7 @@ export RESULTS="$out/results" PYTHONUNBUFFERED=1 PYTHONPATH=.
 mkdir -p "$RESULTS" "$out/logs"
 if ls .whl/mambavision-*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/mambavision-site .whl/mambavision-*.whl \
+        $(ls .whl/mamba3_jax-*.whl 2>/dev/null) \
         && export PYTHONPATH=.:/tmp/mambavision-site
 fi
 cache=${JAX_MAMBA_TORCH_CACHE:-$HOME/.cache/jax-mamba/torch}
