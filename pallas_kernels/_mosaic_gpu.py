@@ -1,9 +1,12 @@
-"""Helpers shared by the Mosaic GPU kernels of every op: the kernel call (compiled, or in Pallas's GPU interpreter)
-and a sigmoid that lowers to few instructions."""
+"""Helpers shared by the Mosaic GPU kernels of every op: the kernel call (compiled, or in Pallas's GPU interpreter),
+a sigmoid that lowers to few instructions, and the store of a block of time steps that ends at L."""
+
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 
@@ -43,3 +46,22 @@ def sigmoid(z: jax.Array) -> jax.Array:
     exp's overflow (z below about -88) gives 0."""
     root = lax.rsqrt(1.0 + jnp.exp(-z))
     return root * root
+
+
+def store_steps(tile, target: Callable, block, block_l: int, seqlen: int) -> None:
+    """Block ``block``'s tile of ``block_l`` steps (shared memory, steps on its first axis) to ``target(steps)``,
+    the global-memory view of those steps (a ``pl.ds``); of the last block only the steps before L. A store may not
+    count on the copy to drop rows past L: where the tile's rows are whole rows of the array, Mosaic GPU copies them
+    as one contiguous bulk transfer, bounded only by the end of the array, so a partial block's rows past L would
+    land on the next batch row's first steps."""
+
+    def store(rows: int) -> None:
+        plgpu.copy_smem_to_gmem(tile.at[pl.ds(0, rows)], target(pl.ds(block * block_l, rows)))
+
+    tail = seqlen % block_l
+    if tail == 0:
+        store(block_l)
+        return
+    last = block == pl.cdiv(seqlen, block_l) - 1
+    pl.when(last)(lambda: store(tail))
+    pl.when(jnp.logical_not(last))(lambda: store(block_l))

@@ -28,7 +28,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-from pallas_kernels._mosaic_gpu import call_kernel, sigmoid
+from pallas_kernels._mosaic_gpu import call_kernel, sigmoid, store_steps
 
 LANES = 128  # threads of a warpgroup: a row of block_d channels is spread over them, vec channels each
 HALO = 8  # rows of x before a block that the backward's second stream brings: width - 1 <= HALO
@@ -113,25 +113,13 @@ def _activation_grad(p, dout, silu: bool) -> jax.Array:
 
 
 def _store_block(o_s, out_ref, prog: _Program, block, step) -> None:
-    """The block's output tile (in slot step % 2 of ``o_s``) to its rows of ``out_ref``; of the last block, only the
-    rows before L. A store may not count on the copy to drop rows past L: where the tile's rows are whole rows of
-    ``out_ref`` (block_d = dim), Mosaic GPU copies them as one contiguous bulk transfer, bounded only by the end of
-    the array, so a partial block's rows past L would land on the next batch row's first steps."""
+    """The block's output tile (in slot step % 2 of ``o_s``) to its rows of ``out_ref`` (``store_steps``)."""
     plgpu.commit_smem()
-    dims = prog.dims
-    slot = step % 2
 
-    def store(rows: int) -> None:
-        target = out_ref.at[prog.b, pl.ds(block * dims.block_l, rows), prog.cols]
-        plgpu.copy_smem_to_gmem(o_s.at[slot, pl.ds(0, rows)], target)
+    def target(steps):
+        return out_ref.at[prog.b, steps, prog.cols]
 
-    tail = dims.seqlen % dims.block_l
-    if tail == 0:
-        store(dims.block_l)
-        return
-    last = block == dims.nblocks - 1
-    pl.when(last)(lambda: store(tail))
-    pl.when(jnp.logical_not(last))(lambda: store(dims.block_l))
+    store_steps(o_s.at[step % 2], target, block, prog.dims.block_l, prog.dims.seqlen)
 
 
 def _fwd_kernel(x_ref, w_ref, *refs, dims: MosaicConvDims):

@@ -22,7 +22,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-from pallas_kernels._mosaic_gpu import call_kernel, sigmoid
+from pallas_kernels._mosaic_gpu import call_kernel, sigmoid, store_steps
 
 LANES = 128  # threads of a warpgroup: a program's channels, one a thread
 STAGES = 2  # blocks' copies in flight
@@ -123,7 +123,7 @@ def _fwd_kernel(u_ref, delta_ref, a2_ref, b_ref, c_ref, *refs, dims: MosaicScanD
 
         h = lax.fori_loop(0, dims.block_l, step, h)
         plgpu.commit_smem()
-        _store_block(out_s, out_ref, b, cols, j, dims)
+        store_steps(out_s, lambda steps: out_ref.at[b, steps, cols], j, dims.block_l, dims.seqlen)
         return h
 
     def channel_spec():
@@ -145,22 +145,6 @@ def _fwd_kernel(u_ref, delta_ref, a2_ref, b_ref, c_ref, *refs, dims: MosaicScanD
     for n in range(dims.dstate):
         last_ref.at[b, n, cols][...] = h[n]
     plgpu.wait_smem_to_gmem(0)
-
-
-def _store_block(out_s, out_ref, b, cols, j, dims: MosaicScanDims) -> None:
-    """The block's output tile to its rows of ``out_ref``; of the last block only the rows before L (a bulk copy is
-    bounded by the array's end, not by L: ``causal_conv1d.mosaic_gpu.kernel._store_block``)."""
-
-    def store(rows: int) -> None:
-        plgpu.copy_smem_to_gmem(out_s.at[pl.ds(0, rows)], out_ref.at[b, pl.ds(j * dims.block_l, rows), cols])
-
-    tail = dims.seqlen % dims.block_l
-    if tail == 0:
-        store(dims.block_l)
-        return
-    last = j == dims.nblocks - 1
-    pl.when(last)(lambda: store(tail))
-    pl.when(jnp.logical_not(last))(lambda: store(dims.block_l))
 
 
 def scan_forward(u, delta, a2, B, C, D, z, delta_bias, dims: MosaicScanDims, save_states: bool):
