@@ -63,6 +63,7 @@ class Mamba3(nnx.Module):
         self.num_rope_angles = (rotated - rotated % 2) // 2
         if self.num_rope_angles < 1:
             raise ValueError(f"Mamba3: d_state x rope_fraction must hold a rotary pair, got d_state={d_state}")
+        self.rotary_dim_divisor = d_state // self.num_rope_angles  # MIMO's angles: N / divisor pairs
         self.A_floor, self.is_outproj_norm, self.chunk_size = A_floor, is_outproj_norm, chunk_size
         self.is_mimo, self.rank = is_mimo, mimo_rank if is_mimo else 1
         self.in_proj = linear(d_model, sum(self._in_proj_blocks()), bias=False, dtype=dtype, rngs=rngs, impl=impl)
@@ -137,13 +138,11 @@ class Mamba3(nnx.Module):
     def _sequence(self, inputs: dict, return_states: bool):
         """The SISO or MIMO op over the whole sequence."""
         if self.is_mimo:
-            divisor = self.d_state // self.num_rope_angles
-            run = mamba3_mimo(
+            divisor = self.rotary_dim_divisor
+            return mamba3_mimo(
                 **inputs, chunk_size=self.chunk_size, rotary_dim_divisor=divisor, return_state=return_states
             )
-        else:
-            run = mamba3_siso_combined(**inputs, chunk_size=self.chunk_size, return_final_states=return_states)
-        return run
+        return mamba3_siso_combined(**inputs, chunk_size=self.chunk_size, return_final_states=return_states)
 
     def __call__(self, hidden_states: jax.Array, seq_idx: jax.Array | None = None) -> jax.Array:
         """hidden_states (batch, L, d_model) -> (batch, L, d_model). Packed sequences (seq_idx) are not supported."""
@@ -169,8 +168,7 @@ class Mamba3(nnx.Module):
         one |= {k: v for k, v in inputs.items() if k in ("Q_bias", "K_bias", "D", "MIMO_V", "MIMO_Z", "MIMO_Out")}
         states = tuple(cache[k] for k in STATE_NAMES)
         if self.is_mimo:
-            divisor = self.d_state // self.num_rope_angles
-            y, states = mamba3_mimo_step(**one, Input_States=states, rotary_dim_divisor=divisor)
+            y, states = mamba3_mimo_step(**one, Input_States=states, rotary_dim_divisor=self.rotary_dim_divisor)
         else:
             y, states = mamba3_siso_step(**one, Input_States=states)
         return self._output(y[:, None], z), dict(zip(STATE_NAMES, states, strict=True))

@@ -21,6 +21,7 @@ y_{t,r} = (S_t q_{t,r} + D u_{t,r}) silu(Z_t MIMO_Z_r), out_t = sum_r MIMO_Out_r
 with MIMO_V = MIMO_Z = MIMO_Out = 1 and adjacent pairs.
 """
 
+import functools
 import itertools
 
 import jax
@@ -83,6 +84,11 @@ def cumulative_angles(
 def _per_head(x: jax.Array, heads: int, compute) -> jax.Array:
     """(..., G, N) -> (..., H, N) in ``compute``, head h reading group h // (H / G)."""
     return jnp.repeat(x.astype(compute), heads // x.shape[-2], axis=-2)
+
+
+def _per_rank(x: jax.Array, compute) -> jax.Array:
+    """A per-head-and-rank parameter (H, R, X) as (R, H, X) in ``compute``."""
+    return jnp.swapaxes(x.astype(compute), 0, 1)
 
 
 def _pad_time(x: jax.Array, axis: int, extra: int) -> jax.Array:
@@ -197,7 +203,7 @@ def mamba3_mimo(
     heads = V.shape[2]
     angle0 = None if states is None else states[0]
     theta = cumulative_angles(Angles, DT, angle0, chunk_size, compute)[:, :, None]  # (batch, L, 1, H, S)
-    per_rank = lambda b: jnp.swapaxes(b.astype(compute), 0, 1)  # noqa: E731  (H, R, X) -> (R, H, X)
+    per_rank = functools.partial(_per_rank, compute=compute)
     q = rotate_halves(_per_head(Q, heads, compute) + per_rank(Q_bias), theta)  # (batch, L, R, H, N)
     k = rotate_halves(_per_head(K, heads, compute) + per_rank(K_bias), theta)
     u = V.astype(compute)[:, :, None] * per_rank(MIMO_V)  # (batch, L, R, H, P)
@@ -293,7 +299,7 @@ def mamba3_mimo_step(
     new states, layouts as ``api.mamba3_mimo_step``."""
     compute = arithmetic_dtype(V.dtype)
     heads = V.shape[1]
-    per_rank = lambda b: jnp.swapaxes(b.astype(compute), 0, 1)  # noqa: E731  (H, R, X) -> (R, H, X)
+    per_rank = functools.partial(_per_rank, compute=compute)
     angle0, ssm0, k0, v0 = states or _zero_states(V, Q.shape[1], Angles.shape[-1], Q.shape[-1], compute)
     theta = jnp.mod(angle0.astype(compute) + angle_increments(Angles, DT, compute), TWO_PI)
     q = rotate_halves(_per_head(Q, heads, compute) + per_rank(Q_bias), theta[:, None])  # (batch, R, H, N)
