@@ -89,10 +89,11 @@ def selective_scan_fn(
         if vec is not None:
             check_array(name, vec, 1)
             check_shape(name, vec, (dim,), "(dim,)")
-    if impl == "pallas" and config is not None and config.fwd_backend == "mosaic_gpu":
-        refusal = dispatch.mosaic_forward_refusal(dim, B.shape[2])
-        if refusal:
-            raise ValueError(f"ScanConfig(fwd_backend='mosaic_gpu'): {refusal}")
+    backends = ("fwd_backend", "bwd_backend")
+    mosaic = [] if impl != "pallas" or config is None else [n for n in backends if getattr(config, n) == "mosaic_gpu"]
+    refusal = dispatch.mosaic_refusal(dim, B.shape[2], dstate) if mosaic else None
+    if refusal:
+        raise ValueError(f"ScanConfig({', '.join(mosaic)}='mosaic_gpu'): {refusal}")
 
     if impl == "pallas":
         if config is None:

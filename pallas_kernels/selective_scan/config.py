@@ -22,7 +22,9 @@ during its own backward instead of from its forward to its backward (the differe
 memory is that size times the layers).
 ``fwd_backend="mosaic_gpu"`` runs the forward instead as one Mosaic GPU warpgroup per batch row and 128 channels
 walking all of L (``mosaic_gpu.sequential_forward``), keeping the states every ``kept_every`` steps as the Triton
-forwards do; the backward is unchanged.
+forwards do. ``bwd_backend="mosaic_gpu"`` runs the backward as one Mosaic GPU warpgroup per batch row and 128
+channels walking L last block to first in blocks of ``chunk`` steps (``mosaic_gpu.sequential_backward``), from the
+states at every block start (``save_every`` is then ``chunk``).
 """
 
 import dataclasses
@@ -33,7 +35,10 @@ MAX_DSTATE = 256
 
 
 DESIGNS = ("sequential", "chunked")
-FWD_BACKENDS = ("triton", "mosaic_gpu")
+BACKENDS = ("triton", "mosaic_gpu")
+# The Mosaic GPU backward's steps a block (``chunk``): registers hold several rows of each step; its dB and dC sums
+# of a block leave in one copy of at least 16 bytes (4 steps of one state in float32)
+MOSAIC_MIN_BLOCK, MOSAIC_MAX_BLOCK = 4, 32
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,11 +58,12 @@ class ScanConfig:
     segments: int = 0  # chunked forward: segments of L scanned in parallel (0: enough to fill the GPU)
     checkpoint_every: int = 0  # chunked forward: steps between the states kept for the backward (0: every save_every)
     fwd_backend: str = "triton"  # "mosaic_gpu": the forward as one Mosaic GPU walk per 128 channels (opt-in)
+    bwd_backend: str = "triton"  # "mosaic_gpu": the backward as one Mosaic GPU walk per 128 channels (opt-in)
 
     @property
     def save_every(self) -> int:
         """Steps between the states the forward saves: the backward's chunk."""
-        return self.bwd_rows if self.bwd_design == "chunked" else self.chunk
+        return self.bwd_rows if self.bwd_design == "chunked" and self.bwd_backend == "triton" else self.chunk
 
     @property
     def kept_every(self) -> int:
@@ -92,8 +98,14 @@ class ScanConfig:
             raise ValueError(
                 f"ScanConfig.checkpoint_every must be 0 or a positive power of two, got {self.checkpoint_every!r}"
             )
-        if self.fwd_backend not in FWD_BACKENDS:
-            raise ValueError(f"ScanConfig.fwd_backend must be one of {FWD_BACKENDS}, got {self.fwd_backend!r}")
+        for name in ("fwd_backend", "bwd_backend"):
+            if getattr(self, name) not in BACKENDS:
+                raise ValueError(f"ScanConfig.{name} must be one of {BACKENDS}, got {getattr(self, name)!r}")
+        if self.bwd_backend == "mosaic_gpu" and not MOSAIC_MIN_BLOCK <= self.chunk <= MOSAIC_MAX_BLOCK:
+            raise ValueError(
+                f"ScanConfig.chunk={self.chunk} (the Mosaic GPU backward's block) must be from {MOSAIC_MIN_BLOCK} to "
+                f"{MOSAIC_MAX_BLOCK}"
+            )
         if self.checkpoint_every and self.design != "chunked":
             raise ValueError("ScanConfig.checkpoint_every needs design='chunked' (the forward rerun in the backward)")
         if self.checkpoint_every and self.checkpoint_every < max(self.rows, self.save_every):

@@ -1,8 +1,8 @@
 """Which kernels run each pass of the Pallas selective scan, forward and backward, for a config: the sequential or
 the chunked design (``ScanConfig.design``, ``ScanConfig.bwd_design``), the chunked design's boundary passes, and
 the backward's rebuild of the states the forward did not keep. The kernels are Triton ones (``triton/``) but for
-the opt-in Mosaic GPU forward (``mosaic_gpu/``, ``ScanConfig.fwd_backend``); their modules hold only the kernels and
-their launches.
+the opt-in Mosaic GPU forward and backward (``mosaic_gpu/``, ``ScanConfig.fwd_backend`` and ``bwd_backend``); their
+modules hold only the kernels and their launches.
 
 The forward: the chunked design first finds every segment's start state (``triton.chunked_boundaries`` per
 segment, composed by ``state_passing``) where L is split into segments, then scans all segments at once
@@ -10,16 +10,19 @@ segment, composed by ``state_passing``) where L is split into segments, then sca
 (``triton.sequential_forward``).
 The backward: the chunked design first finds the adjoint after every chunk the same way, then runs every chunk at
 once (``triton.chunked_backward``); the sequential design walks L backward (``triton.sequential_backward``) and sums
-its per-channel-block dB and dC partials (``triton.block_sums``).
+its per-channel-block dB and dC partials (``triton.block_sums``); the Mosaic GPU backward walks L backward in
+blocks of ``chunk`` steps, and its per-128-channel partials are few enough for XLA's sum.
 """
 
 import dataclasses
 
+import jax
 import jax.numpy as jnp
 
 from pallas_kernels._triton import gpu_has_wgmma
 from pallas_kernels.selective_scan.dims import ScanDims, scan_dims
 from pallas_kernels.selective_scan.layout import a2_transposed, padded_rows
+from pallas_kernels.selective_scan.mosaic_gpu import sequential_backward as mosaic_backward
 from pallas_kernels.selective_scan.mosaic_gpu import sequential_forward as mosaic_forward
 from pallas_kernels.selective_scan.state_passing import chunk_end_adjoints, segment_start_states
 from pallas_kernels.selective_scan.triton.block_sums import sum_block_partials
@@ -34,8 +37,9 @@ def scan_forward_pass(u, delta, A, B, C, D, z, delta_bias, softplus, config, int
     """Returns out (batch, L, dim) u.dtype, the last state (batch, dim, N) float32 and, when ``save_states``, the
     states every ``config.kept_every`` steps (batch, nkept, N, dim + 1) float32, else None."""
     if config.fwd_backend == "mosaic_gpu":
-        mosaic_dims = _mosaic_dims(u, B, D, z, delta_bias, softplus, config, interpret)
-        args = (u, delta, a2_transposed(A), B, C, D, z, delta_bias, mosaic_dims, save_states)
+        keep = config.kept_every
+        mosaic_dims = _mosaic_dims(u, B, D, z, delta_bias, softplus, interpret, min(mosaic_forward.BLOCK_L, keep), keep)
+        args = (u, delta, a2_transposed(A), *_tma_rows(B, C), D, z, delta_bias, mosaic_dims, save_states)
         out, last, states = mosaic_forward.scan_forward(*args)
         return out, jnp.swapaxes(last, 1, 2), states
     dims = scan_dims(u, B, A, D, z, delta_bias, softplus, config, interpret, bwd=False)
@@ -49,18 +53,28 @@ def scan_forward_pass(u, delta, A, B, C, D, z, delta_bias, softplus, config, int
     return out, jnp.swapaxes(last, 1, 2), states
 
 
-def mosaic_forward_refusal(dim: int, groups: int) -> str | None:
-    """Why the Mosaic GPU forward cannot take this shape, or None where it can."""
+def mosaic_refusal(dim: int, groups: int, dstate: int) -> str | None:
+    """Why the Mosaic GPU forward and backward cannot take this shape, or None where they can. Their TMA copies of
+    B and C blocks need B's and C's rows of N to fill a multiple of 16 bytes, which float32 does for N a multiple of
+    4 (``_tma_rows``)."""
     if (dim // groups) % mosaic_forward.LANES:
         return f"channels per group (dim / G = {dim // groups}) must be a multiple of {mosaic_forward.LANES}"
+    if dstate % 4:
+        return f"N (A.shape[1] = {dstate}) must be a multiple of 4 (B's and C's rows of N fill 16 bytes in float32)"
     if not gpu_has_wgmma():
         return "the GPU is not a Hopper (compute capability 9.x): use fwd_backend='triton'"
     return None
 
 
-def _mosaic_dims(u, B, D, z, delta_bias, softplus, config, interpret) -> mosaic_forward.MosaicScanDims:
+def _tma_rows(B: jax.Array, C: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """B and C as the Mosaic GPU kernels' TMA copies take them: in float32 where their rows of N in their own dtype
+    do not fill a multiple of 16 bytes (bf16 with N = 4, 12, ...); a copy 1 / (dim / G) the size of u."""
+    return tuple(x if (x.shape[-1] * x.dtype.itemsize) % 16 == 0 else x.astype(jnp.float32) for x in (B, C))
+
+
+def _mosaic_dims(u, B, D, z, delta_bias, softplus, interpret, block_l, keep) -> mosaic_forward.MosaicScanDims:
+    """The Mosaic GPU kernels' problem: blocks of ``block_l`` steps, the state kept before every ``keep``-th."""
     batch, seqlen, dim = u.shape
-    keep = config.kept_every
     return mosaic_forward.MosaicScanDims(
         batch=batch,
         seqlen=seqlen,
@@ -71,7 +85,7 @@ def _mosaic_dims(u, B, D, z, delta_bias, softplus, config, interpret) -> mosaic_
         has_z=z is not None,
         has_bias=delta_bias is not None,
         softplus=bool(softplus),
-        block_l=min(mosaic_forward.BLOCK_L, keep),
+        block_l=block_l,
         keep_every=keep,
         interpret=interpret,
     )
@@ -98,6 +112,26 @@ def scan_backward_pass(u, delta, A, B, C, D, z, delta_bias, softplus, config, in
     """Gradients from the states every ``config.save_every`` steps (batch, nsaved, N, dim + 1) float32, dout in u's
     dtype and d last_state (batch, N, dim) float32. Returns du, ddelta, dz in their inputs' dtypes, dB and dC
     (batch, L, G, N), dA (dim, N), dD and d delta_bias (dim,) float32; None for absent inputs."""
+    if config.bwd_backend == "mosaic_gpu":
+        block = config.chunk
+        mosaic_dims = _mosaic_dims(u, B, D, z, delta_bias, softplus, interpret, block, block)
+        du, ddelta, dz, dB, dC, dA, dD, dbias = mosaic_backward.scan_backward(
+            u,
+            delta,
+            a2_transposed(A),
+            *_tma_rows(B, C),
+            D,
+            z,
+            delta_bias,
+            states,
+            dout,
+            padded_rows(dlast),
+            mosaic_dims,
+        )
+        dB, dC = dB.sum(axis=3), dC.sum(axis=3)  # per-128-channel partials (batch, L, G, dim / G / 128, N)
+        dD = None if D is None else dD.sum(axis=0)
+        dbias = None if delta_bias is None else dbias.sum(axis=0)
+        return du, ddelta, dz, dB, dC, dA.sum(axis=0).T, dD, dbias
     dims = scan_dims(u, B, A, D, z, delta_bias, softplus, config, interpret, bwd=True)
     warps = config.bwd_num_warps
     if config.bwd_design == "chunked":

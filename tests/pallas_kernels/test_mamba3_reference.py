@@ -219,7 +219,7 @@ def test_packed_sequences_match_the_recurrence_and_separate_runs(rng, lengths, g
             **values, Input_States=state_values, chunk_size=chunk, return_final_states=True, cu_seqlens=bounds
         )
 
-    out, *finals = packed(jargs, jstates)
+    out, *finals = jax.jit(packed)(jargs, jstates)
     for i, (start, end) in enumerate(itertools.pairwise(bounds)):
         own = None if states is None else tuple(s[i : i + 1] for s in states)
         want, want_finals = naive_mamba3.mamba3_forward(**_steps(args, start, end), states=own)
@@ -249,8 +249,8 @@ def test_packed_sequences_match_the_recurrence_and_separate_runs(rng, lengths, g
             o, ssm = separate(values, state_values)
         return jnp.sum(o * dout) + jnp.sum(ssm * dssm)
 
-    got = jax.grad(lambda v, s: loss(packed, v, s), argnums=(0, 1))(jargs, jstates)
-    want = jax.grad(lambda v, s: loss(separate, v, s), argnums=(0, 1))(jargs, jstates)
+    got = jax.jit(jax.grad(lambda v, s: loss(packed, v, s), argnums=(0, 1)))(jargs, jstates)
+    want = jax.jit(jax.grad(lambda v, s: loss(separate, v, s), argnums=(0, 1)))(jargs, jstates)
     for path, g in jax.tree_util.tree_leaves_with_path(got):
         assert_close(f"d{jax.tree_util.keystr(path)}", g, _at(want, path), jnp.float32)
 

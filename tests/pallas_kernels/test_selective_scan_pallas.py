@@ -43,6 +43,19 @@ KEPT_SEQUENTIAL = ScanConfig(design="chunked", block_d=2, rows=8, chunk=4, bwd_b
 MOSAIC_KEPT = dataclasses.replace(KEPT, fwd_backend="mosaic_gpu")
 MOSAIC_SEQUENTIAL = ScanConfig(fwd_backend="mosaic_gpu", chunk=4, bwd_unroll=2, bwd_block_d=8)
 MOSAIC_KEPT_SEQUENTIAL = dataclasses.replace(KEPT_SEQUENTIAL, fwd_backend="mosaic_gpu")
+# The Mosaic GPU backward (blocks of ``chunk`` steps, 128 channels a program): after the Mosaic GPU forward keeping
+# every block's start state, after it keeping every 16th step's (the rest rebuilt), after the Triton forward
+MOSAIC_BWD = ScanConfig(fwd_backend="mosaic_gpu", bwd_backend="mosaic_gpu", chunk=8)
+MOSAIC_BWD_KEPT = ScanConfig(
+    fwd_backend="mosaic_gpu",
+    bwd_backend="mosaic_gpu",
+    design="chunked",
+    block_d=4,
+    rows=4,
+    chunk=4,
+    checkpoint_every=16,
+)
+TRITON_FWD_MOSAIC_BWD = ScanConfig(design="chunked", block_d=4, rows=8, chunk=8, bwd_backend="mosaic_gpu")
 
 CASES = [  # batch, L, dim, N, G, dtype, D, z, delta_bias, softplus, config
     (2, 1, 8, 4, 1, jnp.float32, True, True, True, True, SMALL),
@@ -71,9 +84,14 @@ CASES = [  # batch, L, dim, N, G, dtype, D, z, delta_bias, softplus, config
     (1, 129, 8, 16, 1, jnp.float32, True, True, True, True, KEPT_SEQUENTIAL),
     (2, 5, 4, 16, 1, jnp.float32, True, False, True, True, KEPT_SEQUENTIAL),  # L shorter than the interval
     (2, 1, 128, 4, 1, jnp.float32, True, True, True, True, MOSAIC_KEPT),
-    (1, 45, 256, 7, 2, jnp.bfloat16, True, True, True, True, MOSAIC_KEPT),  # a partial block, two groups
+    (1, 45, 256, 8, 2, jnp.bfloat16, True, True, True, True, MOSAIC_KEPT),  # a partial block, two groups
     (2, 37, 128, 16, 1, jnp.float32, False, False, False, False, MOSAIC_SEQUENTIAL),
-    (1, 70, 128, 1, 1, jnp.float16, True, False, True, True, MOSAIC_KEPT_SEQUENTIAL),
+    (1, 70, 128, 8, 1, jnp.float16, True, False, True, True, MOSAIC_KEPT_SEQUENTIAL),
+    (2, 1, 128, 4, 1, jnp.float32, True, True, True, True, MOSAIC_BWD),
+    (1, 45, 512, 12, 4, jnp.bfloat16, True, True, True, True, MOSAIC_BWD_KEPT),  # a partial block, 12 states a round
+    (2, 37, 128, 16, 1, jnp.float32, False, False, False, False, TRITON_FWD_MOSAIC_BWD),  # two rounds of 8 states
+    (1, 70, 384, 4, 3, jnp.float16, True, False, True, True, MOSAIC_BWD),  # three groups, B and C's rows of 8 bytes
+    (2, 33, 128, 8, 1, jnp.bfloat16, False, True, False, True, MOSAIC_BWD),
 ]
 
 
@@ -213,6 +231,20 @@ def test_unsupported_inputs_are_refused_before_work(rng):
     mosaic = ScanConfig(fwd_backend="mosaic_gpu")
     with pytest.raises(ValueError, match=r"fwd_backend='mosaic_gpu'\): channels per group \(dim / G = 4\) must be"):
         selective_scan_fn(u, delta, A, B, C, impl="pallas", config=mosaic)
+    both = ScanConfig(fwd_backend="mosaic_gpu", bwd_backend="mosaic_gpu")
+    with pytest.raises(ValueError, match=r"ScanConfig\(fwd_backend, bwd_backend='mosaic_gpu'\): channels per group"):
+        selective_scan_fn(u, delta, A, B, C, impl="pallas", config=both)
+    wide = [jnp.zeros((1, 3, 128), jnp.float32)] * 2 + [jnp.zeros((128, 7), jnp.float32)]
+    with pytest.raises(ValueError, match=r"ScanConfig\(bwd_backend='mosaic_gpu'\): N \(A.shape\[1\] = 7\) must be a"):
+        bc = jnp.zeros((1, 3, 7), jnp.float32)
+        selective_scan_fn(*wide, bc, bc, impl="pallas", config=ScanConfig(bwd_backend="mosaic_gpu"))
+    with pytest.raises(ValueError, match="bwd_backend must be one of"):
+        selective_scan_fn(u, delta, A, B, C, impl="pallas", config=ScanConfig(bwd_backend="cuda"))
+    for chunk in (2, 64):
+        with pytest.raises(ValueError, match=rf"chunk={chunk} \(the Mosaic GPU backward's block\) must be from 4 to"):
+            selective_scan_fn(
+                u, delta, A, B, C, impl="pallas", config=ScanConfig(bwd_backend="mosaic_gpu", chunk=chunk)
+            )
 
 
 @pytest.mark.parametrize(

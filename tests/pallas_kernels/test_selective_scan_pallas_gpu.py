@@ -56,17 +56,22 @@ CONFIGS = {  # the scan axis inside one thread; across lanes and warps (Triton's
 
 
 # The Mosaic GPU forward (128 channels a program, blocks of 32 steps) before the chunked backward from states kept
-# every 256 steps, and before the sequential backward from states every 8 (blocks of 8)
+# every 256 steps, and before the sequential backward from states every 8 (blocks of 8); the Mosaic GPU backward
 MOSAIC = {
     "mosaic-kept": ScanConfig(
         fwd_backend="mosaic_gpu", design="chunked", bwd_design="chunked", rows=8, bwd_rows=8, checkpoint_every=256
     ),
     "mosaic-sequential": ScanConfig(fwd_backend="mosaic_gpu", chunk=8),
+    # both passes on Mosaic GPU: the backward from every block's start state, and from states kept every 256 steps
+    "mosaic-both": ScanConfig(fwd_backend="mosaic_gpu", bwd_backend="mosaic_gpu", chunk=8),
+    "mosaic-both-kept": ScanConfig(
+        fwd_backend="mosaic_gpu", bwd_backend="mosaic_gpu", design="chunked", chunk=8, checkpoint_every=256
+    ),
 }
 
 
 @pytest.mark.parametrize("config", list(MOSAIC))
-def test_mosaic_forward_matches_oracle_on_gpu(rng, config):
+def test_mosaic_kernels_match_oracle_on_gpu(rng, config):
     """L not a multiple of the block, two groups of 128 channels."""
     arrays, exact = ss.make_inputs(rng, 2, 301, 256, 16, 2, jnp.bfloat16)
     ss.assert_matches_oracle(rng, arrays, exact, True, impl="pallas", config=MOSAIC[config])
@@ -79,14 +84,15 @@ def test_pallas_matches_oracle_on_gpu(rng, config):
     ss.assert_matches_oracle(rng, arrays, exact, True, impl="pallas", config=CONFIGS[config])
 
 
-@pytest.mark.parametrize("forward", ["triton", "mosaic"])
+@pytest.mark.parametrize("forward", ["triton", "mosaic", "mosaic-both-kept"])
 def test_pallas_matches_reference_and_mamba_ssm_at_130m(cuda_reference, rng, forward):
     from torch_reference.ops import run_selective_scan
 
     arrays, dtypes, cotangent = selective_scan_inputs(
         OPS["selective_scan"].shapes["130m"], "bfloat16", seed=int(rng.integers(2**31))
     )
-    out, grads = _vjp(arrays, dtypes, cotangent, "pallas", MOSAIC["mosaic-kept"] if forward == "mosaic" else None)
+    config = {"triton": None, "mosaic": MOSAIC["mosaic-kept"], "mosaic-both-kept": MOSAIC["mosaic-both-kept"]}[forward]
+    out, grads = _vjp(arrays, dtypes, cotangent, "pallas", config)
     ref_out, ref_grads = _vjp(arrays, dtypes, cotangent, "reference")
     f32 = {k: "float32" for k in dtypes}
     (cuda_out,), cuda_grads = run_selective_scan(cuda_reference, arrays, dtypes, cotangent, delta_softplus=True)

@@ -61,7 +61,7 @@ class MosaicScanDims:
         return plgpu.Layout.WG_STRIDED((LANES,), vec_size=1)
 
 
-def _softplus(x: jax.Array) -> jax.Array:
+def softplus(x: jax.Array) -> jax.Array:
     """log(1 + exp(x)) = max(x, 0) + log(1 + exp(-|x|)) = max(x, 0) - log(sigmoid(|x|)): finite for any x."""
     return jnp.maximum(x, 0.0) - jnp.log(sigmoid(jnp.abs(x)))
 
@@ -106,7 +106,7 @@ def _fwd_kernel(u_ref, delta_ref, a2_ref, b_ref, c_ref, *refs, dims: MosaicScanD
             if bias is not None:
                 dt = dt + bias
             if dims.softplus:
-                dt = _softplus(dt)
+                dt = softplus(dt)
             dt = dt * ((j * dims.block_l + r) < dims.seqlen).astype(f32)  # steps past L: no decay, no input
             x = dt * u
             y = zero if dv is None else dv * u

@@ -1,0 +1,259 @@
+"""Mosaic GPU backward of the selective scan: every input gradient from the states saved at every block start.
+
+One warpgroup a program, as the forward: batch row b, 128 channels of one group (one a thread), every step of L,
+walked last block to first; each block of ``block_l`` steps of u, delta, dout, z, B and C comes into shared memory by
+TMA while the block after it computes (``emit_pipeline`` over the blocks in reverse). Per block and per state n
+(a loop, so that registers hold one state's ``block_l`` steps rather than every state's), from the saved state
+before the block's first step it recomputes the block's states h_t[n] (registers), then runs the adjoint back over
+them:
+
+    g_t = C_t dy_t + exp(dt_{t+1} A) g_{t+1}            (dL/dh_t; g after the last step = d last_state)
+    du_t = dt_t sum_n g_t B_t + D dy_t,    ddt_t = u_t sum_n g_t B_t + sum_n g_t h_{t-1} exp(dt_t A) A
+    dA  += g_t h_{t-1} exp(dt_t A) dt_t,   dB_t = sum_d g_t dt_t u_t,   dC_t = sum_d dy_t h_t
+
+with dy = dout silu(z) (dout without z) and dz = dout y silu'(z). The adjoint g and the dA sums per state live in
+shared memory between blocks (one (N, 128) row each, a thread its own column). dB and dC sum over channels: each
+step's per-channel terms go to a (block_l N, 128) shared tile, which the warpgroup reads back in the WGMMA layout
+(a row's 128 columns over a quad of threads) and sums along its rows, so that the block's (block_l, N) sums over the
+program's channels leave in one store. Programs of the same group write side by side; the caller sums those
+partials, in a fixed order: deterministic.
+Layouts: u, delta, z, dout, du, ddelta, dz (batch, L, dim); B, C (batch, L, G, N); A2 = A log2(e) as (N, dim + 1)
+float32; D, delta_bias (dim,) float32; states (batch, L / block_l, N, dim + 1) float32, the state before each
+block; d last_state (batch, N, dim + 1) float32; partials dB, dC (batch, G, dim / G / 128, L N) float32, dA
+(batch, N, dim), dD, d delta_bias (batch, dim) float32.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import mosaic_gpu as plgpu
+
+from pallas_kernels._mosaic_gpu import call_kernel, sigmoid, store_steps
+from pallas_kernels._triton import LN_2
+from pallas_kernels.selective_scan.mosaic_gpu.sequential_forward import LANES, STAGES, MosaicScanDims, softplus
+
+SUM_ROWS = 64  # rows of the dB / dC tiles summed at once: the WGMMA layout's tile height
+
+
+def states_per_round(dims: MosaicScanDims) -> int:
+    """States whose dB and dC terms fill the sum tiles between two sums: the largest divisor of N with at most
+    SUM_ROWS rows (block_l each)."""
+    fit = max(1, SUM_ROWS // dims.block_l)
+    return max(d for d in range(1, min(fit, dims.dstate) + 1) if dims.dstate % d == 0)
+
+
+def _bwd_kernel(u_ref, delta_ref, a2_ref, b_ref, c_ref, states_ref, dout_ref, dlast_ref, *refs, dims: MosaicScanDims):
+    it = iter(refs)
+    d_ref = next(it) if dims.has_D else None
+    z_ref = next(it) if dims.has_z else None
+    bias_ref = next(it) if dims.has_bias else None
+    du_ref, ddelta_ref, db_ref, dc_ref, da_ref = (next(it) for _ in range(5))
+    dz_ref = next(it) if dims.has_z else None
+    dd_ref = next(it) if dims.has_D else None
+    dbias_ref = next(it) if dims.has_bias else None
+    g_s, da_s, du_s, ddt_s, dz_s, sum_b, sum_c, sums_s = it
+    f32 = jnp.float32
+    steps, nstate = dims.block_l, dims.dstate
+    b, blk = lax.axis_index("batch"), lax.axis_index("channels")
+    g, k = blk // dims.blocks_per_group, blk % dims.blocks_per_group
+    cols = pl.ds(blk * LANES, LANES)
+    layout = dims.row_layout
+    per_round = states_per_round(dims)
+
+    def row(ref) -> jax.Array:
+        return plgpu.load(ref, layout=layout, optimized=False).astype(f32)
+
+    zero = plgpu.layout_cast(jnp.zeros((LANES,), f32), layout)
+    dv = row(d_ref.at[cols]) if d_ref is not None else None
+    bias = row(bias_ref.at[cols]) if bias_ref is not None else None
+    for n in range(nstate):
+        g_s[n] = row(dlast_ref.at[b, n, cols])
+        da_s[n] = zero
+    # Copies from shared to global memory a block issues: du, ddelta, dz, dB, dC.
+    stores = 4 + dims.has_z
+
+    def block_step(indices, u_s, delta_s, dout_s, b_s, c_s, *tiles_and_carry):
+        *z_tiles, (dd_acc, dbias_acc) = tiles_and_carry
+        (j,) = indices
+        blk_l = dims.nblocks - 1 - j  # the block this step walks: last to first
+        slot = j % 2
+        plgpu.wait_smem_to_gmem(stores, wait_read_only=True)  # this slot's stores from two blocks ago have read it
+        valid = [((blk_l * steps + r) < dims.seqlen).astype(f32) for r in range(steps)]
+
+        def masked(x, r):
+            return x * valid[r]  # steps past L (zeros by TMA's bounds): no decay, no input, no gradient
+
+        raw_dt, dt, u, dy, silu_grad = [], [], [], [], []
+        for r in range(steps):
+            x = plgpu.load(delta_s.at[r], layout=layout).astype(f32)
+            x = x if bias is None else x + bias
+            raw_dt.append(x)
+            dt.append(masked(softplus(x) if dims.softplus else x, r))
+            u.append(masked(plgpu.load(u_s.at[r], layout=layout).astype(f32), r))
+            dout = masked(plgpu.load(dout_s.at[r], layout=layout).astype(f32), r)
+            if z_tiles:
+                zr = plgpu.load(z_tiles[0].at[r], layout=layout).astype(f32)
+                sig = sigmoid(zr)
+                dy.append(dout * zr * sig)
+                silu_grad.append(dout * sig * (1.0 + zr * (1.0 - sig)))
+            else:
+                dy.append(dout)
+        dtu = [dt[r] * u[r] for r in range(steps)]
+
+        def state_step(rd, i, sums):
+            """State n = rd * per_round + i of the block: its recompute and adjoint; its dB and dC terms go to row
+            i * steps + r of the sum tiles."""
+            n = rd * per_round + i
+            y, sum_gb, sum_da = (list(x) for x in sums)
+            a2 = row(a2_ref.at[n, cols])
+            h = row(states_ref.at[b, blk_l, n, cols])
+            hs, decays = [h], []
+            for r in range(steps):
+                decays.append(jnp.exp2(dt[r] * a2))
+                hs.append(decays[r] * hs[r] + dtu[r] * b_s[r, n].astype(f32))
+                if z_tiles:
+                    y[r] = y[r] + c_s[r, n].astype(f32) * hs[r + 1]
+            adj = plgpu.load(g_s.at[n], layout=layout)
+            da_n = zero
+            for r in reversed(range(steps)):
+                adj = adj + c_s[r, n].astype(f32) * dy[r]
+                sum_gb[r] = sum_gb[r] + adj * b_s[r, n].astype(f32)
+                da = adj * hs[r] * decays[r]
+                sum_da[r] = sum_da[r] + da * (a2 * LN_2)
+                da_n = da_n + da * dt[r]
+                sum_b[i * steps + r] = adj * dtu[r]
+                sum_c[i * steps + r] = dy[r] * hs[r + 1]
+                adj = decays[r] * adj
+            g_s[n] = adj
+            da_s[n] = plgpu.load(da_s.at[n], layout=layout) + da_n
+            return tuple(y), tuple(sum_gb), tuple(sum_da)
+
+        def round_step(rd, sums):
+            """per_round states, then their dB and dC terms summed over the program's channels."""
+            sums = lax.fori_loop(0, per_round, functools.partial(state_step, rd), sums)
+            plgpu.commit_smem()  # every thread's rows of the sum tiles written
+            for tile, i in ((sum_b, 0), (sum_c, 1)):
+                total = plgpu.load(tile, layout=plgpu.Layout.WGMMA, optimized=False).sum(axis=1)
+                sums_s.at[slot, i, pl.ds(rd * per_round * steps, SUM_ROWS)][...] = total
+            plgpu.commit_smem()  # the sum tiles read before the next round writes them
+            return sums
+
+        sums = tuple((zero,) * steps for _ in range(3))
+        y, sum_gb, sum_da = lax.fori_loop(0, dims.dstate // per_round, round_step, sums)
+        for r in range(steps):
+            du = dt[r] * sum_gb[r]
+            ddt = u[r] * sum_gb[r] + sum_da[r]
+            if dims.softplus:
+                ddt = ddt * sigmoid(raw_dt[r])
+            ddt = masked(ddt, r)
+            if dv is not None:
+                du = du + dv * dy[r]
+                dd_acc = dd_acc + dy[r] * u[r]
+            dbias_acc = dbias_acc + ddt
+            du_s[slot, r] = du.astype(du_s.dtype)
+            ddt_s[slot, r] = ddt.astype(ddt_s.dtype)
+            if z_tiles:
+                yr = y[r] if dv is None else y[r] + dv * u[r]
+                dz_s[slot, r] = (yr * silu_grad[r]).astype(dz_s.dtype)
+        plgpu.commit_smem()  # every thread's rows of the outputs written
+
+        def channel_target(ref):
+            return lambda rows: ref.at[b, rows, cols]
+
+        outputs = [(du_s, du_ref), (ddt_s, ddelta_ref)] + ([(dz_s, dz_ref)] if z_tiles else [])
+        for tile, ref in outputs:
+            store_steps(tile.at[slot], channel_target(ref), blk_l, steps, dims.seqlen)
+        for i, ref in enumerate((db_ref, dc_ref)):
+            block_sums = pl.ds(blk_l * steps * nstate, steps * nstate)
+            plgpu.copy_smem_to_gmem(sums_s.at[slot, i, pl.ds(0, steps * nstate)], ref.at[b, g, k, block_sums])
+        return dd_acc, dbias_acc
+
+    def channel_spec():
+        return plgpu.BlockSpec((steps, LANES), lambda j: (dims.nblocks - 1 - j, blk))
+
+    state_spec = plgpu.BlockSpec((steps, nstate), lambda j: (dims.nblocks - 1 - j, 0))
+    in_specs = [channel_spec(), channel_spec(), channel_spec(), state_spec, state_spec]
+    inputs = [u_ref.at[b], delta_ref.at[b], dout_ref.at[b], b_ref.at[b, :, g], c_ref.at[b, :, g]]
+    if z_ref is not None:
+        in_specs.append(channel_spec())
+        inputs.append(z_ref.at[b])
+    dd_acc, dbias_acc = plgpu.emit_pipeline(
+        block_step,
+        grid=(dims.nblocks,),
+        in_specs=in_specs,
+        max_concurrent_steps=STAGES,
+        init_carry=(zero, zero),
+    )(*inputs)
+    for n in range(nstate):
+        da_ref.at[b, n, cols][...] = plgpu.load(da_s.at[n], layout=layout)
+    if dd_ref is not None:
+        dd_ref.at[b, cols][...] = dd_acc
+    if dbias_ref is not None:
+        dbias_ref.at[b, cols][...] = dbias_acc
+    plgpu.wait_smem_to_gmem(0)
+
+
+def scan_backward(u, delta, a2, B, C, D, z, delta_bias, states, dout, dlast, dims: MosaicScanDims):
+    """Gradients of (u, delta, A, B, C, D, z, delta_bias) from the states before every block (batch, L / block_l,
+    N, dim + 1) float32, dout in u's dtype and d last_state (batch, N, dim + 1) float32.
+
+    Returns du, ddelta, dz in their inputs' dtypes and float32 partials: dB, dC (batch, L, G, dim / G / 128, N),
+    dA (batch, N, dim), dD and d delta_bias (batch, dim); None for absent inputs.
+    """
+    f32 = jnp.float32
+    batch, seqlen, dim = u.shape
+    inputs = [u, delta, a2, B, C, states, dout, dlast]
+    inputs += [x.astype(f32) if x is D else x for x in (D, z) if x is not None]
+    if delta_bias is not None:
+        inputs.append(delta_bias.astype(f32))
+    partial_bc = (batch, dims.groups, dims.blocks_per_group, dims.nblocks * dims.dstate * dims.block_l)
+    out_type = [
+        jax.ShapeDtypeStruct(u.shape, u.dtype),
+        jax.ShapeDtypeStruct(delta.shape, delta.dtype),
+        jax.ShapeDtypeStruct(partial_bc, f32),
+        jax.ShapeDtypeStruct(partial_bc, f32),
+        jax.ShapeDtypeStruct((batch, dims.dstate, dim), f32),
+    ]
+    if z is not None:
+        out_type.append(jax.ShapeDtypeStruct(z.shape, z.dtype))
+    out_type += [jax.ShapeDtypeStruct((batch, dim), f32) for x in (D, delta_bias) if x is not None]
+    tile = (2, dims.block_l, LANES)
+    scratch = [
+        plgpu.SMEM((dims.dstate, LANES), f32),  # the adjoint g
+        plgpu.SMEM((dims.dstate, LANES), f32),  # dA sums
+        plgpu.SMEM(tile, u.dtype),
+        plgpu.SMEM(tile, delta.dtype),
+        plgpu.SMEM(tile, u.dtype if z is None else z.dtype),
+        plgpu.SMEM((SUM_ROWS, LANES), f32),  # dB terms of a round's states and the block's steps, a row each
+        plgpu.SMEM((SUM_ROWS, LANES), f32),  # dC terms
+        # their sums over the program's channels (a round's SUM_ROWS sums land past the block's last when it has
+        # fewer rows; the next round's overwrite them)
+        plgpu.SMEM((2, 2, dims.dstate * dims.block_l + SUM_ROWS), f32),
+    ]
+    results = call_kernel(
+        functools.partial(_bwd_kernel, dims=dims),
+        inputs,
+        out_type=out_type,
+        scratch=scratch,
+        grid=(batch, dim // LANES),
+        grid_names=("batch", "channels"),
+        name="selective_scan_bwd",
+        interpret=dims.interpret,
+    )
+    du, ddelta, dB, dC, dA, *rest = results
+    dz = rest.pop(0) if z is not None else None
+    dD = rest.pop(0) if D is not None else None
+    dbias = rest.pop(0) if delta_bias is not None else None
+    blocks = (batch, dims.groups, dims.blocks_per_group, dims.nblocks, dims.dstate, dims.block_l)
+    dB, dC = (_steps_first(x.reshape(blocks), seqlen) for x in (dB, dC))
+    return du, ddelta, dz, dB, dC, dA, dD, dbias
+
+
+def _steps_first(x: jax.Array, seqlen: int) -> jax.Array:
+    """Partials (batch, G, blocks per group, L / block_l, N, block_l) -> (batch, L, G, blocks per group, N)."""
+    batch, groups, per_group, nblocks, nstate, block_l = x.shape
+    x = jnp.transpose(x, (0, 3, 5, 1, 2, 4)).reshape(batch, nblocks * block_l, groups, per_group, nstate)
+    return x[:, :seqlen]

@@ -1,0 +1,58 @@
+"""The Mosaic GPU kernels of the selective scan and the causal conv1d lowered for a CUDA GPU on the CPU machine: the
+compiled path's Pallas-to-Mosaic lowering (layout inference, the shared-memory and TMA operations, the reductions)
+runs without a GPU, so that a kernel the interpreter accepts but the compiler would refuse fails here, before any
+GPU time. The program is only lowered (PTX comes when a GPU compiles it); the values are checked in interpret mode
+(test_selective_scan_pallas.py, test_causal_conv1d_pallas.py) and compiled on the GPU (the ``gpu`` tests)."""
+
+import re
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from pallas_kernels.causal_conv1d import vjp as conv_vjp
+from pallas_kernels.causal_conv1d.config import ConvConfig
+from pallas_kernels.selective_scan import vjp as scan_vjp
+from pallas_kernels.selective_scan.config import ScanConfig
+
+MOSAIC_CALL = re.compile(r"custom_call @mosaic_gpu")
+TRITON_CALL = re.compile(r"custom_call @__gpu\$xla\.gpu\.triton")
+
+
+def _lowered_gradient(loss, *args) -> str:
+    """The StableHLO text of the program of ``loss`` and its gradient lowered for CUDA."""
+    grad = jax.jit(jax.value_and_grad(loss, argnums=tuple(range(len(args)))))
+    return grad.trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+
+
+@pytest.mark.parametrize(
+    "dim,dstate,groups,dtype,options,chunk",
+    [(256, 16, 1, jnp.bfloat16, True, 8), (384, 4, 3, jnp.bfloat16, False, 4)],
+    ids=["130m-like", "four-states-three-groups"],
+)
+def test_selective_scan_forward_and_backward_lower_for_cuda(dim, dstate, groups, dtype, options, chunk):
+    """Both passes on Mosaic GPU (one kernel each, no Triton kernel), with D, z and delta_bias and without."""
+    batch, seqlen = 2, 100
+    config = ScanConfig(fwd_backend="mosaic_gpu", bwd_backend="mosaic_gpu", chunk=chunk)
+    x = jnp.zeros((batch, seqlen, dim), dtype)
+    bc = jnp.zeros((batch, seqlen, groups, dstate), dtype)
+    vec = jnp.zeros((dim,), jnp.float32) if options else None
+
+    def loss(u, delta, A, B, C):
+        z = u if options else None
+        out, last = scan_vjp.selective_scan(u, delta, A, B, C, vec, z, vec, options, config, False)
+        return out.astype(jnp.float32).sum() + last.sum()
+
+    text = _lowered_gradient(loss, x, x, jnp.zeros((dim, dstate), jnp.float32), bc, bc)
+    assert len(MOSAIC_CALL.findall(text)) == 2 and not TRITON_CALL.search(text)
+
+
+def test_causal_conv1d_forward_and_backward_lower_for_cuda():
+    config = ConvConfig(backend="mosaic_gpu", bwd_backend="mosaic_gpu")
+    x = jnp.zeros((2, 100, 512), jnp.bfloat16)
+
+    def loss(x, weight, bias):
+        return conv_vjp.causal_conv1d(x, weight, bias, None, None, True, config, False).astype(jnp.float32).sum()
+
+    text = _lowered_gradient(loss, x, jnp.zeros((512, 4), jnp.bfloat16), jnp.zeros((512,), jnp.bfloat16))
+    assert len(MOSAIC_CALL.findall(text)) >= 2 and not TRITON_CALL.search(text)
