@@ -24,7 +24,8 @@ memory is that size times the layers).
 walking all of L (``mosaic_gpu.sequential_forward``), keeping the states every ``kept_every`` steps as the Triton
 forwards do. ``bwd_backend="mosaic_gpu"`` runs the backward as one Mosaic GPU warpgroup per batch row and 128
 channels walking L last block to first in blocks of ``chunk`` steps (``mosaic_gpu.sequential_backward``), from the
-states at every block start (``save_every`` is then ``chunk``).
+states at every block start (``save_every`` is then ``chunk``). Either Mosaic GPU pass splits L into ``segments``
+walked in parallel (0: ``heuristics.mosaic_segments``) after a first kernel finds each segment's boundary value.
 """
 
 import dataclasses
@@ -55,7 +56,7 @@ class ScanConfig:
     bwd_prefetch: int = 1
     rows: int = 4  # chunked forward: time steps scanned together
     bwd_rows: int = 4  # chunked backward: time steps scanned together, and between the states the forward saves
-    segments: int = 0  # chunked forward: segments of L scanned in parallel (0: enough to fill the GPU)
+    segments: int = 0  # chunked forward, Mosaic GPU passes: segments of L scanned in parallel (0: automatic)
     checkpoint_every: int = 0  # chunked forward: steps between the states kept for the backward (0: every save_every)
     fwd_backend: str = "triton"  # "mosaic_gpu": the forward as one Mosaic GPU walk per 128 channels (opt-in)
     bwd_backend: str = "triton"  # "mosaic_gpu": the backward as one Mosaic GPU walk per 128 channels (opt-in)

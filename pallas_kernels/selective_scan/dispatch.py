@@ -19,11 +19,14 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from pallas_kernels._triton import gpu_has_wgmma
+from pallas_kernels._triton import gpu_has_wgmma, gpu_sm_count
 from pallas_kernels.selective_scan.dims import ScanDims, scan_dims
+from pallas_kernels.selective_scan.heuristics import mosaic_segments
 from pallas_kernels.selective_scan.layout import a2_transposed, padded_rows
 from pallas_kernels.selective_scan.mosaic_gpu import sequential_backward as mosaic_backward
 from pallas_kernels.selective_scan.mosaic_gpu import sequential_forward as mosaic_forward
+from pallas_kernels.selective_scan.mosaic_gpu.common import LANES, MosaicScanDims, segment_length
+from pallas_kernels.selective_scan.mosaic_gpu.segment_adjoints import segment_adjoints
 from pallas_kernels.selective_scan.state_passing import chunk_end_adjoints, segment_start_states
 from pallas_kernels.selective_scan.triton.block_sums import sum_block_partials
 from pallas_kernels.selective_scan.triton.chunked_backward import scan_backward_chunked
@@ -38,9 +41,17 @@ def scan_forward_pass(u, delta, A, B, C, D, z, delta_bias, softplus, config, int
     states every ``config.kept_every`` steps (batch, nkept, N, dim + 1) float32, else None."""
     if config.fwd_backend == "mosaic_gpu":
         keep = config.kept_every
-        mosaic_dims = _mosaic_dims(u, B, D, z, delta_bias, softplus, interpret, min(mosaic_forward.BLOCK_L, keep), keep)
-        args = (u, delta, a2_transposed(A), *_tma_rows(B, C), D, z, delta_bias, mosaic_dims, save_states)
-        out, last, states = mosaic_forward.scan_forward(*args)
+        mdims = _mosaic_dims(
+            u, B, D, z, delta_bias, softplus, config, interpret, min(mosaic_forward.BLOCK_L, keep), keep
+        )
+        a2, (B, C) = a2_transposed(A), _tma_rows(B, C)
+        starts = None
+        if mdims.nsegments > 1:
+            ends, dt_sums = mosaic_forward.segment_end_states(u, delta, a2, B, delta_bias, mdims)
+            starts = segment_start_states(ends, dt_sums, A)
+        out, last, states = mosaic_forward.scan_forward(
+            u, delta, a2, B, C, D, z, delta_bias, starts, mdims, save_states
+        )
         return out, jnp.swapaxes(last, 1, 2), states
     dims = scan_dims(u, B, A, D, z, delta_bias, softplus, config, interpret, bwd=False)
     if config.design == "chunked":
@@ -57,8 +68,8 @@ def mosaic_refusal(dim: int, groups: int, dstate: int) -> str | None:
     """Why the Mosaic GPU forward and backward cannot take this shape, or None where they can. Their TMA copies of
     B and C blocks need B's and C's rows of N to fill a multiple of 16 bytes, which float32 does for N a multiple of
     4 (``_tma_rows``)."""
-    if (dim // groups) % mosaic_forward.LANES:
-        return f"channels per group (dim / G = {dim // groups}) must be a multiple of {mosaic_forward.LANES}"
+    if (dim // groups) % LANES:
+        return f"channels per group (dim / G = {dim // groups}) must be a multiple of {LANES}"
     if dstate % 4:
         return f"N (A.shape[1] = {dstate}) must be a multiple of 4 (B's and C's rows of N fill 16 bytes in float32)"
     if not gpu_has_wgmma():
@@ -72,10 +83,12 @@ def _tma_rows(B: jax.Array, C: jax.Array) -> tuple[jax.Array, jax.Array]:
     return tuple(x if (x.shape[-1] * x.dtype.itemsize) % 16 == 0 else x.astype(jnp.float32) for x in (B, C))
 
 
-def _mosaic_dims(u, B, D, z, delta_bias, softplus, interpret, block_l, keep) -> mosaic_forward.MosaicScanDims:
-    """The Mosaic GPU kernels' problem: blocks of ``block_l`` steps, the state kept before every ``keep``-th."""
+def _mosaic_dims(u, B, D, z, delta_bias, softplus, config, interpret, block_l, keep) -> MosaicScanDims:
+    """The Mosaic GPU kernels' problem: blocks of ``block_l`` steps, the state kept before every ``keep``-th, L in
+    ``config.segments`` segments (0: ``heuristics.mosaic_segments``)."""
     batch, seqlen, dim = u.shape
-    return mosaic_forward.MosaicScanDims(
+    segments = config.segments or mosaic_segments(batch * dim // LANES, seqlen, gpu_sm_count())
+    return MosaicScanDims(
         batch=batch,
         seqlen=seqlen,
         dim=dim,
@@ -87,6 +100,7 @@ def _mosaic_dims(u, B, D, z, delta_bias, softplus, interpret, block_l, keep) -> 
         softplus=bool(softplus),
         block_l=block_l,
         keep_every=keep,
+        segment_len=segment_length(seqlen, segments, block_l),
         interpret=interpret,
     )
 
@@ -113,25 +127,20 @@ def scan_backward_pass(u, delta, A, B, C, D, z, delta_bias, softplus, config, in
     dtype and d last_state (batch, N, dim) float32. Returns du, ddelta, dz in their inputs' dtypes, dB and dC
     (batch, L, G, N), dA (dim, N), dD and d delta_bias (dim,) float32; None for absent inputs."""
     if config.bwd_backend == "mosaic_gpu":
-        block = config.chunk
-        mosaic_dims = _mosaic_dims(u, B, D, z, delta_bias, softplus, interpret, block, block)
+        mdims = _mosaic_dims(u, B, D, z, delta_bias, softplus, config, interpret, config.chunk, config.chunk)
+        a2, (Bt, Ct), dlast = a2_transposed(A), _tma_rows(B, C), padded_rows(dlast)
+        carries = dlast[:, None]
+        if mdims.nsegments > 1:
+            local, dt_sums = segment_adjoints(delta, a2, Ct, dout, z, delta_bias, mdims)
+            carries = chunk_end_adjoints(local, dt_sums, A, dlast)
         du, ddelta, dz, dB, dC, dA, dD, dbias = mosaic_backward.scan_backward(
-            u,
-            delta,
-            a2_transposed(A),
-            *_tma_rows(B, C),
-            D,
-            z,
-            delta_bias,
-            states,
-            dout,
-            padded_rows(dlast),
-            mosaic_dims,
+            u, delta, a2, Bt, Ct, D, z, delta_bias, states, dout, carries, mdims
         )
         dB, dC = dB.sum(axis=3), dC.sum(axis=3)  # per-128-channel partials (batch, L, G, dim / G / 128, N)
-        dD = None if D is None else dD.sum(axis=0)
-        dbias = None if delta_bias is None else dbias.sum(axis=0)
-        return du, ddelta, dz, dB, dC, dA.sum(axis=0).T, dD, dbias
+        per_segment = (0, 1)  # dA, dD, d bias: (batch, segments, ...)
+        dD = None if D is None else dD.sum(axis=per_segment)
+        dbias = None if delta_bias is None else dbias.sum(axis=per_segment)
+        return du, ddelta, dz, dB, dC, dA.sum(axis=per_segment).T, dD, dbias
     dims = scan_dims(u, B, A, D, z, delta_bias, softplus, config, interpret, bwd=True)
     warps = config.bwd_num_warps
     if config.bwd_design == "chunked":

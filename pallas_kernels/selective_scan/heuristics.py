@@ -26,6 +26,19 @@ def segment_length(config: ScanConfig, seqlen: int, programs: int) -> int:
     return max(step, -(-length // step) * step)
 
 
+MOSAIC_MIN_SEGMENT = 256  # steps: a shorter segment's boundary pass costs about what its walk saves
+
+
+def mosaic_segments(programs: int, seqlen: int, sm_count: int = SM_COUNT) -> int:
+    """Segments of L for the Mosaic GPU kernels (one warpgroup a program, ``programs`` = batch x dim / 128 per
+    segment): one where the programs fill half the SMs, else enough to fill them all, each segment at least
+    MOSAIC_MIN_SEGMENT steps. A rule from the kernels' design, not yet from measurements (they have not run on a
+    GPU)."""
+    if 2 * programs >= sm_count:
+        return 1
+    return max(1, min(-(-sm_count // programs), seqlen // MOSAIC_MIN_SEGMENT))
+
+
 def sequential_bwd_unroll(programs: int, sm_count: int = SM_COUNT) -> int:
     """bwd_unroll for ``programs`` sequential-backward programs: 4 (twice the steps in flight per program, 10% faster
     per wave) unless its larger register file needs more waves of programs than 2 does. Each wave costs a whole

@@ -26,14 +26,15 @@ def _lowered_gradient(loss, *args) -> str:
 
 
 @pytest.mark.parametrize(
-    "dim,dstate,groups,dtype,options,chunk",
-    [(256, 16, 1, jnp.bfloat16, True, 8), (384, 4, 3, jnp.bfloat16, False, 4)],
+    "dim,dstate,groups,dtype,options,chunk,segments",
+    [(256, 16, 1, jnp.bfloat16, True, 8, 1), (384, 4, 3, jnp.bfloat16, False, 4, 3)],
     ids=["130m-like", "four-states-three-groups"],
 )
-def test_selective_scan_forward_and_backward_lower_for_cuda(dim, dstate, groups, dtype, options, chunk):
-    """Both passes on Mosaic GPU (one kernel each, no Triton kernel), with D, z and delta_bias and without."""
+def test_selective_scan_forward_and_backward_lower_for_cuda(dim, dstate, groups, dtype, options, chunk, segments):
+    """Both passes on Mosaic GPU and no Triton kernel, with D, z and delta_bias and without: one kernel each, or over
+    segments of L each pass's boundary kernel too."""
     batch, seqlen = 2, 100
-    config = ScanConfig(fwd_backend="mosaic_gpu", bwd_backend="mosaic_gpu", chunk=chunk)
+    config = ScanConfig(fwd_backend="mosaic_gpu", bwd_backend="mosaic_gpu", chunk=chunk, segments=segments)
     x = jnp.zeros((batch, seqlen, dim), dtype)
     bc = jnp.zeros((batch, seqlen, groups, dstate), dtype)
     vec = jnp.zeros((dim,), jnp.float32) if options else None
@@ -44,7 +45,7 @@ def test_selective_scan_forward_and_backward_lower_for_cuda(dim, dstate, groups,
         return out.astype(jnp.float32).sum() + last.sum()
 
     text = _lowered_gradient(loss, x, x, jnp.zeros((dim, dstate), jnp.float32), bc, bc)
-    assert len(MOSAIC_CALL.findall(text)) == 2 and not TRITON_CALL.search(text)
+    assert len(MOSAIC_CALL.findall(text)) == (2 if segments == 1 else 4) and not TRITON_CALL.search(text)
 
 
 def test_causal_conv1d_forward_and_backward_lower_for_cuda():

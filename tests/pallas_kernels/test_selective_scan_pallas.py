@@ -15,7 +15,12 @@ import pytest
 from compare.tolerances import assert_close
 from pallas_kernels import selective_scan_fn
 from pallas_kernels.selective_scan.config import ScanConfig
-from pallas_kernels.selective_scan.heuristics import default_config, segment_length, sequential_bwd_unroll
+from pallas_kernels.selective_scan.heuristics import (
+    default_config,
+    mosaic_segments,
+    segment_length,
+    sequential_bwd_unroll,
+)
 from tests.pallas_kernels.one_program import forward_and_backward
 from tests.pallas_kernels.test_selective_scan_reference import assert_matches_oracle, make_inputs, oracle
 
@@ -56,6 +61,9 @@ MOSAIC_BWD_KEPT = ScanConfig(
     checkpoint_every=16,
 )
 TRITON_FWD_MOSAIC_BWD = ScanConfig(design="chunked", block_d=4, rows=8, chunk=8, bwd_backend="mosaic_gpu")
+# Both Mosaic GPU passes over segments of L walked in parallel from their composed boundary values
+MOSAIC_SEGMENTS = ScanConfig(fwd_backend="mosaic_gpu", bwd_backend="mosaic_gpu", chunk=4, segments=3)
+MOSAIC_TWO_SEGMENTS = dataclasses.replace(MOSAIC_SEGMENTS, chunk=8, segments=2)
 
 CASES = [  # batch, L, dim, N, G, dtype, D, z, delta_bias, softplus, config
     (2, 1, 8, 4, 1, jnp.float32, True, True, True, True, SMALL),
@@ -92,6 +100,9 @@ CASES = [  # batch, L, dim, N, G, dtype, D, z, delta_bias, softplus, config
     (2, 37, 128, 16, 1, jnp.float32, False, False, False, False, TRITON_FWD_MOSAIC_BWD),  # two rounds of 8 states
     (1, 70, 384, 4, 3, jnp.float16, True, False, True, True, MOSAIC_BWD),  # three groups, B and C's rows of 8 bytes
     (2, 33, 128, 8, 1, jnp.bfloat16, False, True, False, True, MOSAIC_BWD),
+    (2, 45, 128, 8, 1, jnp.float32, True, True, True, True, MOSAIC_SEGMENTS),  # 3 segments of 16 steps
+    (1, 70, 256, 4, 2, jnp.bfloat16, False, True, False, True, MOSAIC_SEGMENTS),  # 3 of 24, the last partial
+    (1, 33, 128, 16, 1, jnp.float32, True, False, True, True, MOSAIC_TWO_SEGMENTS),  # blocks wholly past L
 ]
 
 
@@ -144,6 +155,16 @@ def test_channels_first_layout(rng, config):
     out = selective_scan_fn(*args, layout="channels_first", impl="pallas", config=config)
     want, _, _ = oracle(exact, True)
     assert_close("out", jnp.swapaxes(out, 1, 2), want, jnp.float32)
+
+
+def test_mosaic_segments_fill_the_sms_with_long_enough_walks():
+    """One segment where batch x dim / 128 programs fill half of 132 SMs; else up to one program an SM, each segment
+    at least 256 steps."""
+    assert mosaic_segments(96, 2048) == 1  # 130m: batch 8 x 12
+    assert mosaic_segments(12, 16384) == 11  # long: batch 1 x 12
+    assert mosaic_segments(12, 300) == 1  # too short to split
+    assert mosaic_segments(1, 1024) == 4
+    assert mosaic_segments(12, 16384, sm_count=24) == 1 and mosaic_segments(12, 16384, sm_count=32) == 3
 
 
 def test_default_config_tiles_small_and_large_states():

@@ -67,6 +67,7 @@ MOSAIC = {
     "mosaic-both-kept": ScanConfig(
         fwd_backend="mosaic_gpu", bwd_backend="mosaic_gpu", design="chunked", chunk=8, checkpoint_every=256
     ),
+    "mosaic-segments": ScanConfig(fwd_backend="mosaic_gpu", bwd_backend="mosaic_gpu", chunk=8, segments=3),
 }
 
 

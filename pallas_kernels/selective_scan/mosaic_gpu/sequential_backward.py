@@ -1,26 +1,27 @@
 """Mosaic GPU backward of the selective scan: every input gradient from the states saved at every block start.
 
-One warpgroup a program, as the forward: batch row b, 128 channels of one group (one a thread), every step of L,
-walked last block to first; each block of ``block_l`` steps of u, delta, dout, z, B and C comes into shared memory by
-TMA while the block after it computes (``emit_pipeline`` over the blocks in reverse). Per block and per state n
-(a loop, so that registers hold one state's ``block_l`` steps rather than every state's), from the saved state
-before the block's first step it recomputes the block's states h_t[n] (registers), then runs the adjoint back over
-them:
+One warpgroup a program, as the forward: batch row b, 128 channels of one group (one a thread), one segment of L
+(``common``), walked last block to first; each block of ``block_l`` steps of u, delta, dout, z, B and C comes into
+shared memory by TMA while the block after it computes (``emit_pipeline`` over the blocks in reverse). The adjoint
+enters the segment's last step as its carry: d last_state for the last segment, for the others what
+``segment_adjoints`` found, composed. Per block and per state n (a loop, so that registers hold one state's
+``block_l`` steps rather than every state's), from the saved state before the block's first step it recomputes the
+block's states h_t[n] (registers), then runs the adjoint back over them:
 
     g_t = C_t dy_t + exp(dt_{t+1} A) g_{t+1}            (dL/dh_t; g after the last step = d last_state)
     du_t = dt_t sum_n g_t B_t + D dy_t,    ddt_t = u_t sum_n g_t B_t + sum_n g_t h_{t-1} exp(dt_t A) A
     dA  += g_t h_{t-1} exp(dt_t A) dt_t,   dB_t = sum_d g_t dt_t u_t,   dC_t = sum_d dy_t h_t
 
-with dy = dout silu(z) (dout without z) and dz = dout y silu'(z). The adjoint g and the dA sums per state live in
-shared memory between blocks (one (N, 128) row each, a thread its own column). dB and dC sum over channels: each
-step's per-channel terms go to a (block_l N, 128) shared tile, which the warpgroup reads back in the WGMMA layout
-(a row's 128 columns over a quad of threads) and sums along its rows, so that the block's (block_l, N) sums over the
-program's channels leave in one store. Programs of the same group write side by side; the caller sums those
-partials, in a fixed order: deterministic.
+with dy = dout silu(z) (dout without z) and dz = dout y silu'(z). The carried adjoint exp(dt_t A) g_t and the dA
+sums per state live in shared memory between blocks (one (N, 128) row each, a thread its own column). dB and dC sum
+over channels: each step's per-channel terms go to a (64, 128) shared tile, a round of states at a time, which the
+warpgroup reads back in the WGMMA layout (a row's 128 columns over a quad of threads) and sums along its rows, so
+that a block's (N, block_l) sums over the program's channels leave in one copy. Programs of the same group write
+side by side; the caller sums those partials, in a fixed order: deterministic.
 Layouts: u, delta, z, dout, du, ddelta, dz (batch, L, dim); B, C (batch, L, G, N); A2 = A log2(e) as (N, dim + 1)
 float32; D, delta_bias (dim,) float32; states (batch, L / block_l, N, dim + 1) float32, the state before each
-block; d last_state (batch, N, dim + 1) float32; partials dB, dC (batch, G, dim / G / 128, L N) float32, dA
-(batch, N, dim), dD, d delta_bias (batch, dim) float32.
+block; carries (batch, segments, N, dim + 1) float32; partials dB, dC (batch, G, dim / G / 128, blocks N block_l)
+float32, dA (batch, segments, N, dim), dD, d delta_bias (batch, segments, dim) float32.
 """
 
 import functools
@@ -33,7 +34,14 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from pallas_kernels._mosaic_gpu import call_kernel, sigmoid, store_steps
 from pallas_kernels._triton import LN_2
-from pallas_kernels.selective_scan.mosaic_gpu.sequential_forward import LANES, STAGES, MosaicScanDims, softplus
+from pallas_kernels.selective_scan.mosaic_gpu.common import (
+    LANES,
+    STAGES,
+    MosaicScanDims,
+    clamped_block,
+    softplus,
+    step_mask,
+)
 
 SUM_ROWS = 64  # rows of the dB / dC tiles summed at once: the WGMMA layout's tile height
 
@@ -45,7 +53,7 @@ def states_per_round(dims: MosaicScanDims) -> int:
     return max(d for d in range(1, min(fit, dims.dstate) + 1) if dims.dstate % d == 0)
 
 
-def _bwd_kernel(u_ref, delta_ref, a2_ref, b_ref, c_ref, states_ref, dout_ref, dlast_ref, *refs, dims: MosaicScanDims):
+def _bwd_kernel(u_ref, delta_ref, a2_ref, b_ref, c_ref, states_ref, dout_ref, carries_ref, *refs, dims: MosaicScanDims):
     it = iter(refs)
     d_ref = next(it) if dims.has_D else None
     z_ref = next(it) if dims.has_z else None
@@ -57,8 +65,9 @@ def _bwd_kernel(u_ref, delta_ref, a2_ref, b_ref, c_ref, states_ref, dout_ref, dl
     g_s, da_s, du_s, ddt_s, dz_s, sum_b, sum_c, sums_s = it
     f32 = jnp.float32
     steps, nstate = dims.block_l, dims.dstate
-    b, blk = lax.axis_index("batch"), lax.axis_index("channels")
+    b, blk, seg = lax.axis_index("batch"), lax.axis_index("channels"), lax.axis_index("segments")
     g, k = blk // dims.blocks_per_group, blk % dims.blocks_per_group
+    last = (seg + 1) * dims.blocks_per_segment - 1  # the segment's last block (past L in the last segment maybe)
     cols = pl.ds(blk * LANES, LANES)
     layout = dims.row_layout
     per_round = states_per_round(dims)
@@ -70,7 +79,7 @@ def _bwd_kernel(u_ref, delta_ref, a2_ref, b_ref, c_ref, states_ref, dout_ref, dl
     dv = row(d_ref.at[cols]) if d_ref is not None else None
     bias = row(bias_ref.at[cols]) if bias_ref is not None else None
     for n in range(nstate):
-        g_s[n] = row(dlast_ref.at[b, n, cols])
+        g_s[n] = row(carries_ref.at[b, seg, n, cols])
         da_s[n] = zero
     # Copies from shared to global memory a block issues: du, ddelta, dz, dB, dC.
     stores = 4 + dims.has_z
@@ -78,10 +87,11 @@ def _bwd_kernel(u_ref, delta_ref, a2_ref, b_ref, c_ref, states_ref, dout_ref, dl
     def block_step(indices, u_s, delta_s, dout_s, b_s, c_s, *tiles_and_carry):
         *z_tiles, (dd_acc, dbias_acc) = tiles_and_carry
         (j,) = indices
-        blk_l = dims.nblocks - 1 - j  # the block this step walks: last to first
+        block = last - j  # the segment's blocks, last to first
+        blk_l = clamped_block(block, dims)
         slot = j % 2
         plgpu.wait_smem_to_gmem(stores, wait_read_only=True)  # this slot's stores from two blocks ago have read it
-        valid = [((blk_l * steps + r) < dims.seqlen).astype(f32) for r in range(steps)]
+        valid = [step_mask(block, r, dims) for r in range(steps)]
 
         def masked(x, r):
             return x * valid[r]  # steps past L (zeros by TMA's bounds): no decay, no input, no gradient
@@ -163,18 +173,21 @@ def _bwd_kernel(u_ref, delta_ref, a2_ref, b_ref, c_ref, states_ref, dout_ref, dl
         def channel_target(ref):
             return lambda rows: ref.at[b, rows, cols]
 
-        outputs = [(du_s, du_ref), (ddt_s, ddelta_ref)] + ([(dz_s, dz_ref)] if z_tiles else [])
-        for tile, ref in outputs:
-            store_steps(tile.at[slot], channel_target(ref), blk_l, steps, dims.seqlen)
-        for i, ref in enumerate((db_ref, dc_ref)):
-            block_sums = pl.ds(blk_l * steps * nstate, steps * nstate)
-            plgpu.copy_smem_to_gmem(sums_s.at[slot, i, pl.ds(0, steps * nstate)], ref.at[b, g, k, block_sums])
+        @pl.when(block < dims.nblocks)
+        def _():
+            outputs = [(du_s, du_ref), (ddt_s, ddelta_ref)] + ([(dz_s, dz_ref)] if z_tiles else [])
+            for tile, ref in outputs:
+                store_steps(tile.at[slot], channel_target(ref), block, steps, dims.seqlen)
+            for i, ref in enumerate((db_ref, dc_ref)):
+                block_sums = pl.ds(block * steps * nstate, steps * nstate)
+                plgpu.copy_smem_to_gmem(sums_s.at[slot, i, pl.ds(0, steps * nstate)], ref.at[b, g, k, block_sums])
+
         return dd_acc, dbias_acc
 
     def channel_spec():
-        return plgpu.BlockSpec((steps, LANES), lambda j: (dims.nblocks - 1 - j, blk))
+        return plgpu.BlockSpec((steps, LANES), lambda j: (clamped_block(last - j, dims), blk))
 
-    state_spec = plgpu.BlockSpec((steps, nstate), lambda j: (dims.nblocks - 1 - j, 0))
+    state_spec = plgpu.BlockSpec((steps, nstate), lambda j: (clamped_block(last - j, dims), 0))
     in_specs = [channel_spec(), channel_spec(), channel_spec(), state_spec, state_spec]
     inputs = [u_ref.at[b], delta_ref.at[b], dout_ref.at[b], b_ref.at[b, :, g], c_ref.at[b, :, g]]
     if z_ref is not None:
@@ -182,30 +195,32 @@ def _bwd_kernel(u_ref, delta_ref, a2_ref, b_ref, c_ref, states_ref, dout_ref, dl
         inputs.append(z_ref.at[b])
     dd_acc, dbias_acc = plgpu.emit_pipeline(
         block_step,
-        grid=(dims.nblocks,),
+        grid=(dims.blocks_per_segment,),
         in_specs=in_specs,
         max_concurrent_steps=STAGES,
         init_carry=(zero, zero),
     )(*inputs)
     for n in range(nstate):
-        da_ref.at[b, n, cols][...] = plgpu.load(da_s.at[n], layout=layout)
+        da_ref.at[b, seg, n, cols][...] = plgpu.load(da_s.at[n], layout=layout)
     if dd_ref is not None:
-        dd_ref.at[b, cols][...] = dd_acc
+        dd_ref.at[b, seg, cols][...] = dd_acc
     if dbias_ref is not None:
-        dbias_ref.at[b, cols][...] = dbias_acc
+        dbias_ref.at[b, seg, cols][...] = dbias_acc
     plgpu.wait_smem_to_gmem(0)
 
 
-def scan_backward(u, delta, a2, B, C, D, z, delta_bias, states, dout, dlast, dims: MosaicScanDims):
+def scan_backward(u, delta, a2, B, C, D, z, delta_bias, states, dout, carries, dims: MosaicScanDims):
     """Gradients of (u, delta, A, B, C, D, z, delta_bias) from the states before every block (batch, L / block_l,
-    N, dim + 1) float32, dout in u's dtype and d last_state (batch, N, dim + 1) float32.
+    N, dim + 1) float32, dout in u's dtype and the adjoint carried into every segment's last step (batch, segments,
+    N, dim + 1) float32: d last_state for the last segment (``segment_adjoints`` composed for the others).
 
     Returns du, ddelta, dz in their inputs' dtypes and float32 partials: dB, dC (batch, L, G, dim / G / 128, N),
-    dA (batch, N, dim), dD and d delta_bias (batch, dim); None for absent inputs.
+    dA (batch, segments, N, dim), dD and d delta_bias (batch, segments, dim); None for absent inputs.
     """
     f32 = jnp.float32
     batch, seqlen, dim = u.shape
-    inputs = [u, delta, a2, B, C, states, dout, dlast]
+    nseg = dims.nsegments
+    inputs = [u, delta, a2, B, C, states, dout, carries]
     inputs += [x.astype(f32) if x is D else x for x in (D, z) if x is not None]
     if delta_bias is not None:
         inputs.append(delta_bias.astype(f32))
@@ -215,11 +230,11 @@ def scan_backward(u, delta, a2, B, C, D, z, delta_bias, states, dout, dlast, dim
         jax.ShapeDtypeStruct(delta.shape, delta.dtype),
         jax.ShapeDtypeStruct(partial_bc, f32),
         jax.ShapeDtypeStruct(partial_bc, f32),
-        jax.ShapeDtypeStruct((batch, dims.dstate, dim), f32),
+        jax.ShapeDtypeStruct((batch, nseg, dims.dstate, dim), f32),
     ]
     if z is not None:
         out_type.append(jax.ShapeDtypeStruct(z.shape, z.dtype))
-    out_type += [jax.ShapeDtypeStruct((batch, dim), f32) for x in (D, delta_bias) if x is not None]
+    out_type += [jax.ShapeDtypeStruct((batch, nseg, dim), f32) for x in (D, delta_bias) if x is not None]
     tile = (2, dims.block_l, LANES)
     scratch = [
         plgpu.SMEM((dims.dstate, LANES), f32),  # the adjoint g
@@ -238,8 +253,8 @@ def scan_backward(u, delta, a2, B, C, D, z, delta_bias, states, dout, dlast, dim
         inputs,
         out_type=out_type,
         scratch=scratch,
-        grid=(batch, dim // LANES),
-        grid_names=("batch", "channels"),
+        grid=(batch, dim // LANES, nseg),
+        grid_names=("batch", "channels", "segments"),
         name="selective_scan_bwd",
         interpret=dims.interpret,
     )

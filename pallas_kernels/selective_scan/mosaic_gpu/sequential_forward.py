@@ -1,19 +1,22 @@
-"""Mosaic GPU forward of the selective scan: out, the last state and the states the backward starts from.
+"""Mosaic GPU forward of the selective scan: out, the last state and the states the backward starts from; and the
+first pass of a forward split into segments, each segment's end state from zero.
 
-One warpgroup a program: batch row b, 128 channels of one group (one a thread), every step of L. The program keeps
-its (N, 128) float32 state in registers, N rows of 128, and walks L one step at a time, each block of ``block_l``
-steps of u, delta, z, B and C coming into shared memory by TMA while the block before it computes
-(``emit_pipeline``). Per step, with dt = softplus(delta + delta_bias) (or without either):
+One warpgroup a program: batch row b, 128 channels of one group (one a thread), one segment of L (``common``). The
+program keeps its (N, 128) float32 state in registers, N rows of 128, and walks its segment one step at a time, each
+block of ``block_l`` steps of u, delta, z, B and C coming into shared memory by TMA while the block before it
+computes (``emit_pipeline``). Per step, with dt = softplus(delta + delta_bias) (or without either):
 
     h[n] = exp(dt A[n]) h[n] + dt u B[n],   y = sum_n C[n] h[n] + D u,   out = y silu(z)
 
-B[n] and C[n] are one value for all the program's channels. The state before every ``keep_every``-th step is
-stored for the backward (``padded_rows`` layout, as the Triton kernels write it), and the last state after L.
+B[n] and C[n] are one value for all the program's channels. A segment starts from its true start state (given, from
+``segment_end_states`` composed by ``state_passing``), the first from zero. The state before every
+``keep_every``-th step is stored for the backward (``padded_rows`` layout, as the Triton kernels write it), and
+the last state after L.
 Layouts: u, delta, z, out (batch, L, dim); B, C (batch, L, G, N); A2 = A log2(e) as (N, dim + 1) float32; D,
-delta_bias (dim,) float32; states (batch, L / keep_every, N, dim + 1) float32.
+delta_bias (dim,) float32; segment starts and ends (batch, segments, N, dim + 1), dt sums (batch, segments, dim),
+states (batch, L / keep_every, N, dim + 1) float32.
 """
 
-import dataclasses
 import functools
 
 import jax
@@ -23,61 +26,38 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from pallas_kernels._mosaic_gpu import call_kernel, sigmoid, store_steps
+from pallas_kernels.selective_scan.mosaic_gpu.common import (
+    LANES,
+    STAGES,
+    MosaicScanDims,
+    clamped_block,
+    softplus,
+    step_mask,
+)
 
-LANES = 128  # threads of a warpgroup: a program's channels, one a thread
-STAGES = 2  # blocks' copies in flight
 BLOCK_L = 32  # steps a block (fewer where the states are kept more often)
 
 
-@dataclasses.dataclass(frozen=True)
-class MosaicScanDims:
-    batch: int
-    seqlen: int
-    dim: int
-    groups: int
-    dstate: int
-    has_D: bool
-    has_z: bool
-    has_bias: bool
-    softplus: bool
-    block_l: int
-    keep_every: int  # steps between the states stored for the backward: a multiple of block_l
-    interpret: bool
-
-    @property
-    def nblocks(self) -> int:
-        return pl.cdiv(self.seqlen, self.block_l)
-
-    @property
-    def nkept(self) -> int:
-        return pl.cdiv(self.seqlen, self.keep_every)
-
-    @property
-    def blocks_per_group(self) -> int:
-        return self.dim // self.groups // LANES
-
-    @property
-    def row_layout(self):
-        return plgpu.Layout.WG_STRIDED((LANES,), vec_size=1)
-
-
-def softplus(x: jax.Array) -> jax.Array:
-    """log(1 + exp(x)) = max(x, 0) + log(1 + exp(-|x|)) = max(x, 0) - log(sigmoid(|x|)): finite for any x."""
-    return jnp.maximum(x, 0.0) - jnp.log(sigmoid(jnp.abs(x)))
-
-
-def _fwd_kernel(u_ref, delta_ref, a2_ref, b_ref, c_ref, *refs, dims: MosaicScanDims, save_states: bool):
+def _fwd_kernel(u_ref, delta_ref, a2_ref, b_ref, *refs, dims: MosaicScanDims, save_states: bool, ends_only: bool):
+    """``ends_only``: segment s's state after its last step from zero, and its dt sum, for s < segments - 1 (the
+    grid's segments); else the forward proper."""
     it = iter(refs)
-    d_ref = next(it) if dims.has_D else None
-    z_ref = next(it) if dims.has_z else None
+    c_ref = None if ends_only else next(it)
+    d_ref = next(it) if dims.has_D and not ends_only else None
+    z_ref = next(it) if dims.has_z and not ends_only else None
     bias_ref = next(it) if dims.has_bias else None
-    out_ref, last_ref, *rest = it
-    states_ref = rest.pop(0) if save_states else None
-    (o_s,) = rest
+    starts_ref = next(it) if dims.nsegments > 1 and not ends_only else None
+    if ends_only:
+        ends_ref, dt_sums_ref = it
+    else:
+        out_ref, last_ref, *rest = it
+        states_ref = rest.pop(0) if save_states else None
+        (o_s,) = rest
     f32 = jnp.float32
-    b, blk = lax.axis_index("batch"), lax.axis_index("channels")
+    b, blk, seg = lax.axis_index("batch"), lax.axis_index("channels"), lax.axis_index("segments")
     g = blk // dims.blocks_per_group
     cols = pl.ds(blk * LANES, LANES)
+    first = seg * dims.blocks_per_segment  # the segment's first block
 
     def row(ref) -> jax.Array:
         return plgpu.load(ref, layout=dims.row_layout, optimized=False).astype(f32)
@@ -88,85 +68,132 @@ def _fwd_kernel(u_ref, delta_ref, a2_ref, b_ref, c_ref, *refs, dims: MosaicScanD
     zero = plgpu.layout_cast(jnp.zeros((LANES,), f32), dims.row_layout)
     kept_blocks = dims.keep_every // dims.block_l
 
-    def block_step(indices, u_s, delta_s, b_s, c_s, *tiles_and_carry):
-        *z_tiles, h = tiles_and_carry
+    def block_step(indices, u_s, delta_s, b_s, *tiles_and_carry):
+        *tiles, (h, dt_sum) = tiles_and_carry
         (j,) = indices
-        plgpu.wait_smem_to_gmem(1, wait_read_only=True)  # the store from this slot two blocks ago has read it
-        out_s = o_s.at[j % 2]
+        block = first + j
+        inside = block < dims.nblocks
+        if not ends_only:
+            c_s, *z_tiles = tiles
+            plgpu.wait_smem_to_gmem(1, wait_read_only=True)  # the store from this slot two blocks ago has read it
+            out_s = o_s.at[j % 2]
         if save_states:
 
-            @pl.when(j % kept_blocks == 0)
+            @pl.when(inside & (block % kept_blocks == 0))
             def _():
                 for n in range(dims.dstate):
-                    states_ref.at[b, j // kept_blocks, n, cols][...] = h[n]
+                    states_ref.at[b, block // kept_blocks, n, cols][...] = h[n]
 
-        def step(r, h):
+        def step(r, carry):
+            h, dt_sum = carry
             u = plgpu.load(u_s.at[r], layout=dims.row_layout).astype(f32)
             dt = plgpu.load(delta_s.at[r], layout=dims.row_layout).astype(f32)
             if bias is not None:
                 dt = dt + bias
             if dims.softplus:
                 dt = softplus(dt)
-            dt = dt * ((j * dims.block_l + r) < dims.seqlen).astype(f32)  # steps past L: no decay, no input
+            dt = dt * step_mask(block, r, dims)
             x = dt * u
             y = zero if dv is None else dv * u
             new = []
             for n in range(dims.dstate):
                 state = jnp.exp2(dt * a2[n]) * h[n] + x * b_s[r, n].astype(f32)
-                y = y + c_s[r, n].astype(f32) * state
+                if not ends_only:
+                    y = y + c_s[r, n].astype(f32) * state
                 new.append(state)
-            if z_tiles:
-                zr = plgpu.load(z_tiles[0].at[r], layout=dims.row_layout).astype(f32)
-                y = y * zr * sigmoid(zr)
-            out_s[r] = y.astype(out_s.dtype)
-            return tuple(new)
+            if not ends_only:
+                if z_tiles:
+                    zr = plgpu.load(z_tiles[0].at[r], layout=dims.row_layout).astype(f32)
+                    y = y * zr * sigmoid(zr)
+                out_s[r] = y.astype(out_s.dtype)
+            return tuple(new), dt_sum + dt
 
-        h = lax.fori_loop(0, dims.block_l, step, h)
-        plgpu.commit_smem()
-        store_steps(out_s, lambda steps: out_ref.at[b, steps, cols], j, dims.block_l, dims.seqlen)
-        return h
+        carry = lax.fori_loop(0, dims.block_l, step, (h, dt_sum))
+        if not ends_only:
+            plgpu.commit_smem()
+            pl.when(inside)(
+                lambda: store_steps(out_s, lambda steps: out_ref.at[b, steps, cols], block, dims.block_l, dims.seqlen)
+            )
+        return carry
 
     def channel_spec():
-        return plgpu.BlockSpec((dims.block_l, LANES), lambda j: (j, blk))
+        return plgpu.BlockSpec((dims.block_l, LANES), lambda j: (clamped_block(first + j, dims), blk))
 
-    state_spec = plgpu.BlockSpec((dims.block_l, dims.dstate), lambda j: (j, 0))
-    in_specs = [channel_spec(), channel_spec(), state_spec, state_spec] + (
-        [channel_spec()] if z_ref is not None else []
-    )
-    inputs = [u_ref.at[b], delta_ref.at[b], b_ref.at[b, :, g], c_ref.at[b, :, g]]
-    inputs += [z_ref.at[b]] if z_ref is not None else []
-    h = plgpu.emit_pipeline(
+    state_spec = plgpu.BlockSpec((dims.block_l, dims.dstate), lambda j: (clamped_block(first + j, dims), 0))
+    in_specs = [channel_spec(), channel_spec(), state_spec]
+    inputs = [u_ref.at[b], delta_ref.at[b], b_ref.at[b, :, g]]
+    if c_ref is not None:
+        in_specs.append(state_spec)
+        inputs.append(c_ref.at[b, :, g])
+    if z_ref is not None:
+        in_specs.append(channel_spec())
+        inputs.append(z_ref.at[b])
+    if starts_ref is not None:
+        h0 = tuple(row(starts_ref.at[b, seg, n, cols]) for n in range(dims.dstate))
+    else:
+        h0 = tuple(zero for _ in range(dims.dstate))
+    h, dt_sum = plgpu.emit_pipeline(
         block_step,
-        grid=(dims.nblocks,),
+        grid=(dims.blocks_per_segment,),
         in_specs=in_specs,
         max_concurrent_steps=STAGES,
-        init_carry=tuple(zero for _ in range(dims.dstate)),
+        init_carry=(h0, zero),
     )(*inputs)
-    for n in range(dims.dstate):
-        last_ref.at[b, n, cols][...] = h[n]
+    if ends_only:
+        for n in range(dims.dstate):
+            ends_ref.at[b, seg, n, cols][...] = h[n]
+        dt_sums_ref.at[b, seg, cols][...] = dt_sum
+        return
+
+    @pl.when(seg == dims.nsegments - 1)  # the last segment's walk ends after L (steps past it are masked)
+    def _():
+        for n in range(dims.dstate):
+            last_ref.at[b, n, cols][...] = h[n]
+
     plgpu.wait_smem_to_gmem(0)
 
 
-def scan_forward(u, delta, a2, B, C, D, z, delta_bias, dims: MosaicScanDims, save_states: bool):
+def _call(inputs: list, out_type: list, scratch: list, segments: int, name: str, dims: MosaicScanDims, **flags):
+    return call_kernel(
+        functools.partial(_fwd_kernel, dims=dims, **flags),
+        inputs,
+        out_type=out_type,
+        scratch=scratch,
+        grid=(dims.batch, dims.dim // LANES, segments),
+        grid_names=("batch", "channels", "segments"),
+        name=name,
+        interpret=dims.interpret,
+    )
+
+
+def segment_end_states(u, delta, a2, B, delta_bias, dims: MosaicScanDims):
+    """Every segment's end state from zero (batch, segments - 1, N, dim + 1) and its dt sum (batch, segments - 1,
+    dim), float32, for all segments but the last."""
+    inputs = [u, delta, a2, B] + ([delta_bias.astype(jnp.float32)] if delta_bias is not None else [])
+    count = dims.nsegments - 1
+    out_type = [
+        jax.ShapeDtypeStruct((dims.batch, count, dims.dstate, dims.dim + 1), jnp.float32),
+        jax.ShapeDtypeStruct((dims.batch, count, dims.dim), jnp.float32),
+    ]
+    args = (inputs, out_type, [], count, "selective_scan_segment_ends", dims)
+    return _call(*args, save_states=False, ends_only=True)
+
+
+def scan_forward(u, delta, a2, B, C, D, z, delta_bias, starts, dims: MosaicScanDims, save_states: bool):
     """Returns out (batch, L, dim) u.dtype, the last state (batch, N, dim) float32 and the states before every
-    ``keep_every``-th step (batch, L / keep_every, N, dim + 1) float32, or None."""
-    inputs = [u, delta, a2, B, C] + [x.astype(jnp.float32) for x in (D, delta_bias) if x is not None]
-    if z is not None:
-        inputs.insert(5 + (D is not None), z)
+    ``keep_every``-th step (batch, L / keep_every, N, dim + 1) float32, or None. ``starts``: every segment's start
+    state (batch, segments, N, dim + 1) float32, or None for one segment."""
+    inputs = [u, delta, a2, B, C]
+    inputs += [x.astype(jnp.float32) if x is D else x for x in (D, z) if x is not None]
+    inputs += [delta_bias.astype(jnp.float32)] if delta_bias is not None else []
+    inputs += [starts] if dims.nsegments > 1 else []
     out_type = [
         jax.ShapeDtypeStruct(u.shape, u.dtype),
         jax.ShapeDtypeStruct((dims.batch, dims.dstate, dims.dim + 1), jnp.float32),
     ]
     if save_states:
         out_type.append(jax.ShapeDtypeStruct((dims.batch, dims.nkept, dims.dstate, dims.dim + 1), jnp.float32))
-    results = call_kernel(
-        functools.partial(_fwd_kernel, dims=dims, save_states=save_states),
-        inputs,
-        out_type=out_type,
-        scratch=[plgpu.SMEM((2, dims.block_l, LANES), u.dtype)],
-        grid=(dims.batch, dims.dim // LANES),
-        grid_names=("batch", "channels"),
-        name="selective_scan_fwd",
-        interpret=dims.interpret,
-    )
+    scratch = [plgpu.SMEM((2, dims.block_l, LANES), u.dtype)]
+    args = (inputs, out_type, scratch, dims.nsegments, "selective_scan_fwd", dims)
+    results = _call(*args, save_states=save_states, ends_only=False)
     return results[0], results[1][..., : dims.dim], (results[2] if save_states else None)

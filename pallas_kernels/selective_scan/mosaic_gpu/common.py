@@ -1,0 +1,83 @@
+"""What the selective scan's Mosaic GPU kernels share: the problem description (``MosaicScanDims``), the split of L
+into segments walked in parallel and of a segment into blocks, and the per-step helpers.
+
+Every kernel here runs one warpgroup per (batch row, 128 channels of one group, segment of L): one channel a thread,
+its per-step values a (128,) row in ``row_layout``. A program walks its segment's ``blocks_per_segment`` blocks of
+``block_l`` steps; the last segment's blocks past L re-read the last block (``clamped_block``) with every step
+masked (``step_mask``), so that every grid is static.
+"""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import mosaic_gpu as plgpu
+
+from pallas_kernels._mosaic_gpu import sigmoid
+
+LANES = 128  # threads of a warpgroup: a program's channels, one a thread
+STAGES = 2  # blocks' copies in flight
+
+
+@dataclasses.dataclass(frozen=True)
+class MosaicScanDims:
+    batch: int
+    seqlen: int
+    dim: int
+    groups: int
+    dstate: int
+    has_D: bool
+    has_z: bool
+    has_bias: bool
+    softplus: bool
+    block_l: int
+    keep_every: int  # forward: steps between the states stored for the backward, a multiple of block_l
+    segment_len: int  # steps a program walks: a multiple of block_l, L or more for one segment
+    interpret: bool
+
+    @property
+    def nblocks(self) -> int:
+        return pl.cdiv(self.seqlen, self.block_l)
+
+    @property
+    def nkept(self) -> int:
+        return pl.cdiv(self.seqlen, self.keep_every)
+
+    @property
+    def nsegments(self) -> int:
+        return pl.cdiv(self.seqlen, self.segment_len)
+
+    @property
+    def blocks_per_segment(self) -> int:
+        return self.segment_len // self.block_l
+
+    @property
+    def blocks_per_group(self) -> int:
+        return self.dim // self.groups // LANES
+
+    @property
+    def row_layout(self):
+        return plgpu.Layout.WG_STRIDED((LANES,), vec_size=1)
+
+
+def segment_length(seqlen: int, segments: int, block_l: int) -> int:
+    """Steps per segment for ``segments`` segments of L: a multiple of ``block_l``."""
+    length = pl.cdiv(seqlen, segments)
+    return pl.cdiv(length, block_l) * block_l
+
+
+def clamped_block(block, dims: MosaicScanDims):
+    """The block a pipeline step copies: ``block`` itself, or past L the last block (its steps are masked)."""
+    return jnp.minimum(block, dims.nblocks - 1)
+
+
+def step_mask(block, r: int, dims: MosaicScanDims) -> jax.Array:
+    """1.0 where step r of block ``block`` (unclamped) is before L, else 0.0: a masked step has dt 0 (no decay, no
+    input) and no gradient."""
+    return ((block * dims.block_l + r) < dims.seqlen).astype(jnp.float32)
+
+
+def softplus(x: jax.Array) -> jax.Array:
+    """log(1 + exp(x)) = max(x, 0) + log(1 + exp(-|x|)) = max(x, 0) - log(sigmoid(|x|)): finite for any x."""
+    return jnp.maximum(x, 0.0) - jnp.log(sigmoid(jnp.abs(x)))
