@@ -26,6 +26,8 @@ forwards do. ``bwd_backend="mosaic_gpu"`` runs the backward as one Mosaic GPU wa
 channels walking L last block to first in blocks of ``chunk`` steps (``mosaic_gpu.sequential_backward``), from the
 states at every block start (``save_every`` is then ``chunk``). Either Mosaic GPU pass splits L into ``segments``
 walked in parallel (0: ``heuristics.mosaic_segments``) after a first kernel finds each segment's boundary value.
+With both passes on Mosaic GPU, ``checkpoint_every`` needs no chunked design: the Mosaic forward kernel rebuilds the
+states (``mosaic_gpu.sequential_forward.rebuild_states``).
 """
 
 import dataclasses
@@ -107,8 +109,12 @@ class ScanConfig:
                 f"ScanConfig.chunk={self.chunk} (the Mosaic GPU backward's block) must be from {MOSAIC_MIN_BLOCK} to "
                 f"{MOSAIC_MAX_BLOCK}"
             )
-        if self.checkpoint_every and self.design != "chunked":
-            raise ValueError("ScanConfig.checkpoint_every needs design='chunked' (the forward rerun in the backward)")
+        all_mosaic = self.fwd_backend == self.bwd_backend == "mosaic_gpu"  # keeps and rebuilds on its own
+        if self.checkpoint_every and self.design != "chunked" and not all_mosaic:
+            raise ValueError(
+                "ScanConfig.checkpoint_every needs design='chunked' (the forward rerun in the backward) or both "
+                "passes on Mosaic GPU"
+            )
         if self.checkpoint_every and self.checkpoint_every < max(self.rows, self.save_every):
             raise ValueError(
                 f"ScanConfig.checkpoint_every={self.checkpoint_every} must be a multiple of rows={self.rows} and of "

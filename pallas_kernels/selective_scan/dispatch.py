@@ -77,10 +77,10 @@ def mosaic_refusal(dim: int, groups: int, dstate: int) -> str | None:
     return None
 
 
-def _tma_rows(B: jax.Array, C: jax.Array) -> tuple[jax.Array, jax.Array]:
+def _tma_rows(*bc: jax.Array) -> tuple[jax.Array, ...]:
     """B and C as the Mosaic GPU kernels' TMA copies take them: in float32 where their rows of N in their own dtype
     do not fill a multiple of 16 bytes (bf16 with N = 4, 12, ...); a copy 1 / (dim / G) the size of u."""
-    return tuple(x if (x.shape[-1] * x.dtype.itemsize) % 16 == 0 else x.astype(jnp.float32) for x in (B, C))
+    return tuple(x if (x.shape[-1] * x.dtype.itemsize) % 16 == 0 else x.astype(jnp.float32) for x in bc)
 
 
 def _mosaic_dims(u, B, D, z, delta_bias, softplus, config, interpret, block_l, keep) -> MosaicScanDims:
@@ -116,7 +116,14 @@ def _segment_starts(u, delta, A, B, delta_bias, dims: ScanDims, num_warps):
 
 def rebuild_saved_states(u, delta, A, B, D, z, delta_bias, softplus, config, interpret, kept):
     """The states every ``config.save_every`` steps (batch, nsaved, N, dim + 1) float32 from those the forward kept
-    every ``config.kept_every`` steps: the chunked forward's recurrence rerun without outputs."""
+    every ``config.kept_every`` steps: the forward's recurrence rerun without outputs, on the backward's backend
+    (Mosaic GPU: every kept interval a segment from its kept state; Triton: the chunked forward's)."""
+    if config.bwd_backend == "mosaic_gpu":
+        block = config.save_every
+        mdims = _mosaic_dims(u, B, D, z, delta_bias, softplus, config, interpret, block, block)
+        mdims = dataclasses.replace(mdims, segment_len=config.kept_every)
+        (Bt,) = _tma_rows(B)
+        return mosaic_forward.rebuild_states(u, delta, a2_transposed(A), Bt, delta_bias, kept, mdims)
     dims = scan_dims(u, B, A, D, z, delta_bias, softplus, config, interpret, bwd=False)
     dims = dataclasses.replace(dims, save_every=config.save_every, segment_len=config.kept_every)
     return rebuild_states(u, delta, A, B, delta_bias, kept, dims, config.num_warps)

@@ -26,15 +26,19 @@ def _lowered_gradient(loss, *args) -> str:
 
 
 @pytest.mark.parametrize(
-    "dim,dstate,groups,dtype,options,chunk,segments",
-    [(256, 16, 1, jnp.bfloat16, True, 8, 1), (384, 4, 3, jnp.bfloat16, False, 4, 3)],
-    ids=["130m-like", "four-states-three-groups"],
+    "dim,dstate,groups,dtype,options,chunk,segments,kept,kernels",
+    [(256, 16, 1, jnp.bfloat16, True, 8, 1, 0, 2), (384, 4, 3, jnp.bfloat16, False, 4, 3, 32, 5)],
+    ids=["130m-like", "four-states-three-groups-segments-kept"],
 )
-def test_selective_scan_forward_and_backward_lower_for_cuda(dim, dstate, groups, dtype, options, chunk, segments):
-    """Both passes on Mosaic GPU and no Triton kernel, with D, z and delta_bias and without: one kernel each, or over
-    segments of L each pass's boundary kernel too."""
+def test_selective_scan_forward_and_backward_lower_for_cuda(
+    dim, dstate, groups, dtype, options, chunk, segments, kept, kernels
+):
+    """Both passes on Mosaic GPU and no Triton kernel, with D, z and delta_bias and without: one kernel each; over
+    segments of L each pass's boundary kernel too, and with states kept every ``kept`` steps the rebuild."""
     batch, seqlen = 2, 100
-    config = ScanConfig(fwd_backend="mosaic_gpu", bwd_backend="mosaic_gpu", chunk=chunk, segments=segments)
+    config = ScanConfig(
+        fwd_backend="mosaic_gpu", bwd_backend="mosaic_gpu", chunk=chunk, segments=segments, checkpoint_every=kept
+    )
     x = jnp.zeros((batch, seqlen, dim), dtype)
     bc = jnp.zeros((batch, seqlen, groups, dstate), dtype)
     vec = jnp.zeros((dim,), jnp.float32) if options else None
@@ -45,7 +49,7 @@ def test_selective_scan_forward_and_backward_lower_for_cuda(dim, dstate, groups,
         return out.astype(jnp.float32).sum() + last.sum()
 
     text = _lowered_gradient(loss, x, x, jnp.zeros((dim, dstate), jnp.float32), bc, bc)
-    assert len(MOSAIC_CALL.findall(text)) == (2 if segments == 1 else 4) and not TRITON_CALL.search(text)
+    assert len(MOSAIC_CALL.findall(text)) == kernels and not TRITON_CALL.search(text)
 
 
 def test_causal_conv1d_forward_and_backward_lower_for_cuda():

@@ -49,17 +49,10 @@ MOSAIC_KEPT = dataclasses.replace(KEPT, fwd_backend="mosaic_gpu")
 MOSAIC_SEQUENTIAL = ScanConfig(fwd_backend="mosaic_gpu", chunk=4, bwd_unroll=2, bwd_block_d=8)
 MOSAIC_KEPT_SEQUENTIAL = dataclasses.replace(KEPT_SEQUENTIAL, fwd_backend="mosaic_gpu")
 # The Mosaic GPU backward (blocks of ``chunk`` steps, 128 channels a program): after the Mosaic GPU forward keeping
-# every block's start state, after it keeping every 16th step's (the rest rebuilt), after the Triton forward
+# every block's start state, after it keeping every 16th step's (the rest rebuilt on Mosaic GPU), after the Triton
+# forward
 MOSAIC_BWD = ScanConfig(fwd_backend="mosaic_gpu", bwd_backend="mosaic_gpu", chunk=8)
-MOSAIC_BWD_KEPT = ScanConfig(
-    fwd_backend="mosaic_gpu",
-    bwd_backend="mosaic_gpu",
-    design="chunked",
-    block_d=4,
-    rows=4,
-    chunk=4,
-    checkpoint_every=16,
-)
+MOSAIC_BWD_KEPT = ScanConfig(fwd_backend="mosaic_gpu", bwd_backend="mosaic_gpu", chunk=4, checkpoint_every=16)
 TRITON_FWD_MOSAIC_BWD = ScanConfig(design="chunked", block_d=4, rows=8, chunk=8, bwd_backend="mosaic_gpu")
 # Both Mosaic GPU passes over segments of L walked in parallel from their composed boundary values
 MOSAIC_SEGMENTS = ScanConfig(fwd_backend="mosaic_gpu", bwd_backend="mosaic_gpu", chunk=4, segments=3)

@@ -38,17 +38,21 @@ from pallas_kernels.selective_scan.mosaic_gpu.common import (
 BLOCK_L = 32  # steps a block (fewer where the states are kept more often)
 
 
-def _fwd_kernel(u_ref, delta_ref, a2_ref, b_ref, *refs, dims: MosaicScanDims, save_states: bool, ends_only: bool):
-    """``ends_only``: segment s's state after its last step from zero, and its dt sum, for s < segments - 1 (the
-    grid's segments); else the forward proper."""
+def _fwd_kernel(u_ref, delta_ref, a2_ref, b_ref, *refs, dims: MosaicScanDims, mode: str, save_states: bool):
+    """``mode``: "forward" (out and the last state, from each segment's start state), "ends" (segment s's state
+    after its last step from zero and its dt sum, for the grid's segments: all but the last) or "rebuild" (no
+    outputs: the states at every block start, segments of ``keep_every`` steps from the states the forward kept)."""
+    forward = mode == "forward"
     it = iter(refs)
-    c_ref = None if ends_only else next(it)
-    d_ref = next(it) if dims.has_D and not ends_only else None
-    z_ref = next(it) if dims.has_z and not ends_only else None
+    c_ref = next(it) if forward else None
+    d_ref = next(it) if dims.has_D and forward else None
+    z_ref = next(it) if dims.has_z and forward else None
     bias_ref = next(it) if dims.has_bias else None
-    starts_ref = next(it) if dims.nsegments > 1 and not ends_only else None
-    if ends_only:
+    starts_ref = next(it) if mode == "rebuild" or (forward and dims.nsegments > 1) else None
+    if mode == "ends":
         ends_ref, dt_sums_ref = it
+    elif mode == "rebuild":
+        (states_ref,) = it
     else:
         out_ref, last_ref, *rest = it
         states_ref = rest.pop(0) if save_states else None
@@ -73,7 +77,7 @@ def _fwd_kernel(u_ref, delta_ref, a2_ref, b_ref, *refs, dims: MosaicScanDims, sa
         (j,) = indices
         block = first + j
         inside = block < dims.nblocks
-        if not ends_only:
+        if forward:
             c_s, *z_tiles = tiles
             plgpu.wait_smem_to_gmem(1, wait_read_only=True)  # the store from this slot two blocks ago has read it
             out_s = o_s.at[j % 2]
@@ -98,10 +102,10 @@ def _fwd_kernel(u_ref, delta_ref, a2_ref, b_ref, *refs, dims: MosaicScanDims, sa
             new = []
             for n in range(dims.dstate):
                 state = jnp.exp2(dt * a2[n]) * h[n] + x * b_s[r, n].astype(f32)
-                if not ends_only:
+                if forward:
                     y = y + c_s[r, n].astype(f32) * state
                 new.append(state)
-            if not ends_only:
+            if forward:
                 if z_tiles:
                     zr = plgpu.load(z_tiles[0].at[r], layout=dims.row_layout).astype(f32)
                     y = y * zr * sigmoid(zr)
@@ -109,7 +113,7 @@ def _fwd_kernel(u_ref, delta_ref, a2_ref, b_ref, *refs, dims: MosaicScanDims, sa
             return tuple(new), dt_sum + dt
 
         carry = lax.fori_loop(0, dims.block_l, step, (h, dt_sum))
-        if not ends_only:
+        if forward:
             plgpu.commit_smem()
             pl.when(inside)(
                 lambda: store_steps(out_s, lambda steps: out_ref.at[b, steps, cols], block, dims.block_l, dims.seqlen)
@@ -139,10 +143,11 @@ def _fwd_kernel(u_ref, delta_ref, a2_ref, b_ref, *refs, dims: MosaicScanDims, sa
         max_concurrent_steps=STAGES,
         init_carry=(h0, zero),
     )(*inputs)
-    if ends_only:
+    if mode == "ends":
         for n in range(dims.dstate):
             ends_ref.at[b, seg, n, cols][...] = h[n]
         dt_sums_ref.at[b, seg, cols][...] = dt_sum
+    if not forward:
         return
 
     @pl.when(seg == dims.nsegments - 1)  # the last segment's walk ends after L (steps past it are masked)
@@ -176,7 +181,18 @@ def segment_end_states(u, delta, a2, B, delta_bias, dims: MosaicScanDims):
         jax.ShapeDtypeStruct((dims.batch, count, dims.dim), jnp.float32),
     ]
     args = (inputs, out_type, [], count, "selective_scan_segment_ends", dims)
-    return _call(*args, save_states=False, ends_only=True)
+    return _call(*args, mode="ends", save_states=False)
+
+
+def rebuild_states(u, delta, a2, B, delta_bias, kept, dims: MosaicScanDims):
+    """The states before every block (batch, L / block_l, N, dim + 1) float32 from those kept every
+    ``dims.segment_len`` steps (batch, L / segment_len, N, dim + 1): each kept interval a segment walked again from
+    its kept state, without outputs."""
+    inputs = [u, delta, a2, B] + ([delta_bias.astype(jnp.float32)] if delta_bias is not None else []) + [kept]
+    shape = (dims.batch, dims.nblocks, dims.dstate, dims.dim + 1)
+    args = (inputs, [jax.ShapeDtypeStruct(shape, jnp.float32)], [], dims.nsegments, "selective_scan_rebuild", dims)
+    (states,) = _call(*args, mode="rebuild", save_states=True)
+    return states
 
 
 def scan_forward(u, delta, a2, B, C, D, z, delta_bias, starts, dims: MosaicScanDims, save_states: bool):
@@ -195,5 +211,5 @@ def scan_forward(u, delta, a2, B, C, D, z, delta_bias, starts, dims: MosaicScanD
         out_type.append(jax.ShapeDtypeStruct((dims.batch, dims.nkept, dims.dstate, dims.dim + 1), jnp.float32))
     scratch = [plgpu.SMEM((2, dims.block_l, LANES), u.dtype)]
     args = (inputs, out_type, scratch, dims.nsegments, "selective_scan_fwd", dims)
-    results = _call(*args, save_states=save_states, ends_only=False)
+    results = _call(*args, mode="forward", save_states=save_states)
     return results[0], results[1][..., : dims.dim], (results[2] if save_states else None)
