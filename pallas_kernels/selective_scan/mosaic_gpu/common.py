@@ -81,3 +81,19 @@ def step_mask(block, r: int, dims: MosaicScanDims) -> jax.Array:
 def softplus(x: jax.Array) -> jax.Array:
     """log(1 + exp(x)) = max(x, 0) + log(1 + exp(-|x|)) = max(x, 0) - log(sigmoid(|x|)): finite for any x."""
     return jnp.maximum(x, 0.0) - jnp.log(sigmoid(jnp.abs(x)))
+
+
+def walk_segment(body, dims: MosaicScanDims, block_of, channel_refs: list, state_refs: list, blk, init_carry):
+    """``body`` over the program's segment, pipeline step j on block ``block_of(j)`` (clamped: ``clamped_block``):
+    the (block_l, 128) tiles of ``channel_refs`` ((L, dim) views; the program's channels block ``blk``) and the
+    (block_l, N) tiles of ``state_refs`` ((L, N) views) come into shared memory by TMA, STAGES blocks in flight, and
+    reach ``body(indices, *channel_tiles, *state_tiles, carry)`` in that order. Returns the last carry."""
+    channel = plgpu.BlockSpec((dims.block_l, LANES), lambda j: (clamped_block(block_of(j), dims), blk))
+    state = plgpu.BlockSpec((dims.block_l, dims.dstate), lambda j: (clamped_block(block_of(j), dims), 0))
+    return plgpu.emit_pipeline(
+        body,
+        grid=(dims.blocks_per_segment,),
+        in_specs=[channel] * len(channel_refs) + [state] * len(state_refs),
+        max_concurrent_steps=STAGES,
+        init_carry=init_carry,
+    )(*channel_refs, *state_refs)

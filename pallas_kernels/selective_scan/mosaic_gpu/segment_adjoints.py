@@ -24,11 +24,10 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 from pallas_kernels._mosaic_gpu import call_kernel, sigmoid
 from pallas_kernels.selective_scan.mosaic_gpu.common import (
     LANES,
-    STAGES,
     MosaicScanDims,
-    clamped_block,
     softplus,
     step_mask,
+    walk_segment,
 )
 
 
@@ -50,8 +49,10 @@ def _adjoint_kernel(delta_ref, a2_ref, c_ref, dout_ref, *refs, dims: MosaicScanD
     bias = row(bias_ref.at[cols]) if bias_ref is not None else None
     zero = plgpu.layout_cast(jnp.zeros((LANES,), f32), dims.row_layout)
 
-    def block_step(indices, delta_s, dout_s, c_s, *tiles_and_carry):
-        *z_tiles, (v, dt_sum) = tiles_and_carry
+    def block_step(indices, delta_s, dout_s, *tiles_and_carry):
+        *tiles, (v, dt_sum) = tiles_and_carry
+        z_tiles = tiles[:1] if z_ref is not None else []
+        (c_s,) = tiles[len(z_tiles) :]
         (j,) = indices
         block = last - j
 
@@ -74,22 +75,9 @@ def _adjoint_kernel(delta_ref, a2_ref, c_ref, dout_ref, *refs, dims: MosaicScanD
 
         return lax.fori_loop(0, dims.block_l, step, (v, dt_sum))
 
-    def channel_spec():
-        return plgpu.BlockSpec((dims.block_l, LANES), lambda j: (clamped_block(last - j, dims), blk))
-
-    in_specs = [channel_spec(), channel_spec()]
-    in_specs.append(plgpu.BlockSpec((dims.block_l, dims.dstate), lambda j: (clamped_block(last - j, dims), 0)))
-    inputs = [delta_ref.at[b], dout_ref.at[b], c_ref.at[b, :, g]]
-    if z_ref is not None:
-        in_specs.append(channel_spec())
-        inputs.append(z_ref.at[b])
-    v, dt_sum = plgpu.emit_pipeline(
-        block_step,
-        grid=(dims.blocks_per_segment,),
-        in_specs=in_specs,
-        max_concurrent_steps=STAGES,
-        init_carry=(tuple(zero for _ in range(dims.dstate)), zero),
-    )(*inputs)
+    channels = [delta_ref.at[b], dout_ref.at[b]] + ([z_ref.at[b]] if z_ref is not None else [])
+    init = (tuple(zero for _ in range(dims.dstate)), zero)
+    v, dt_sum = walk_segment(block_step, dims, lambda j: last - j, channels, [c_ref.at[b, :, g]], blk, init)
     for n in range(dims.dstate):
         local_ref.at[b, s, n, cols][...] = v[n]
     dt_sums_ref.at[b, s, cols][...] = dt_sum

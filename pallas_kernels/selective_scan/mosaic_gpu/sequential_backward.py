@@ -36,11 +36,11 @@ from pallas_kernels._mosaic_gpu import call_kernel, sigmoid, store_steps
 from pallas_kernels._triton import LN_2
 from pallas_kernels.selective_scan.mosaic_gpu.common import (
     LANES,
-    STAGES,
     MosaicScanDims,
     clamped_block,
     softplus,
     step_mask,
+    walk_segment,
 )
 
 SUM_ROWS = 64  # rows of the dB / dC tiles summed at once: the WGMMA layout's tile height
@@ -84,8 +84,10 @@ def _bwd_kernel(u_ref, delta_ref, a2_ref, b_ref, c_ref, states_ref, dout_ref, ca
     # Copies from shared to global memory a block issues: du, ddelta, dz, dB, dC.
     stores = 4 + dims.has_z
 
-    def block_step(indices, u_s, delta_s, dout_s, b_s, c_s, *tiles_and_carry):
-        *z_tiles, (dd_acc, dbias_acc) = tiles_and_carry
+    def block_step(indices, u_s, delta_s, dout_s, *tiles_and_carry):
+        *tiles, (dd_acc, dbias_acc) = tiles_and_carry
+        z_tiles = tiles[:1] if z_ref is not None else []
+        b_s, c_s = tiles[len(z_tiles) :]
         (j,) = indices
         block = last - j  # the segment's blocks, last to first
         blk_l = clamped_block(block, dims)
@@ -184,22 +186,9 @@ def _bwd_kernel(u_ref, delta_ref, a2_ref, b_ref, c_ref, states_ref, dout_ref, ca
 
         return dd_acc, dbias_acc
 
-    def channel_spec():
-        return plgpu.BlockSpec((steps, LANES), lambda j: (clamped_block(last - j, dims), blk))
-
-    state_spec = plgpu.BlockSpec((steps, nstate), lambda j: (clamped_block(last - j, dims), 0))
-    in_specs = [channel_spec(), channel_spec(), channel_spec(), state_spec, state_spec]
-    inputs = [u_ref.at[b], delta_ref.at[b], dout_ref.at[b], b_ref.at[b, :, g], c_ref.at[b, :, g]]
-    if z_ref is not None:
-        in_specs.append(channel_spec())
-        inputs.append(z_ref.at[b])
-    dd_acc, dbias_acc = plgpu.emit_pipeline(
-        block_step,
-        grid=(dims.blocks_per_segment,),
-        in_specs=in_specs,
-        max_concurrent_steps=STAGES,
-        init_carry=(zero, zero),
-    )(*inputs)
+    channels = [u_ref.at[b], delta_ref.at[b], dout_ref.at[b]] + ([z_ref.at[b]] if z_ref is not None else [])
+    states = [b_ref.at[b, :, g], c_ref.at[b, :, g]]
+    dd_acc, dbias_acc = walk_segment(block_step, dims, lambda j: last - j, channels, states, blk, (zero, zero))
     for n in range(nstate):
         da_ref.at[b, seg, n, cols][...] = plgpu.load(da_s.at[n], layout=layout)
     if dd_ref is not None:

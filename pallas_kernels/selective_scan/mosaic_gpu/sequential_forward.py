@@ -28,11 +28,10 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 from pallas_kernels._mosaic_gpu import call_kernel, sigmoid, store_steps
 from pallas_kernels.selective_scan.mosaic_gpu.common import (
     LANES,
-    STAGES,
     MosaicScanDims,
-    clamped_block,
     softplus,
     step_mask,
+    walk_segment,
 )
 
 BLOCK_L = 32  # steps a block (fewer where the states are kept more often)
@@ -72,13 +71,15 @@ def _fwd_kernel(u_ref, delta_ref, a2_ref, b_ref, *refs, dims: MosaicScanDims, mo
     zero = plgpu.layout_cast(jnp.zeros((LANES,), f32), dims.row_layout)
     kept_blocks = dims.keep_every // dims.block_l
 
-    def block_step(indices, u_s, delta_s, b_s, *tiles_and_carry):
+    def block_step(indices, u_s, delta_s, *tiles_and_carry):
         *tiles, (h, dt_sum) = tiles_and_carry
         (j,) = indices
         block = first + j
         inside = block < dims.nblocks
+        z_tiles = tiles[:1] if z_ref is not None else []
+        b_s, *c_tiles = tiles[len(z_tiles) :]
         if forward:
-            c_s, *z_tiles = tiles
+            (c_s,) = c_tiles
             plgpu.wait_smem_to_gmem(1, wait_read_only=True)  # the store from this slot two blocks ago has read it
             out_s = o_s.at[j % 2]
         if save_states:
@@ -120,29 +121,13 @@ def _fwd_kernel(u_ref, delta_ref, a2_ref, b_ref, *refs, dims: MosaicScanDims, mo
             )
         return carry
 
-    def channel_spec():
-        return plgpu.BlockSpec((dims.block_l, LANES), lambda j: (clamped_block(first + j, dims), blk))
-
-    state_spec = plgpu.BlockSpec((dims.block_l, dims.dstate), lambda j: (clamped_block(first + j, dims), 0))
-    in_specs = [channel_spec(), channel_spec(), state_spec]
-    inputs = [u_ref.at[b], delta_ref.at[b], b_ref.at[b, :, g]]
-    if c_ref is not None:
-        in_specs.append(state_spec)
-        inputs.append(c_ref.at[b, :, g])
-    if z_ref is not None:
-        in_specs.append(channel_spec())
-        inputs.append(z_ref.at[b])
+    channels = [u_ref.at[b], delta_ref.at[b]] + ([z_ref.at[b]] if z_ref is not None else [])
+    states = [b_ref.at[b, :, g]] + ([c_ref.at[b, :, g]] if c_ref is not None else [])
     if starts_ref is not None:
         h0 = tuple(row(starts_ref.at[b, seg, n, cols]) for n in range(dims.dstate))
     else:
         h0 = tuple(zero for _ in range(dims.dstate))
-    h, dt_sum = plgpu.emit_pipeline(
-        block_step,
-        grid=(dims.blocks_per_segment,),
-        in_specs=in_specs,
-        max_concurrent_steps=STAGES,
-        init_carry=(h0, zero),
-    )(*inputs)
+    h, dt_sum = walk_segment(block_step, dims, lambda j: first + j, channels, states, blk, (h0, zero))
     if mode == "ends":
         for n in range(dims.dstate):
             ends_ref.at[b, seg, n, cols][...] = h[n]
