@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field
 
 MODEL_IMPLS = ("auto", "reference", "pallas", "mamba_ssm_triton")  # what each means: jax_mamba.modules.impl
+SCAN_BACKENDS = ("triton", "mosaic_gpu", "auto")  # the Pallas selective scan's kernels: pallas_kernels' ``backend``
 
 SSM_LAYERS = ("Mamba1", "Mamba2", "Mamba3")
 COMPUTE_DTYPES = ("auto", "float32", "bfloat16")
@@ -124,6 +125,8 @@ class ModelConfig:
     # state-rebuild kernel in the backward, 8.5 of 111 ms per 130m step on an H100, for (batch, L / 8, 16,
     # d_inner) float32 more per layer)
     scan_checkpoint_every: int = 256
+    # Mamba-1's Pallas scan: its kernels, "triton", "mosaic_gpu" or "auto" (``selective_scan_fn``'s ``backend``)
+    scan_backend: str = "triton"
     # Mamba-2's Pallas SSD: positions between the states its forward keeps for the backward (None: the kernels'
     # choice, every 64-position block's state while a layer's are under 256 MiB, e.g. 201 MB a layer at 780m, L 2048
     # x 8; 0: every block's; a multiple of 64: float32 states that often, the others rebuilt in the backward; the
@@ -166,6 +169,7 @@ class MambaVisionConfig:
     impl: str = "auto"  # the selective scan: "auto" (Pallas on GPU), "pallas" or "reference"; see modules.impl
     compute_dtype: str = "auto"  # "auto": bfloat16 on GPU, float32 on CPU; params and norm statistics stay float32
     remat: bool = False  # recompute each hybrid block in the backward pass
+    scan_backend: str = "triton"  # the Pallas scan's kernels: "triton", "mosaic_gpu" or "auto" (as ModelConfig's)
 
 
 @dataclass
@@ -409,6 +413,7 @@ def validate_model(m: ModelConfig) -> ModelConfig:
     _require(m.norm_epsilon > 0, "model.norm_epsilon", "a positive float", m.norm_epsilon)
     _require(m.impl in MODEL_IMPLS, "model.impl", f"one of {MODEL_IMPLS}", m.impl)
     _require(m.compute_dtype in COMPUTE_DTYPES, "model.compute_dtype", f"one of {COMPUTE_DTYPES}", m.compute_dtype)
+    _require(m.scan_backend in SCAN_BACKENDS, "model.scan_backend", f"one of {SCAN_BACKENDS}", m.scan_backend)
     every = m.scan_checkpoint_every
     _require(
         every == 0 or (every >= 16 and every & (every - 1) == 0),
@@ -532,6 +537,7 @@ def validate_mamba_vision(m: MambaVisionConfig) -> MambaVisionConfig:
         _require(0 <= getattr(m, name) < 1, f"model.{name}", "in [0, 1)", getattr(m, name))
     _require(m.impl in MODEL_IMPLS, "model.impl", f"one of {MODEL_IMPLS}", m.impl)
     _require(m.compute_dtype in COMPUTE_DTYPES, "model.compute_dtype", f"one of {COMPUTE_DTYPES}", m.compute_dtype)
+    _require(m.scan_backend in SCAN_BACKENDS, "model.scan_backend", f"one of {SCAN_BACKENDS}", m.scan_backend)
     return m
 
 

@@ -115,6 +115,7 @@ class Block(nnx.Module):
         layer_scale: float | None,
         dtype,
         impl: str,
+        scan_backend: str,
         rngs: nnx.Rngs,
     ):
         self.norm1 = LayerNorm(dim)
@@ -123,7 +124,7 @@ class Block(nnx.Module):
                 dim, num_heads, qkv_bias, bool(qk_scale), attn_drop, drop, dtype=dtype, impl=impl, rngs=rngs
             )
         else:
-            self.mixer = MambaVisionMixer(dim, **MIXER, dtype=dtype, impl=impl, rngs=rngs)
+            self.mixer = MambaVisionMixer(dim, **MIXER, dtype=dtype, impl=impl, scan_backend=scan_backend, rngs=rngs)
         self.attention = attention
         self.drop_path = DropPath(drop_path)
         self.norm2 = LayerNorm(dim)
@@ -181,6 +182,7 @@ class MambaVisionLayer(nnx.Module):
                     layer_scale=cfg.layer_scale,
                     dtype=dtype,
                     impl=cfg.impl,
+                    scan_backend=cfg.scan_backend,
                     rngs=rngs,
                 )
                 for i in range(depth)

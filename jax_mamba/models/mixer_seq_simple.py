@@ -36,8 +36,8 @@ def _mixer(cfg: ModelConfig, layer_idx: int, dtype, rngs: nnx.Rngs) -> nnx.Modul
         return Mamba3(cfg.d_model, **ssm_layer_kwargs(cfg.ssm_cfg), dtype=dtype, impl=cfg.impl, rngs=rngs)
     run = dict(mixer_remat=cfg.mixer_remat, dtype=dtype, impl=cfg.impl, rngs=rngs)
     if cfg.ssm_cfg.layer == "Mamba1":
-        kept = cfg.scan_checkpoint_every
-        return Mamba(cfg.d_model, **ssm_layer_kwargs(cfg.ssm_cfg), scan_checkpoint_every=kept, **run)
+        scan = dict(scan_checkpoint_every=cfg.scan_checkpoint_every, scan_backend=cfg.scan_backend)
+        return Mamba(cfg.d_model, **ssm_layer_kwargs(cfg.ssm_cfg), **scan, **run)
     return Mamba2(cfg.d_model, **ssm_layer_kwargs(cfg.ssm_cfg), ssd_checkpoint_every=cfg.ssd_checkpoint_every, **run)
 
 

@@ -45,6 +45,7 @@ class Mamba(nnx.Module):
         impl: str = "auto",
         mixer_remat: bool = True,
         scan_checkpoint_every: int | None = None,
+        scan_backend: str = "triton",
         rngs: nnx.Rngs,
     ):
         self.d_model, self.d_state, self.d_conv, self.expand = d_model, d_state, d_conv, expand
@@ -52,6 +53,7 @@ class Mamba(nnx.Module):
         self.dt_rank = math.ceil(d_model / 16) if dt_rank == "auto" else dt_rank
         self.impl, self.mixer_remat = impl, mixer_remat
         self.scan_checkpoint_every = scan_checkpoint_every  # the Pallas scan's kept states (None: its default)
+        self.scan_backend = scan_backend  # the Pallas scan's kernels (selective_scan_fn's backend)
         self.in_proj = linear(d_model, 2 * self.d_inner, bias=bias, dtype=dtype, rngs=rngs, impl=impl)
         self.conv1d = CausalConv1d(self.d_inner, d_conv, bias=conv_bias, rngs=rngs, impl=impl)
         self.x_proj = linear(self.d_inner, self.dt_rank + 2 * d_state, bias=False, dtype=dtype, rngs=rngs, impl=impl)
@@ -98,6 +100,7 @@ class Mamba(nnx.Module):
             return_last_state=return_last_state,
             impl=impl,
             checkpoint_every=self.scan_checkpoint_every,
+            backend=self.scan_backend,
         )
         return per_device(
             lambda u, dt, A, B, C, D, z, bias: scan(u, dt, A, B, C, D, z, delta_bias=bias),

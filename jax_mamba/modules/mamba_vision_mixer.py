@@ -66,6 +66,7 @@ class MambaVisionMixer(nnx.Module):
         *,
         dtype=jnp.float32,
         impl: str = "auto",
+        scan_backend: str = "triton",
         rngs: nnx.Rngs,
     ):
         self.d_model, self.d_state, self.d_conv = d_model, d_state, d_conv
@@ -73,6 +74,7 @@ class MambaVisionMixer(nnx.Module):
         half = self.d_inner // 2
         self.dt_rank = math.ceil(d_model / 16) if dt_rank == "auto" else dt_rank
         self.impl = impl
+        self.scan_backend = scan_backend  # the Pallas scan's kernels (selective_scan_fn's backend)
         self.in_proj = linear(d_model, self.d_inner, bias=bias, dtype=dtype, rngs=rngs)
         self.x_proj = linear(half, self.dt_rank + 2 * d_state, bias=False, dtype=dtype, rngs=rngs)
         self.dt_proj = linear(self.dt_rank, half, bias=True, dtype=dtype, rngs=rngs)
@@ -110,5 +112,6 @@ class MambaVisionMixer(nnx.Module):
             delta_bias=self.dt_proj.bias[...],
             delta_softplus=True,
             impl=op_impl(self.impl, selective_scan_fn),
+            backend=self.scan_backend,
         )
         return self.out_proj(jnp.concatenate([y, z], axis=-1))

@@ -32,7 +32,15 @@ from jax_mamba.train.step import init_training, make_eval_step, variable_shapes
 from jax_mamba.train.step_clock import StepClock
 
 # May change on resume; the architecture may not:
-_RUNTIME_FIELDS = ("impl", "compute_dtype", "remat", "scan_checkpoint_every", "ssd_checkpoint_every", "mixer_remat")
+_RUNTIME_FIELDS = (
+    "impl",
+    "compute_dtype",
+    "remat",
+    "scan_checkpoint_every",
+    "scan_backend",
+    "ssd_checkpoint_every",
+    "mixer_remat",
+)
 
 
 class TrainingDiverged(RuntimeError):

@@ -10,11 +10,12 @@ from pallas_kernels._checks import check_array, check_config, check_divides, che
 from pallas_kernels._triton import gpu_sm_count, interpret_mode
 from pallas_kernels.selective_scan import dispatch, reference, vjp
 from pallas_kernels.selective_scan.config import MAX_DSTATE, ScanConfig
-from pallas_kernels.selective_scan.heuristics import KEEP_EVERY, default_config
+from pallas_kernels.selective_scan.heuristics import KEEP_EVERY, default_config, mosaic_config
 
 Layout = Literal["channels_last", "channels_first"]
 SAVED_STATES_NAME = vjp.STATES_NAME  # what a jax.checkpoint policy names to keep the Pallas scan's states
 _AVAILABLE_IMPLS = ("reference", "pallas")
+BACKENDS = ("triton", "mosaic_gpu", "auto")
 
 
 @jax.named_scope("selective_scan")  # the op's XLA-side work is attributed to it in profiles
@@ -34,6 +35,7 @@ def selective_scan_fn(
     impl: str = "reference",
     config: ScanConfig | None = None,
     checkpoint_every: int | None = None,
+    backend: str = "triton",
 ) -> jax.Array | tuple[jax.Array, jax.Array]:
     """Selective scan: h_t = exp(delta_t A) h_{t-1} + delta_t B_t u_t,  y_t = C_t h_t + D u_t,  out = y * silu(z).
 
@@ -55,6 +57,10 @@ def selective_scan_fn(
     ``checkpoint_every`` sets only the default's steps between the states kept for the backward (None: 256; 0:
     every state the backward reads, which spares the backward a rebuild at the cost of (batch, L / 8, N, dim)
     float32 kept per call); it has no effect on ``impl="reference"``.
+    ``backend`` chooses the default's kernels: "triton", "mosaic_gpu" (both passes on Mosaic GPU; dim / G a multiple
+    of 128, N a multiple of 4, a Hopper GPU; anything else is refused) or "auto" (Mosaic GPU where it takes the call
+    and the kernels are compiled, else Triton). The default stays "triton" until the Mosaic GPU kernels have been
+    measured against it (``docs/kernels.md#selective-scan-designs``).
     """
     check_impl("selective_scan_fn", impl, _AVAILABLE_IMPLS)
     if layout not in ("channels_last", "channels_first"):
@@ -76,10 +82,14 @@ def selective_scan_fn(
     if A.shape[0] != dim:
         raise ValueError(f"A must have shape (dim, N) with dim={dim}, got {tuple(A.shape)}")
     dstate = A.shape[1]
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     if impl == "pallas":
         _check_pallas_supported(B, C, dstate, config)
         if config is not None and checkpoint_every is not None:
             raise ValueError("pass either config or checkpoint_every (ScanConfig.checkpoint_every), not both")
+        if config is not None and backend != "triton":
+            raise ValueError("pass either config or backend (ScanConfig.fwd_backend and bwd_backend), not both")
     B = _check_bc("B", B, batch, seqlen, dim, dstate, layout)
     C = _check_bc("C", C, batch, seqlen, dim, dstate, layout)
     if B.shape[2] != C.shape[2]:  # e.g. time-invariant B with input-dependent C: bring both to lcm(G_B, G_C) groups.
@@ -89,17 +99,15 @@ def selective_scan_fn(
         if vec is not None:
             check_array(name, vec, 1)
             check_shape(name, vec, (dim,), "(dim,)")
-    backends = ("fwd_backend", "bwd_backend")
-    mosaic = [] if impl != "pallas" or config is None else [n for n in backends if getattr(config, n) == "mosaic_gpu"]
-    refusal = dispatch.mosaic_refusal(dim, B.shape[2], dstate) if mosaic else None
-    if refusal:
-        raise ValueError(f"ScanConfig({', '.join(mosaic)}='mosaic_gpu'): {refusal}")
-
     if impl == "pallas":
+        groups = B.shape[2]
         if config is None:
             keep = KEEP_EVERY if checkpoint_every is None else checkpoint_every
-            config = default_config(dstate, dim // B.shape[2], batch * B.shape[2], keep, gpu_sm_count())
+            config = default_config(dstate, dim // groups, batch * groups, keep, gpu_sm_count())
+            if _takes_mosaic(backend, dim, groups, dstate):
+                config = mosaic_config(config)
             config.validate()
+        _check_mosaic_supported(config, dim, groups, dstate)
         out, last_state = vjp.selective_scan(
             u, delta, A, B, C, D, z, delta_bias, bool(delta_softplus), config, interpret_mode()
         )
@@ -108,6 +116,22 @@ def selective_scan_fn(
     if layout == "channels_first":
         out = jnp.swapaxes(out, 1, 2)
     return (out, last_state) if return_last_state else out
+
+
+def _takes_mosaic(backend: str, dim: int, groups: int, dstate: int) -> bool:
+    """Whether ``backend`` puts the default config's passes on Mosaic GPU: "mosaic_gpu" always (a refusal is raised
+    later), "auto" where the kernels are compiled and nothing refuses the shape."""
+    if backend == "auto":
+        return not interpret_mode() and dispatch.mosaic_refusal(dim, groups, dstate) is None
+    return backend == "mosaic_gpu"
+
+
+def _check_mosaic_supported(config: ScanConfig, dim: int, groups: int, dstate: int) -> None:
+    """A config that puts a pass on Mosaic GPU where its kernels cannot take the shape raises, naming the fields."""
+    mosaic = [name for name in ("fwd_backend", "bwd_backend") if getattr(config, name) == "mosaic_gpu"]
+    refusal = dispatch.mosaic_refusal(dim, groups, dstate) if mosaic else None
+    if refusal:
+        raise ValueError(f"ScanConfig({', '.join(mosaic)}='mosaic_gpu'): {refusal}")
 
 
 def _check_pallas_supported(B: jax.Array, C: jax.Array, dstate: int, config: ScanConfig | None) -> None:

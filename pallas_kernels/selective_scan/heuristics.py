@@ -3,6 +3,8 @@ chunked design use: steps per forward segment (``segment_length``), the sequenti
 (``sequential_bwd_unroll``). The measurements behind them are in ``docs/kernels.md#selective-scan-default-config``.
 """
 
+import dataclasses
+
 from pallas_kernels._triton import next_pow2
 from pallas_kernels.selective_scan.config import ScanConfig
 
@@ -37,6 +39,15 @@ def mosaic_segments(programs: int, seqlen: int, sm_count: int = SM_COUNT) -> int
     if 2 * programs >= sm_count:
         return 1
     return max(1, min(-(-sm_count // programs), seqlen // MOSAIC_MIN_SEGMENT))
+
+
+MOSAIC_CHUNK = 8  # the Mosaic GPU backward's steps a block: registers hold about ten rows of each of its steps
+
+
+def mosaic_config(config: ScanConfig) -> ScanConfig:
+    """``config`` with both passes on Mosaic GPU (blocks of MOSAIC_CHUNK steps in the backward), its kept states
+    and segments unchanged."""
+    return dataclasses.replace(config, fwd_backend="mosaic_gpu", bwd_backend="mosaic_gpu", chunk=MOSAIC_CHUNK)
 
 
 def sequential_bwd_unroll(programs: int, sm_count: int = SM_COUNT) -> int:

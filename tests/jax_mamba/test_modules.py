@@ -325,8 +325,9 @@ def test_ssm_cfg_fields_reach_the_mixers():
     assert p["backbone.layers.0.mixer.A_log"].shape == (96, 4)
     assert p["backbone.layers.0.mixer.conv1d.weight"].shape == (96, 2)
     assert p["backbone.layers.0.mixer.dt_proj.kernel"].shape == (3, 96)
-    m1.scan_checkpoint_every = 0
-    assert MambaLMHeadModel(m1, rngs=nnx.Rngs(0)).backbone.layers[0].mixer.scan_checkpoint_every == 0
+    m1.scan_checkpoint_every, m1.scan_backend = 0, "mosaic_gpu"
+    mixer = MambaLMHeadModel(m1, rngs=nnx.Rngs(0)).backbone.layers[0].mixer
+    assert (mixer.scan_checkpoint_every, mixer.scan_backend) == (0, "mosaic_gpu")
     m2 = tiny_model_config("Mamba2")
     s = m2.ssm_cfg
     s.d_state, s.d_conv, s.expand, s.ngroups, s.D_has_hdim, s.chunk_size, s.dt_limit = 6, 3, 3, 2, True, 4, (0.0, 0.2)

@@ -150,6 +150,22 @@ def test_channels_first_layout(rng, config):
     assert_close("out", jnp.swapaxes(out, 1, 2), want, jnp.float32)
 
 
+def test_backend_chooses_the_default_configs_kernels(rng):
+    """``backend="mosaic_gpu"``: the default tiling with both passes on Mosaic GPU (the kernels' names in the program;
+    values against the oracle); "auto" keeps Triton when interpreted, as in these tests; "triton" is the default."""
+    arrays, exact = make_inputs(rng, 1, 20, 128, 8, 1, jnp.float32)
+    names = [k for k, v in arrays.items() if v is not None]
+
+    def program(backend: str) -> str:
+        fn = lambda *xs: selective_scan_fn(**dict(zip(names, xs, strict=True)), impl="pallas", backend=backend)  # noqa: E731
+        return str(jax.make_jaxpr(jax.grad(lambda *xs: fn(*xs).sum(), argnums=(0, 1)))(*[arrays[k] for k in names]))
+
+    mosaic, auto, triton = (program(b) for b in ("mosaic_gpu", "auto", "triton"))
+    assert "selective_scan_fwd_chunked" not in mosaic and "name=selective_scan_fwd " in mosaic.replace("\n", " ")
+    assert "selective_scan_fwd_chunked" in auto and auto == triton
+    assert_matches_oracle(rng, arrays, exact, True, impl="pallas", backend="mosaic_gpu")
+
+
 def test_mosaic_segments_fill_the_sms_with_long_enough_walks():
     """One segment where batch x dim / 128 programs fill half of 132 SMs; else up to one program an SM, each segment
     at least 256 steps."""
@@ -252,6 +268,12 @@ def test_unsupported_inputs_are_refused_before_work(rng):
     with pytest.raises(ValueError, match=r"ScanConfig\(bwd_backend='mosaic_gpu'\): N \(A.shape\[1\] = 7\) must be a"):
         bc = jnp.zeros((1, 3, 7), jnp.float32)
         selective_scan_fn(*wide, bc, bc, impl="pallas", config=ScanConfig(bwd_backend="mosaic_gpu"))
+    with pytest.raises(ValueError, match=r"backend must be one of \('triton', 'mosaic_gpu', 'auto'\), got 'cuda'"):
+        selective_scan_fn(u, delta, A, B, C, impl="pallas", backend="cuda")
+    with pytest.raises(ValueError, match="pass either config or backend"):
+        selective_scan_fn(u, delta, A, B, C, impl="pallas", config=ScanConfig(), backend="mosaic_gpu")
+    with pytest.raises(ValueError, match=r"fwd_backend, bwd_backend='mosaic_gpu'\): channels per group"):
+        selective_scan_fn(u, delta, A, B, C, impl="pallas", backend="mosaic_gpu")
     with pytest.raises(ValueError, match="bwd_backend must be one of"):
         selective_scan_fn(u, delta, A, B, C, impl="pallas", config=ScanConfig(bwd_backend="cuda"))
     for chunk in (2, 64):
