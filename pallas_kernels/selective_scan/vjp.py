@@ -22,17 +22,24 @@ from pallas_kernels.selective_scan.dispatch import rebuild_saved_states, scan_ba
 # the scan itself (the recomputed forward's outputs go unused, and XLA drops its kernels).
 STATES_NAME = "selective_scan_states"
 
+# Every pass under ``jax.jit`` so that every call of the same shapes and config shares one lowering: a Mosaic GPU
+# kernel's module carries its call's source location, so each layer would otherwise compile its own kernel
+# (docs/kernels.md#compiled-once-per-shape).
+_forward_once = jax.jit(scan_forward_pass, static_argnums=(8, 9, 10, 11))
+_rebuild_once = jax.jit(rebuild_saved_states, static_argnums=(7, 8, 9))
+_backward_once = jax.jit(scan_backward_pass, static_argnums=(8, 9, 10))
+
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(8, 9, 10))
 def selective_scan(u, delta, A, B, C, D, z, delta_bias, softplus: bool, config: ScanConfig, interpret: bool):
     args = (u, delta, A, B, C, D, z, delta_bias, softplus, config, interpret)
-    out, last, _ = scan_forward_pass(*args, save_states=False)
+    out, last, _ = _forward_once(*args, False)
     return out, last
 
 
 def _selective_scan_fwd(u, delta, A, B, C, D, z, delta_bias, softplus, config, interpret):
     args = (u, delta, A, B, C, D, z, delta_bias, softplus, config, interpret)
-    out, last, states = scan_forward_pass(*args, save_states=True)
+    out, last, states = _forward_once(*args, True)
     return (out, last), (u, delta, A, B, C, D, z, delta_bias, checkpoint_name(states, STATES_NAME))
 
 
@@ -40,10 +47,10 @@ def _selective_scan_bwd(softplus, config, interpret, residuals, cotangents):
     u, delta, A, B, C, D, z, delta_bias, states = residuals
     dout, dlast = cotangents
     if config.rebuilds_states:
-        states = rebuild_saved_states(u, delta, A, B, D, z, delta_bias, softplus, config, interpret, states)
+        states = _rebuild_once(u, delta, A, B, D, z, delta_bias, softplus, config, interpret, states)
     dout = dout.astype(u.dtype)
     dlast = jnp.swapaxes(dlast.astype(jnp.float32), 1, 2)
-    du, ddelta, dz, dB, dC, dA, dD, dbias = scan_backward_pass(
+    du, ddelta, dz, dB, dC, dA, dD, dbias = _backward_once(
         u, delta, A, B, C, D, z, delta_bias, softplus, config, interpret, states, dout, dlast
     )
     dA = dA.astype(A.dtype)
