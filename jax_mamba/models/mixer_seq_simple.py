@@ -82,9 +82,10 @@ class MixerModel(nnx.Module):
                 proj.kernel[...] = proj.kernel[...] * scale
 
     def __call__(self, input_ids: jax.Array, seq_idx: jax.Array | None = None) -> jax.Array:
-        if seq_idx is not None and self.cfg.ssm_cfg.layer in ("Mamba1", "Mamba3"):
-            layer = self.cfg.ssm_cfg.layer
-            raise ValueError(f"seq_idx (packed sequences) is supported by Mamba2 and attention layers, not {layer}")
+        if seq_idx is not None and self.cfg.ssm_cfg.layer == "Mamba3":
+            raise ValueError(
+                "seq_idx (packed sequences) is supported by Mamba1, Mamba2 and attention layers, not Mamba3"
+            )
         mixer_kwargs = {} if seq_idx is None else {"seq_idx": seq_idx}
         hidden = self.embedding(input_ids)
         residual = None

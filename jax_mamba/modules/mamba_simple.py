@@ -69,20 +69,22 @@ class Mamba(nnx.Module):
         self.D = nnx.Param(jnp.ones((self.d_inner,), jnp.float32))
         self.out_proj = linear(self.d_inner, d_model, bias=bias, dtype=dtype, rngs=rngs, impl=impl)
 
-    def __call__(self, hidden_states: jax.Array) -> jax.Array:
-        """hidden_states (batch, L, d_model) -> (batch, L, d_model) in the compute dtype."""
+    def __call__(self, hidden_states: jax.Array, seq_idx: jax.Array | None = None) -> jax.Array:
+        """hidden_states (batch, L, d_model) -> (batch, L, d_model) in the compute dtype; seq_idx int (batch, L) for
+        packed sequences (the conv and the scan restart at each; the Pallas scan runs them on its Mosaic GPU kernels,
+        ``scan_backend`` "mosaic_gpu" or "auto")."""
         x, z = self.in_proj.split(hidden_states, [self.d_inner, self.d_inner])
         if self.mixer_remat and op_impl(self.impl, selective_scan_fn) == "pallas":
             # As mamba-ssm's mamba_inner_fn (checkpoint_lvl 1): the backward recomputes the conv, x_proj and dt_proj
             # from x and keeps only the scan kernel's own (named) states, not the conv's output or delta (batch, L,
             # d_inner) each. The reference scan names no states: it would be recomputed whole, so it runs as is.
             keep_states = jax.checkpoint_policies.save_only_these_names(SAVED_STATES_NAME)
-            return self.out_proj(jax.checkpoint(self.ssm, policy=keep_states)(x, z))
-        return self.out_proj(self.ssm(x, z))
+            return self.out_proj(jax.checkpoint(self.ssm, policy=keep_states)(x, z, seq_idx))
+        return self.out_proj(self.ssm(x, z, seq_idx))
 
-    def ssm(self, x: jax.Array, z: jax.Array) -> jax.Array:
+    def ssm(self, x: jax.Array, z: jax.Array, seq_idx: jax.Array | None = None) -> jax.Array:
         """x, z (batch, L, d_inner) -> the gated scan output (batch, L, d_inner): conv, projections, scan."""
-        return self._scan(self.conv1d(x, activation="silu"), z)
+        return self._scan(self.conv1d(x, activation="silu", seq_idx=seq_idx), z, seq_idx=seq_idx)
 
     def _projections(self, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
         """The conv's output x (..., d_inner) -> dt (..., d_inner) before its bias, B and C (..., N), A (d_inner, N)."""
@@ -91,7 +93,7 @@ class Mamba(nnx.Module):
         dt = jnp.dot(*tie_weight_grad(dt, self.dt_proj.kernel[...].astype(dt.dtype)))  # bias: the scan's delta_bias
         return dt, B, C, -jnp.exp(self.A_log[...].astype(jnp.float32))
 
-    def _scan(self, x: jax.Array, z: jax.Array, *, return_last_state: bool = False):
+    def _scan(self, x: jax.Array, z: jax.Array, *, return_last_state: bool = False, seq_idx=None):
         dt, B, C, A = self._projections(x)
         impl = op_impl(self.impl, selective_scan_fn)
         scan = functools.partial(
@@ -103,11 +105,11 @@ class Mamba(nnx.Module):
             backend=self.scan_backend,
         )
         return per_device(
-            lambda u, dt, A, B, C, D, z, bias: scan(u, dt, A, B, C, D, z, delta_bias=bias),
+            lambda u, dt, A, B, C, D, z, bias, seq: scan(u, dt, A, B, C, D, z, delta_bias=bias, seq_idx=seq),
             impl,
-            (True, True, False, True, True, False, True, False),
+            (True, True, False, True, True, False, True, False, True),
             (True, True) if return_last_state else True,
-            x, dt, A, B[:, :, None, :], C[:, :, None, :], self.D[...], z, self.dt_proj.bias[...],
+            x, dt, A, B[:, :, None, :], C[:, :, None, :], self.D[...], z, self.dt_proj.bias[...], seq_idx,
         )  # fmt: skip
 
     def prefill(self, hidden_states: jax.Array, max_len: int) -> tuple[jax.Array, dict]:

@@ -6,7 +6,14 @@ from typing import Literal
 import jax
 import jax.numpy as jnp
 
-from pallas_kernels._checks import check_array, check_config, check_divides, check_impl, check_shape
+from pallas_kernels._checks import (
+    check_array,
+    check_config,
+    check_divides,
+    check_impl,
+    check_seq_idx,
+    check_shape,
+)
 from pallas_kernels._triton import gpu_sm_count, interpret_mode
 from pallas_kernels.selective_scan import dispatch, reference, vjp
 from pallas_kernels.selective_scan.config import MAX_DSTATE, ScanConfig
@@ -36,6 +43,7 @@ def selective_scan_fn(
     config: ScanConfig | None = None,
     checkpoint_every: int | None = None,
     backend: str = "triton",
+    seq_idx: jax.Array | None = None,
 ) -> jax.Array | tuple[jax.Array, jax.Array]:
     """Selective scan: h_t = exp(delta_t A) h_{t-1} + delta_t B_t u_t,  y_t = C_t h_t + D u_t,  out = y * silu(z).
 
@@ -61,6 +69,10 @@ def selective_scan_fn(
     of 128, N a multiple of 4, a Hopper GPU; anything else is refused) or "auto" (Mosaic GPU where it takes the call
     and the kernels are compiled, else Triton). The default stays "triton" until the Mosaic GPU kernels have been
     measured against it (``docs/kernels.md#selective-scan-designs``).
+    ``seq_idx`` (batch, L) integer: sequences packed along L, the state zeroed before each step whose index differs
+    from the step before's, so that each sequence runs as if alone (mamba-ssm's Mamba-1 has no packed sequences; its
+    Mamba-2 and causal conv take the same ``seq_idx``). With ``impl="pallas"`` it runs on the Mosaic GPU kernels: the
+    default config with ``backend`` "mosaic_gpu" or "auto", or a config with both passes on Mosaic GPU.
     """
     check_impl("selective_scan_fn", impl, _AVAILABLE_IMPLS)
     if layout not in ("channels_last", "channels_first"):
@@ -99,30 +111,40 @@ def selective_scan_fn(
         if vec is not None:
             check_array(name, vec, 1)
             check_shape(name, vec, (dim,), "(dim,)")
+    if seq_idx is not None:
+        check_seq_idx(seq_idx, batch, seqlen)
     if impl == "pallas":
         groups = B.shape[2]
         if config is None:
             keep = KEEP_EVERY if checkpoint_every is None else checkpoint_every
             config = default_config(dstate, dim // groups, batch * groups, keep, gpu_sm_count())
-            if _takes_mosaic(backend, dim, groups, dstate):
+            if _takes_mosaic(backend, dim, groups, dstate, seq_idx is not None):
                 config = mosaic_config(config)
             config.validate()
         _check_mosaic_supported(config, dim, groups, dstate)
+        if seq_idx is not None and not config.fwd_backend == config.bwd_backend == "mosaic_gpu":
+            raise ValueError(
+                "seq_idx (packed sequences) with impl='pallas' runs on the Mosaic GPU kernels: pass "
+                "backend='mosaic_gpu' or 'auto', or a config with fwd_backend and bwd_backend 'mosaic_gpu'"
+            )
+        keep_mask = None if seq_idx is None else reference.keep_mask(seq_idx)
         out, last_state = vjp.selective_scan(
-            u, delta, A, B, C, D, z, delta_bias, bool(delta_softplus), config, interpret_mode()
+            u, delta, A, B, C, D, z, delta_bias, keep_mask, bool(delta_softplus), config, interpret_mode()
         )
     else:
-        out, last_state = reference.selective_scan(u, delta, A, B, C, D, z, delta_bias, bool(delta_softplus))
+        args = (u, delta, A, B, C, D, z, delta_bias, bool(delta_softplus))
+        out, last_state = reference.selective_scan(*args, seq_idx=seq_idx)
     if layout == "channels_first":
         out = jnp.swapaxes(out, 1, 2)
     return (out, last_state) if return_last_state else out
 
 
-def _takes_mosaic(backend: str, dim: int, groups: int, dstate: int) -> bool:
+def _takes_mosaic(backend: str, dim: int, groups: int, dstate: int, packed: bool) -> bool:
     """Whether ``backend`` puts the default config's passes on Mosaic GPU: "mosaic_gpu" always (a refusal is raised
-    later), "auto" where the kernels are compiled and nothing refuses the shape."""
+    later), "auto" where nothing refuses the shape and the kernels are compiled or the sequences packed (which only
+    the Mosaic GPU kernels take)."""
     if backend == "auto":
-        return not interpret_mode() and dispatch.mosaic_refusal(dim, groups, dstate) is None
+        return (packed or not interpret_mode()) and dispatch.mosaic_refusal(dim, groups, dstate) is None
     return backend == "mosaic_gpu"
 
 

@@ -36,23 +36,25 @@ from pallas_kernels.selective_scan.triton.sequential_backward import scan_backwa
 from pallas_kernels.selective_scan.triton.sequential_forward import scan_forward
 
 
-def scan_forward_pass(u, delta, A, B, C, D, z, delta_bias, softplus, config, interpret, save_states):
+def scan_forward_pass(u, delta, A, B, C, D, z, delta_bias, keep, softplus, config, interpret, save_states):
     """Returns out (batch, L, dim) u.dtype, the last state (batch, dim, N) float32 and, when ``save_states``, the
-    states every ``config.kept_every`` steps (batch, nkept, N, dim + 1) float32, else None."""
+    states every ``config.kept_every`` steps (batch, nkept, N, dim + 1) float32, else None. ``keep``: packed
+    sequences' (batch, L) keep mask (``reference.keep_mask``; Mosaic GPU only) or None."""
     if config.fwd_backend == "mosaic_gpu":
-        keep = config.kept_every
-        mdims = _mosaic_dims(
-            u, B, D, z, delta_bias, softplus, config, interpret, min(mosaic_forward.BLOCK_L, keep), keep
-        )
+        every = config.kept_every
+        block = min(mosaic_forward.BLOCK_L, every)
+        mdims = _mosaic_dims(u, B, D, z, delta_bias, softplus, config, interpret, block, every, keep)
         a2, (B, C) = a2_transposed(A), _tma_rows(B, C)
         starts = None
         if mdims.nsegments > 1:
-            ends, dt_sums = mosaic_forward.segment_end_states(u, delta, a2, B, delta_bias, mdims)
-            starts = segment_start_states(ends, dt_sums, A)
+            ends, dt_sums = mosaic_forward.segment_end_states(u, delta, a2, B, delta_bias, keep, mdims)
+            flags = _segment_flags(keep, mdims)
+            starts = segment_start_states(ends, dt_sums, A, None if flags is None else flags[:, :-1])
         out, last, states = mosaic_forward.scan_forward(
-            u, delta, a2, B, C, D, z, delta_bias, starts, mdims, save_states
+            u, delta, a2, B, C, D, z, delta_bias, starts, keep, mdims, save_states
         )
         return out, jnp.swapaxes(last, 1, 2), states
+    _triton_takes(keep)
     dims = scan_dims(u, B, A, D, z, delta_bias, softplus, config, interpret, bwd=False)
     if config.design == "chunked":
         starts = _segment_starts(u, delta, A, B, delta_bias, dims, config.num_warps)
@@ -83,9 +85,24 @@ def _tma_rows(*bc: jax.Array) -> tuple[jax.Array, ...]:
     return tuple(x if (x.shape[-1] * x.dtype.itemsize) % 16 == 0 else x.astype(jnp.float32) for x in bc)
 
 
-def _mosaic_dims(u, B, D, z, delta_bias, softplus, config, interpret, block_l, keep) -> MosaicScanDims:
-    """The Mosaic GPU kernels' problem: blocks of ``block_l`` steps, the state kept before every ``keep``-th, L in
-    ``config.segments`` segments (0: ``heuristics.mosaic_segments``)."""
+def _triton_takes(keep) -> None:
+    """The Triton kernels have no packed sequences; the API sends those to Mosaic GPU (``api._check_packed``)."""
+    if keep is not None:
+        raise ValueError("seq_idx (packed sequences) runs on the Mosaic GPU kernels only")
+
+
+def _segment_flags(keep, dims: MosaicScanDims):
+    """Per segment (batch, segments) float32: 1 where every step continues its predecessor's sequence (the segment
+    carries a state through), 0 where a packed sequence starts inside it; None without packed sequences."""
+    if keep is None:
+        return None
+    padded = jnp.pad(keep, [(0, 0), (0, dims.nsegments * dims.segment_len - dims.seqlen)], constant_values=1.0)
+    return jnp.prod(padded.reshape(dims.batch, dims.nsegments, dims.segment_len), axis=-1)
+
+
+def _mosaic_dims(u, B, D, z, delta_bias, softplus, config, interpret, block_l, every, keep=None) -> MosaicScanDims:
+    """The Mosaic GPU kernels' problem: blocks of ``block_l`` steps, the state kept before every ``every``-th, L in
+    ``config.segments`` segments (0: ``heuristics.mosaic_segments``), packed sequences where ``keep`` is given."""
     batch, seqlen, dim = u.shape
     segments = config.segments or mosaic_segments(batch * dim // LANES, seqlen, gpu_sm_count())
     return MosaicScanDims(
@@ -99,9 +116,10 @@ def _mosaic_dims(u, B, D, z, delta_bias, softplus, config, interpret, block_l, k
         has_bias=delta_bias is not None,
         softplus=bool(softplus),
         block_l=block_l,
-        keep_every=keep,
+        keep_every=every,
         segment_len=segment_length(seqlen, segments, block_l),
         interpret=interpret,
+        has_keep=keep is not None,
     )
 
 
@@ -114,40 +132,43 @@ def _segment_starts(u, delta, A, B, delta_bias, dims: ScanDims, num_warps):
     return segment_start_states(ends, dt_sums, A)
 
 
-def rebuild_saved_states(u, delta, A, B, D, z, delta_bias, softplus, config, interpret, kept):
+def rebuild_saved_states(u, delta, A, B, D, z, delta_bias, keep, softplus, config, interpret, kept):
     """The states every ``config.save_every`` steps (batch, nsaved, N, dim + 1) float32 from those the forward kept
     every ``config.kept_every`` steps: the forward's recurrence rerun without outputs, on the backward's backend
     (Mosaic GPU: every kept interval a segment from its kept state; Triton: the chunked forward's)."""
     if config.bwd_backend == "mosaic_gpu":
         block = config.save_every
-        mdims = _mosaic_dims(u, B, D, z, delta_bias, softplus, config, interpret, block, block)
+        mdims = _mosaic_dims(u, B, D, z, delta_bias, softplus, config, interpret, block, block, keep)
         mdims = dataclasses.replace(mdims, segment_len=config.kept_every)
         (Bt,) = _tma_rows(B)
-        return mosaic_forward.rebuild_states(u, delta, a2_transposed(A), Bt, delta_bias, kept, mdims)
+        return mosaic_forward.rebuild_states(u, delta, a2_transposed(A), Bt, delta_bias, kept, keep, mdims)
+    _triton_takes(keep)
     dims = scan_dims(u, B, A, D, z, delta_bias, softplus, config, interpret, bwd=False)
     dims = dataclasses.replace(dims, save_every=config.save_every, segment_len=config.kept_every)
     return rebuild_states(u, delta, A, B, delta_bias, kept, dims, config.num_warps)
 
 
-def scan_backward_pass(u, delta, A, B, C, D, z, delta_bias, softplus, config, interpret, states, dout, dlast):
+def scan_backward_pass(u, delta, A, B, C, D, z, delta_bias, keep, softplus, config, interpret, states, dout, dlast):
     """Gradients from the states every ``config.save_every`` steps (batch, nsaved, N, dim + 1) float32, dout in u's
     dtype and d last_state (batch, N, dim) float32. Returns du, ddelta, dz in their inputs' dtypes, dB and dC
     (batch, L, G, N), dA (dim, N), dD and d delta_bias (dim,) float32; None for absent inputs."""
     if config.bwd_backend == "mosaic_gpu":
-        mdims = _mosaic_dims(u, B, D, z, delta_bias, softplus, config, interpret, config.chunk, config.chunk)
+        mdims = _mosaic_dims(u, B, D, z, delta_bias, softplus, config, interpret, config.chunk, config.chunk, keep)
         a2, (Bt, Ct), dlast = a2_transposed(A), _tma_rows(B, C), padded_rows(dlast)
         carries = dlast[:, None]
         if mdims.nsegments > 1:
-            local, dt_sums = segment_adjoints(delta, a2, Ct, dout, z, delta_bias, mdims)
-            carries = chunk_end_adjoints(local, dt_sums, A, dlast)
+            local, dt_sums = segment_adjoints(delta, a2, Ct, dout, z, delta_bias, keep, mdims)
+            flags = _segment_flags(keep, mdims)
+            carries = chunk_end_adjoints(local, dt_sums, A, dlast, None if flags is None else flags[:, 1:])
         du, ddelta, dz, dB, dC, dA, dD, dbias = mosaic_backward.scan_backward(
-            u, delta, a2, Bt, Ct, D, z, delta_bias, states, dout, carries, mdims
+            u, delta, a2, Bt, Ct, D, z, delta_bias, states, dout, carries, keep, mdims
         )
         dB, dC = dB.sum(axis=3), dC.sum(axis=3)  # per-128-channel partials (batch, L, G, dim / G / 128, N)
         per_segment = (0, 1)  # dA, dD, d bias: (batch, segments, ...)
         dD = None if D is None else dD.sum(axis=per_segment)
         dbias = None if delta_bias is None else dbias.sum(axis=per_segment)
         return du, ddelta, dz, dB, dC, dA.sum(axis=per_segment).T, dD, dbias
+    _triton_takes(keep)
     dims = scan_dims(u, B, A, D, z, delta_bias, softplus, config, interpret, bwd=True)
     warps = config.bwd_num_warps
     if config.bwd_design == "chunked":

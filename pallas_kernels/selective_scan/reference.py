@@ -22,6 +22,13 @@ def default_chunk_len() -> int:
     return CHUNK_LEN.get(jax.default_backend(), DEFAULT_CHUNK_LEN)
 
 
+def keep_mask(seq_idx: jax.Array) -> jax.Array:
+    """(batch, L) float32: 1 where step t continues step t - 1's sequence (and at t = 0), 0 where a packed sequence
+    starts: the factor on the state carried into step t."""
+    same = seq_idx[:, 1:] == seq_idx[:, :-1]
+    return jnp.concatenate([jnp.ones_like(same[:, :1]), same], axis=1).astype(jnp.float32)
+
+
 def _combine(left, right):
     """Compose two affine maps h -> a*h + b (left applied first)."""
     a_l, b_l = left
@@ -40,8 +47,11 @@ def selective_scan(
     delta_bias: jax.Array | None = None,
     delta_softplus: bool = False,
     chunk_len: int | None = None,
+    seq_idx: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array]:
-    """Returns (out (batch, L, dim) in u.dtype, last_state (batch, dim, N) float32). Arguments are pre-checked."""
+    """Returns (out (batch, L, dim) in u.dtype, last_state (batch, dim, N) float32). Arguments are pre-checked.
+    ``seq_idx`` (batch, L) int: packed sequences, the state zeroed before each step whose index differs from the
+    step before's (``keep_mask``)."""
     batch, seqlen, dim = u.shape
     groups, dstate = B.shape[2], B.shape[3]
     f32 = jnp.float32
@@ -56,18 +66,18 @@ def selective_scan(
     nchunks = -(-seqlen // chunk)
     pad = nchunks * chunk - seqlen
 
-    def chunked(x):  # (batch, L, ...) -> (nchunks, batch, chunk, ...); padding has dt = 0: no decay, no input.
-        x = jnp.pad(x, [(0, 0), (0, pad)] + [(0, 0)] * (x.ndim - 2))
+    def chunked(x, fill=0.0):  # (batch, L, ...) -> (nchunks, batch, chunk, ...); padding: dt = 0, keep = 1
+        x = jnp.pad(x, [(0, 0), (0, pad)] + [(0, 0)] * (x.ndim - 2), constant_values=fill)
         return jnp.moveaxis(x.reshape(batch, nchunks, chunk, *x.shape[2:]), 1, 0)
 
     A32 = A.astype(f32).reshape(groups, dim // groups, dstate)
 
     @jax.checkpoint
     def chunk_step(h, inputs):
-        dt_c, u_c, b_c, c_c = inputs  # (batch, chunk, dim), (batch, chunk, dim), (batch, chunk, G, N) x2
+        dt_c, u_c, b_c, c_c, keep_c = inputs  # (batch, chunk, dim) x2, (batch, chunk, G, N) x2, (batch, chunk)
         dt_g = dt_c.reshape(batch, chunk, groups, dim // groups)[..., None]
         u_g = u_c.reshape(batch, chunk, groups, dim // groups)[..., None]
-        decay = jnp.exp(dt_g * A32)  # (batch, chunk, G, dim/G, N)
+        decay = jnp.exp(dt_g * A32) * keep_c[:, :, None, None, None]  # (batch, chunk, G, dim/G, N)
         drive = dt_g * u_g * b_c.astype(f32)[:, :, :, None, :]
         decay_prod, states = jax.lax.associative_scan(_combine, (decay, drive), axis=1)
         states = states + decay_prod * h[:, None]
@@ -75,7 +85,9 @@ def selective_scan(
         return states[:, -1], y.reshape(batch, chunk, dim)
 
     h0 = jnp.zeros((batch, groups, dim // groups, dstate), f32)
-    last, ys = jax.lax.scan(chunk_step, h0, (chunked(dt), chunked(u32), chunked(B), chunked(C)))
+    keep = jnp.ones((batch, seqlen), f32) if seq_idx is None else keep_mask(seq_idx)
+    inputs = (chunked(dt), chunked(u32), chunked(B), chunked(C), chunked(keep, 1.0))
+    last, ys = jax.lax.scan(chunk_step, h0, inputs)
     y = jnp.moveaxis(ys, 0, 1).reshape(batch, nchunks * chunk, dim)[:, :seqlen]
     if D is not None:
         y = y + u32 * D.astype(f32)

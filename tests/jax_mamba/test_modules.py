@@ -225,13 +225,8 @@ def test_mha_gqa_rotary_matches_numpy(rng):
 
 
 def tiny_model_config(layer: str, **model_kw) -> ModelConfig:
-    return ModelConfig(
-        d_model=32,
-        n_layer=3,
-        vocab_size=50,
-        ssm_cfg=SSMConfig(layer=layer, d_state=8, headdim=8, chunk_size=8),
-        **model_kw,
-    )
+    ssm = SSMConfig(layer=layer, d_state=8, headdim=8, chunk_size=8)
+    return ModelConfig(**({"d_model": 32, "n_layer": 3, "vocab_size": 50, "ssm_cfg": ssm} | model_kw))
 
 
 HYBRID = dict(attn_layer_idx=[1], attn_cfg=AttnConfig(num_heads=4, rotary_emb_dim=8), d_intermediate=40)
@@ -248,10 +243,18 @@ def test_lm_is_causal(rng, layer, extra):
     assert not np.allclose(np.asarray(a[:, 12:]), np.asarray(b[:, 12:]))
 
 
-@pytest.mark.parametrize("extra", [{}, HYBRID])
-def test_packed_sequences_equal_separate_runs(rng, extra):
-    """seq_idx through conv, SSD and attention: packing is exactly running each sequence alone."""
-    model = perturb(MambaLMHeadModel(tiny_model_config("Mamba2", **extra), rngs=nnx.Rngs(5)), rng, 0.05)
+MOSAIC_SCAN = dict(impl="pallas", scan_backend="mosaic_gpu", mixer_remat=False, d_model=64)  # d_inner 128
+
+
+@pytest.mark.parametrize(
+    "layer,extra",
+    [("Mamba2", {}), ("Mamba2", HYBRID), ("Mamba1", {}), ("Mamba1", MOSAIC_SCAN)],
+    ids=["mamba2", "hybrid", "mamba1", "mamba1-mosaic-scan"],
+)
+def test_packed_sequences_equal_separate_runs(rng, layer, extra):
+    """seq_idx through conv, SSD or scan, and attention: packing is exactly running each sequence alone (Mamba-1's
+    Pallas scan on its Mosaic GPU kernels, interpreted: outside jax.checkpoint, mixer_remat off)."""
+    model = perturb(MambaLMHeadModel(tiny_model_config(layer, **extra), rngs=nnx.Rngs(5)), rng, 0.05)
     lengths = [9, 4, 12]
     ids = rng.integers(0, 50, size=(1, sum(lengths)))
     seq_idx = jnp.asarray(np.repeat(np.arange(3), lengths)[None], jnp.int32)
@@ -264,8 +267,8 @@ def test_packed_sequences_equal_separate_runs(rng, extra):
         start += length
 
 
-def test_mamba1_refuses_seq_idx():
-    model = MambaLMHeadModel(tiny_model_config("Mamba1"), rngs=nnx.Rngs(0))
+def test_mamba3_refuses_seq_idx():
+    model = MambaLMHeadModel(tiny_model_config("Mamba3"), rngs=nnx.Rngs(0))
     with pytest.raises(ValueError, match="seq_idx"):
         model(jnp.zeros((1, 4), jnp.int32), jnp.zeros((1, 4), jnp.int32))
 

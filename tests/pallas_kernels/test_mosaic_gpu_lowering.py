@@ -28,13 +28,14 @@ def _lowered_gradient(loss, *args) -> str:
 @pytest.mark.parametrize(
     "dim,dstate,groups,dtype,options,chunk,segments,kept,kernels",
     [(256, 16, 1, jnp.bfloat16, True, 8, 1, 0, 2), (384, 4, 3, jnp.bfloat16, False, 4, 3, 32, 5)],
-    ids=["130m-like", "four-states-three-groups-segments-kept"],
+    ids=["130m-like", "four-states-three-groups-segments-kept-packed"],
 )
 def test_selective_scan_forward_and_backward_lower_for_cuda(
     dim, dstate, groups, dtype, options, chunk, segments, kept, kernels
 ):
     """Both passes on Mosaic GPU and no Triton kernel, with D, z and delta_bias and without: one kernel each; over
-    segments of L each pass's boundary kernel too, and with states kept every ``kept`` steps the rebuild."""
+    segments of L each pass's boundary kernel too, and with states kept every ``kept`` steps the rebuild (this case
+    with packed sequences too)."""
     batch, seqlen = 2, 100
     config = ScanConfig(
         fwd_backend="mosaic_gpu", bwd_backend="mosaic_gpu", chunk=chunk, segments=segments, checkpoint_every=kept
@@ -42,10 +43,11 @@ def test_selective_scan_forward_and_backward_lower_for_cuda(
     x = jnp.zeros((batch, seqlen, dim), dtype)
     bc = jnp.zeros((batch, seqlen, groups, dstate), dtype)
     vec = jnp.zeros((dim,), jnp.float32) if options else None
+    keep = None if options else jnp.ones((batch, seqlen), jnp.float32)
 
     def loss(u, delta, A, B, C):
         z = u if options else None
-        out, last = scan_vjp.selective_scan(u, delta, A, B, C, vec, z, vec, options, config, False)
+        out, last = scan_vjp.selective_scan(u, delta, A, B, C, vec, z, vec, keep, options, config, False)
         return out.astype(jnp.float32).sum() + last.sum()
 
     text = _lowered_gradient(loss, x, x, jnp.zeros((dim, dstate), jnp.float32), bc, bc)

@@ -22,7 +22,12 @@ from pallas_kernels.selective_scan.heuristics import (
     sequential_bwd_unroll,
 )
 from tests.pallas_kernels.one_program import forward_and_backward
-from tests.pallas_kernels.test_selective_scan_reference import assert_matches_oracle, make_inputs, oracle
+from tests.pallas_kernels.test_selective_scan_reference import (
+    assert_matches_oracle,
+    assert_packed_matches_separate_runs,
+    make_inputs,
+    oracle,
+)
 
 SMALL = ScanConfig(block_d=4, chunk=4, prefetch=3, bwd_unroll=2, bwd_block_d=8)  # several channel blocks
 LONG = ScanConfig(block_d=2, chunk=8, prefetch=11, bwd_unroll=4, bwd_block_d=2, bwd_prefetch=5)  # loads far ahead
@@ -121,6 +126,20 @@ def test_forward_and_gradients_match_oracle_and_reference(
     ref_out, ref_last = jax.jit(reference)(*[arrays[k] for k in names])
     assert_close("out vs reference", out, ref_out.astype(jnp.float32), dtype)
     assert_close("last_state vs reference", last, ref_last, jnp.float32)
+
+
+@pytest.mark.parametrize(
+    "batch,seqlen,dim,dstate,dtype,config",
+    [
+        (2, 45, 128, 8, jnp.float32, MOSAIC_SEGMENTS),  # sequences across and inside 3 segments
+        (1, 33, 256, 4, jnp.bfloat16, MOSAIC_BWD_KEPT),  # states rebuilt from every 16th, two groups
+    ],
+    ids=["segments", "kept"],
+)
+def test_packed_sequences_on_mosaic_gpu_run_as_if_alone(rng, batch, seqlen, dim, dstate, dtype, config):
+    groups = dim // 128
+    arrays, exact = make_inputs(rng, batch, seqlen, dim, dstate, groups, dtype)
+    assert_packed_matches_separate_runs(rng, arrays, exact, True, impl="pallas", config=config)
 
 
 @pytest.mark.parametrize("config", [SMALL, CHUNKED, KEPT], ids=["sequential", "chunked", "kept"])
@@ -274,6 +293,13 @@ def test_unsupported_inputs_are_refused_before_work(rng):
         selective_scan_fn(u, delta, A, B, C, impl="pallas", config=ScanConfig(), backend="mosaic_gpu")
     with pytest.raises(ValueError, match=r"fwd_backend, bwd_backend='mosaic_gpu'\): channels per group"):
         selective_scan_fn(u, delta, A, B, C, impl="pallas", backend="mosaic_gpu")
+    packed = jnp.zeros((1, 5), jnp.int32)
+    with pytest.raises(
+        ValueError, match=r"seq_idx \(packed sequences\) with impl='pallas' runs on the Mosaic GPU kernels"
+    ):
+        selective_scan_fn(u, delta, A, B, C, impl="pallas", seq_idx=packed)
+    with pytest.raises(ValueError, match=r"seq_idx must have shape \(batch, L\)"):
+        selective_scan_fn(u, delta, A, B, C, impl="pallas", seq_idx=packed[:, :3])
     with pytest.raises(ValueError, match="bwd_backend must be one of"):
         selective_scan_fn(u, delta, A, B, C, impl="pallas", config=ScanConfig(bwd_backend="cuda"))
     for chunk in (2, 64):

@@ -1,6 +1,7 @@
 """On a GPU (marked ``gpu``): the compiled Pallas selective scan at the 130m shape in bf16, forward and every
 gradient, against the pure-JAX reference and against mamba-ssm's CUDA ``selective_scan_fn`` on the same values, with
-the Triton forward and with the Mosaic GPU one; both against the float64 oracle at awkward sizes."""
+the Triton forward and with the Mosaic GPU one; both against the float64 oracle at awkward sizes, the Mosaic GPU
+kernels with packed sequences too."""
 
 import jax
 import jax.numpy as jnp
@@ -76,6 +77,13 @@ def test_mosaic_kernels_match_oracle_on_gpu(rng, config):
     """L not a multiple of the block, two groups of 128 channels."""
     arrays, exact = ss.make_inputs(rng, 2, 301, 256, 16, 2, jnp.bfloat16)
     ss.assert_matches_oracle(rng, arrays, exact, True, impl="pallas", config=MOSAIC[config])
+
+
+@pytest.mark.parametrize("config", ["mosaic-both", "mosaic-segments"])
+def test_mosaic_kernels_run_packed_sequences_as_if_alone_on_gpu(rng, config):
+    """seq_idx: every packed sequence against the oracle run on it alone, in one segment of L and in three."""
+    arrays, exact = ss.make_inputs(rng, 2, 301, 256, 16, 2, jnp.bfloat16)
+    ss.assert_packed_matches_separate_runs(rng, arrays, exact, True, impl="pallas", config=MOSAIC[config])
 
 
 @pytest.mark.parametrize("config", list(CONFIGS))

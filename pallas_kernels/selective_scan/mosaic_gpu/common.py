@@ -35,6 +35,7 @@ class MosaicScanDims:
     keep_every: int  # forward: steps between the states stored for the backward, a multiple of block_l
     segment_len: int  # steps a program walks: a multiple of block_l, L or more for one segment
     interpret: bool
+    has_keep: bool = False  # packed sequences: a (batch, L) keep mask multiplies every step's decay
 
     @property
     def nblocks(self) -> int:
@@ -78,6 +79,12 @@ def step_mask(block, r: int, dims: MosaicScanDims) -> jax.Array:
     return ((block * dims.block_l + r) < dims.seqlen).astype(jnp.float32)
 
 
+def step_keep(keep_tile, r, mask) -> jax.Array:
+    """Step r's factor on the state carried into it: the keep mask's value (0 where a packed sequence starts), 1 on
+    a masked step past L (whatever the copy brought there), so that a walk passes through those unchanged."""
+    return 1.0 + (keep_tile[r] - 1.0) * mask
+
+
 def softplus(x: jax.Array) -> jax.Array:
     """log(1 + exp(x)) = max(x, 0) + log(1 + exp(-|x|)) = max(x, 0) - log(sigmoid(|x|)): finite for any x."""
     return jnp.maximum(x, 0.0) - jnp.log(sigmoid(jnp.abs(x)))
@@ -85,15 +92,18 @@ def softplus(x: jax.Array) -> jax.Array:
 
 def walk_segment(body, dims: MosaicScanDims, block_of, channel_refs: list, state_refs: list, blk, init_carry):
     """``body`` over the program's segment, pipeline step j on block ``block_of(j)`` (clamped: ``clamped_block``):
-    the (block_l, 128) tiles of ``channel_refs`` ((L, dim) views; the program's channels block ``blk``) and the
-    (block_l, N) tiles of ``state_refs`` ((L, N) views) come into shared memory by TMA, STAGES blocks in flight, and
-    reach ``body(indices, *channel_tiles, *state_tiles, carry)`` in that order. Returns the last carry."""
+    the (block_l, 128) tiles of ``channel_refs`` ((L, dim) views; the program's channels block ``blk``), the
+    (block_l, N) tiles of ``state_refs`` ((L, N) views) and, last of those, the (block_l,) tile of the keep mask
+    where ``dims.has_keep`` (an (L,) view) come into shared memory by TMA, STAGES blocks in flight, and reach
+    ``body(indices, *channel_tiles, *state_tiles, carry)`` in that order. Returns the last carry."""
     channel = plgpu.BlockSpec((dims.block_l, LANES), lambda j: (clamped_block(block_of(j), dims), blk))
     state = plgpu.BlockSpec((dims.block_l, dims.dstate), lambda j: (clamped_block(block_of(j), dims), 0))
+    step = plgpu.BlockSpec((dims.block_l,), lambda j: (clamped_block(block_of(j), dims),))
+    specs = [channel] * len(channel_refs) + [state] * (len(state_refs) - dims.has_keep) + [step] * dims.has_keep
     return plgpu.emit_pipeline(
         body,
         grid=(dims.blocks_per_segment,),
-        in_specs=[channel] * len(channel_refs) + [state] * len(state_refs),
+        in_specs=specs,
         max_concurrent_steps=STAGES,
         init_carry=init_carry,
     )(*channel_refs, *state_refs)

@@ -26,6 +26,7 @@ from pallas_kernels.selective_scan.mosaic_gpu.common import (
     LANES,
     MosaicScanDims,
     softplus,
+    step_keep,
     step_mask,
     walk_segment,
 )
@@ -35,6 +36,7 @@ def _adjoint_kernel(delta_ref, a2_ref, c_ref, dout_ref, *refs, dims: MosaicScanD
     it = iter(refs)
     z_ref = next(it) if dims.has_z else None
     bias_ref = next(it) if dims.has_bias else None
+    keep_ref = next(it) if dims.has_keep else None
     local_ref, dt_sums_ref = it
     f32 = jnp.float32
     b, blk, s = lax.axis_index("batch"), lax.axis_index("channels"), lax.axis_index("segments")
@@ -52,7 +54,7 @@ def _adjoint_kernel(delta_ref, a2_ref, c_ref, dout_ref, *refs, dims: MosaicScanD
     def block_step(indices, delta_s, dout_s, *tiles_and_carry):
         *tiles, (v, dt_sum) = tiles_and_carry
         z_tiles = tiles[:1] if z_ref is not None else []
-        (c_s,) = tiles[len(z_tiles) :]
+        c_s, *keep_tiles = tiles[len(z_tiles) :]
         (j,) = indices
         block = last - j
 
@@ -70,24 +72,27 @@ def _adjoint_kernel(delta_ref, a2_ref, c_ref, dout_ref, *refs, dims: MosaicScanD
             if z_tiles:
                 zr = plgpu.load(z_tiles[0].at[r], layout=dims.row_layout).astype(f32)
                 dy = dy * zr * sigmoid(zr)
-            new = tuple(jnp.exp2(dt * a2[n]) * (c_s[r, n].astype(f32) * dy + v[n]) for n in range(dims.dstate))
+            keep = step_keep(keep_tiles[0], r, mask) if keep_tiles else 1.0  # 0 where a packed sequence starts
+            new = tuple(keep * jnp.exp2(dt * a2[n]) * (c_s[r, n].astype(f32) * dy + v[n]) for n in range(dims.dstate))
             return new, dt_sum + dt
 
         return lax.fori_loop(0, dims.block_l, step, (v, dt_sum))
 
     channels = [delta_ref.at[b], dout_ref.at[b]] + ([z_ref.at[b]] if z_ref is not None else [])
     init = (tuple(zero for _ in range(dims.dstate)), zero)
-    v, dt_sum = walk_segment(block_step, dims, lambda j: last - j, channels, [c_ref.at[b, :, g]], blk, init)
+    states = [c_ref.at[b, :, g]] + ([keep_ref.at[b]] if keep_ref is not None else [])
+    v, dt_sum = walk_segment(block_step, dims, lambda j: last - j, channels, states, blk, init)
     for n in range(dims.dstate):
         local_ref.at[b, s, n, cols][...] = v[n]
     dt_sums_ref.at[b, s, cols][...] = dt_sum
 
 
-def segment_adjoints(delta, a2, C, dout, z, delta_bias, dims: MosaicScanDims):
+def segment_adjoints(delta, a2, C, dout, z, delta_bias, keep, dims: MosaicScanDims):
     """Segments 1..'s carries from zero (batch, segments - 1, N, dim + 1) and dt sums (batch, segments - 1, dim),
-    float32."""
+    float32. ``keep``: the (batch, L) keep mask of packed sequences where ``dims.has_keep``."""
     inputs = [delta, a2, C, dout] + ([z] if z is not None else [])
     inputs += [delta_bias.astype(jnp.float32)] if delta_bias is not None else []
+    inputs += [keep] if dims.has_keep else []
     count = dims.nsegments - 1
     out_type = [
         jax.ShapeDtypeStruct((dims.batch, count, dims.dstate, dims.dim + 1), jnp.float32),

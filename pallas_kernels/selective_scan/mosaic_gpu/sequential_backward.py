@@ -39,6 +39,7 @@ from pallas_kernels.selective_scan.mosaic_gpu.common import (
     MosaicScanDims,
     clamped_block,
     softplus,
+    step_keep,
     step_mask,
     walk_segment,
 )
@@ -58,6 +59,7 @@ def _bwd_kernel(u_ref, delta_ref, a2_ref, b_ref, c_ref, states_ref, dout_ref, ca
     d_ref = next(it) if dims.has_D else None
     z_ref = next(it) if dims.has_z else None
     bias_ref = next(it) if dims.has_bias else None
+    keep_ref = next(it) if dims.has_keep else None
     du_ref, ddelta_ref, db_ref, dc_ref, da_ref = (next(it) for _ in range(5))
     dz_ref = next(it) if dims.has_z else None
     dd_ref = next(it) if dims.has_D else None
@@ -87,13 +89,14 @@ def _bwd_kernel(u_ref, delta_ref, a2_ref, b_ref, c_ref, states_ref, dout_ref, ca
     def block_step(indices, u_s, delta_s, dout_s, *tiles_and_carry):
         *tiles, (dd_acc, dbias_acc) = tiles_and_carry
         z_tiles = tiles[:1] if z_ref is not None else []
-        b_s, c_s = tiles[len(z_tiles) :]
+        b_s, c_s, *keep_tiles = tiles[len(z_tiles) :]
         (j,) = indices
         block = last - j  # the segment's blocks, last to first
         blk_l = clamped_block(block, dims)
         slot = j % 2
         plgpu.wait_smem_to_gmem(stores, wait_read_only=True)  # this slot's stores from two blocks ago have read it
         valid = [step_mask(block, r, dims) for r in range(steps)]
+        keep = [step_keep(keep_tiles[0], r, valid[r]) for r in range(steps)] if keep_tiles else None
 
         def masked(x, r):
             return x * valid[r]  # steps past L (zeros by TMA's bounds): no decay, no input, no gradient
@@ -124,7 +127,8 @@ def _bwd_kernel(u_ref, delta_ref, a2_ref, b_ref, c_ref, states_ref, dout_ref, ca
             h = row(states_ref.at[b, blk_l, n, cols])
             hs, decays = [h], []
             for r in range(steps):
-                decays.append(jnp.exp2(dt[r] * a2))
+                decay = jnp.exp2(dt[r] * a2)
+                decays.append(decay if keep is None else keep[r] * decay)  # 0 where a packed sequence starts
                 hs.append(decays[r] * hs[r] + dtu[r] * b_s[r, n].astype(f32))
                 if z_tiles:
                     y[r] = y[r] + c_s[r, n].astype(f32) * hs[r + 1]
@@ -187,7 +191,7 @@ def _bwd_kernel(u_ref, delta_ref, a2_ref, b_ref, c_ref, states_ref, dout_ref, ca
         return dd_acc, dbias_acc
 
     channels = [u_ref.at[b], delta_ref.at[b], dout_ref.at[b]] + ([z_ref.at[b]] if z_ref is not None else [])
-    states = [b_ref.at[b, :, g], c_ref.at[b, :, g]]
+    states = [b_ref.at[b, :, g], c_ref.at[b, :, g]] + ([keep_ref.at[b]] if keep_ref is not None else [])
     dd_acc, dbias_acc = walk_segment(block_step, dims, lambda j: last - j, channels, states, blk, (zero, zero))
     for n in range(nstate):
         da_ref.at[b, seg, n, cols][...] = plgpu.load(da_s.at[n], layout=layout)
@@ -198,10 +202,11 @@ def _bwd_kernel(u_ref, delta_ref, a2_ref, b_ref, c_ref, states_ref, dout_ref, ca
     plgpu.wait_smem_to_gmem(0)
 
 
-def scan_backward(u, delta, a2, B, C, D, z, delta_bias, states, dout, carries, dims: MosaicScanDims):
+def scan_backward(u, delta, a2, B, C, D, z, delta_bias, states, dout, carries, keep, dims: MosaicScanDims):
     """Gradients of (u, delta, A, B, C, D, z, delta_bias) from the states before every block (batch, L / block_l,
     N, dim + 1) float32, dout in u's dtype and the adjoint carried into every segment's last step (batch, segments,
-    N, dim + 1) float32: d last_state for the last segment (``segment_adjoints`` composed for the others).
+    N, dim + 1) float32: d last_state for the last segment (``segment_adjoints`` composed for the others); ``keep``
+    the (batch, L) keep mask of packed sequences where ``dims.has_keep``.
 
     Returns du, ddelta, dz in their inputs' dtypes and float32 partials: dB, dC (batch, L, G, dim / G / 128, N),
     dA (batch, segments, N, dim), dD and d delta_bias (batch, segments, dim); None for absent inputs.
@@ -213,6 +218,7 @@ def scan_backward(u, delta, a2, B, C, D, z, delta_bias, states, dout, carries, d
     inputs += [x.astype(f32) if x is D else x for x in (D, z) if x is not None]
     if delta_bias is not None:
         inputs.append(delta_bias.astype(f32))
+    inputs += [keep] if dims.has_keep else []
     partial_bc = (batch, dims.groups, dims.blocks_per_group, dims.nblocks * dims.dstate * dims.block_l)
     out_type = [
         jax.ShapeDtypeStruct(u.shape, u.dtype),

@@ -30,6 +30,7 @@ from pallas_kernels.selective_scan.mosaic_gpu.common import (
     LANES,
     MosaicScanDims,
     softplus,
+    step_keep,
     step_mask,
     walk_segment,
 )
@@ -48,6 +49,7 @@ def _fwd_kernel(u_ref, delta_ref, a2_ref, b_ref, *refs, dims: MosaicScanDims, mo
     z_ref = next(it) if dims.has_z and forward else None
     bias_ref = next(it) if dims.has_bias else None
     starts_ref = next(it) if mode == "rebuild" or (forward and dims.nsegments > 1) else None
+    keep_ref = next(it) if dims.has_keep else None
     if mode == "ends":
         ends_ref, dt_sums_ref = it
     elif mode == "rebuild":
@@ -77,7 +79,8 @@ def _fwd_kernel(u_ref, delta_ref, a2_ref, b_ref, *refs, dims: MosaicScanDims, mo
         block = first + j
         inside = block < dims.nblocks
         z_tiles = tiles[:1] if z_ref is not None else []
-        b_s, *c_tiles = tiles[len(z_tiles) :]
+        keep_s = tiles[-1] if keep_ref is not None else None
+        b_s, *c_tiles = tiles[len(z_tiles) : len(tiles) - (keep_s is not None)]
         if forward:
             (c_s,) = c_tiles
             plgpu.wait_smem_to_gmem(1, wait_read_only=True)  # the store from this slot two blocks ago has read it
@@ -97,12 +100,15 @@ def _fwd_kernel(u_ref, delta_ref, a2_ref, b_ref, *refs, dims: MosaicScanDims, mo
                 dt = dt + bias
             if dims.softplus:
                 dt = softplus(dt)
-            dt = dt * step_mask(block, r, dims)
+            mask = step_mask(block, r, dims)
+            dt = dt * mask
             x = dt * u
             y = zero if dv is None else dv * u
+            keep = None if keep_s is None else step_keep(keep_s, r, mask)
+            carried = h if keep is None else tuple(keep * hn for hn in h)  # zero where a sequence starts
             new = []
             for n in range(dims.dstate):
-                state = jnp.exp2(dt * a2[n]) * h[n] + x * b_s[r, n].astype(f32)
+                state = jnp.exp2(dt * a2[n]) * carried[n] + x * b_s[r, n].astype(f32)
                 if forward:
                     y = y + c_s[r, n].astype(f32) * state
                 new.append(state)
@@ -123,6 +129,7 @@ def _fwd_kernel(u_ref, delta_ref, a2_ref, b_ref, *refs, dims: MosaicScanDims, mo
 
     channels = [u_ref.at[b], delta_ref.at[b]] + ([z_ref.at[b]] if z_ref is not None else [])
     states = [b_ref.at[b, :, g]] + ([c_ref.at[b, :, g]] if c_ref is not None else [])
+    states += [keep_ref.at[b]] if keep_ref is not None else []
     if starts_ref is not None:
         h0 = tuple(row(starts_ref.at[b, seg, n, cols]) for n in range(dims.dstate))
     else:
@@ -156,10 +163,11 @@ def _call(inputs: list, out_type: list, scratch: list, segments: int, name: str,
     )
 
 
-def segment_end_states(u, delta, a2, B, delta_bias, dims: MosaicScanDims):
+def segment_end_states(u, delta, a2, B, delta_bias, keep, dims: MosaicScanDims):
     """Every segment's end state from zero (batch, segments - 1, N, dim + 1) and its dt sum (batch, segments - 1,
-    dim), float32, for all segments but the last."""
+    dim), float32, for all segments but the last. ``keep``: the (batch, L) keep mask where ``dims.has_keep``."""
     inputs = [u, delta, a2, B] + ([delta_bias.astype(jnp.float32)] if delta_bias is not None else [])
+    inputs += [keep] if dims.has_keep else []
     count = dims.nsegments - 1
     out_type = [
         jax.ShapeDtypeStruct((dims.batch, count, dims.dstate, dims.dim + 1), jnp.float32),
@@ -169,25 +177,28 @@ def segment_end_states(u, delta, a2, B, delta_bias, dims: MosaicScanDims):
     return _call(*args, mode="ends", save_states=False)
 
 
-def rebuild_states(u, delta, a2, B, delta_bias, kept, dims: MosaicScanDims):
+def rebuild_states(u, delta, a2, B, delta_bias, kept, keep, dims: MosaicScanDims):
     """The states before every block (batch, L / block_l, N, dim + 1) float32 from those kept every
     ``dims.segment_len`` steps (batch, L / segment_len, N, dim + 1): each kept interval a segment walked again from
-    its kept state, without outputs."""
+    its kept state, without outputs. ``keep``: the (batch, L) keep mask where ``dims.has_keep``."""
     inputs = [u, delta, a2, B] + ([delta_bias.astype(jnp.float32)] if delta_bias is not None else []) + [kept]
+    inputs += [keep] if dims.has_keep else []
     shape = (dims.batch, dims.nblocks, dims.dstate, dims.dim + 1)
     args = (inputs, [jax.ShapeDtypeStruct(shape, jnp.float32)], [], dims.nsegments, "selective_scan_rebuild", dims)
     (states,) = _call(*args, mode="rebuild", save_states=True)
     return states
 
 
-def scan_forward(u, delta, a2, B, C, D, z, delta_bias, starts, dims: MosaicScanDims, save_states: bool):
+def scan_forward(u, delta, a2, B, C, D, z, delta_bias, starts, keep, dims: MosaicScanDims, save_states: bool):
     """Returns out (batch, L, dim) u.dtype, the last state (batch, N, dim) float32 and the states before every
     ``keep_every``-th step (batch, L / keep_every, N, dim + 1) float32, or None. ``starts``: every segment's start
-    state (batch, segments, N, dim + 1) float32, or None for one segment."""
+    state (batch, segments, N, dim + 1) float32, or None for one segment; ``keep``: the (batch, L) keep mask where
+    ``dims.has_keep``."""
     inputs = [u, delta, a2, B, C]
     inputs += [x.astype(jnp.float32) if x is D else x for x in (D, z) if x is not None]
     inputs += [delta_bias.astype(jnp.float32)] if delta_bias is not None else []
     inputs += [starts] if dims.nsegments > 1 else []
+    inputs += [keep] if dims.has_keep else []
     out_type = [
         jax.ShapeDtypeStruct(u.shape, u.dtype),
         jax.ShapeDtypeStruct((dims.batch, dims.dstate, dims.dim + 1), jnp.float32),
