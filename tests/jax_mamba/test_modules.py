@@ -243,17 +243,12 @@ def test_lm_is_causal(rng, layer, extra):
     assert not np.allclose(np.asarray(a[:, 12:]), np.asarray(b[:, 12:]))
 
 
-MOSAIC_SCAN = dict(impl="pallas", scan_backend="mosaic_gpu", mixer_remat=False, d_model=64)  # d_inner 128
-
-
 @pytest.mark.parametrize(
-    "layer,extra",
-    [("Mamba2", {}), ("Mamba2", HYBRID), ("Mamba1", {}), ("Mamba1", MOSAIC_SCAN)],
-    ids=["mamba2", "hybrid", "mamba1", "mamba1-mosaic-scan"],
+    "layer,extra", [("Mamba2", {}), ("Mamba2", HYBRID), ("Mamba1", {})], ids=["mamba2", "hybrid", "mamba1"]
 )
 def test_packed_sequences_equal_separate_runs(rng, layer, extra):
-    """seq_idx through conv, SSD or scan, and attention: packing is exactly running each sequence alone (Mamba-1's
-    Pallas scan on its Mosaic GPU kernels, interpreted: outside jax.checkpoint, mixer_remat off)."""
+    """seq_idx through conv, SSD or scan, and attention: packing is exactly running each sequence alone (the
+    kernels' own packed-sequence tests: tests/pallas_kernels)."""
     model = perturb(MambaLMHeadModel(tiny_model_config(layer, **extra), rngs=nnx.Rngs(5)), rng, 0.05)
     lengths = [9, 4, 12]
     ids = rng.integers(0, 50, size=(1, sum(lengths)))
