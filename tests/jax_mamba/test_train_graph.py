@@ -28,15 +28,16 @@ END_ONLY = ["--eval_every=100000", "--save_checkpoints=false"]
 
 @pytest.mark.slow
 def test_tiny_graph_mamba_learns_the_communities(tmp_path):
-    cfg = load_config("graph-mamba-tiny", [*QUIET, *END_ONLY])
+    """110 steps: about 0.29-0.30 accuracy and balanced accuracy (150 steps gain about 0.01)."""
+    cfg = load_config("graph-mamba-tiny", [*QUIET, *END_ONLY, "--max_steps=110"])
     result = train(cfg, run_dir=tmp_path, echo=lambda *_: None)
-    assert result.step == 150 and result.unit == "graphs" and result.items_per_s > 0
+    assert result.step == 110 and result.unit == "graphs" and result.items_per_s > 0
     assert result.traces <= 3  # one compilation per planned shape (two here), not per batch
     assert result.eval["eval_accuracy"] > 0.25 and result.eval["eval_balanced_accuracy"] > 0.25  # chance: 1/6
     assert any("accuracy" in r and "graphs_per_s" in r for r in records(tmp_path))
     # The throughput leaves out the first NEW_SHAPE_RUNS steps of each batch shape first seen after the warm-up.
     dataset = task_for(cfg).make_dataset()
-    shapes = [dataset.train_batch(s, 1)["node_mask"].shape for s in range(150)]
+    shapes = [dataset.train_batch(s, 1)["node_mask"].shape for s in range(110)]
     late = set(shapes[TIMING_WARMUP_STEPS:]) - set(shapes[:TIMING_WARMUP_STEPS])
     (end,) = [r for r in records(tmp_path) if r.get("event") == "end"]
     assert late and end["new_shape_steps_excluded"] == NEW_SHAPE_RUNS * len(late)
