@@ -28,7 +28,9 @@ def segment_length(config: ScanConfig, seqlen: int, programs: int) -> int:
     return max(step, -(-length // step) * step)
 
 
-MOSAIC_MIN_SEGMENT = 256  # steps: a shorter segment's boundary pass costs about what its walk saves
+MOSAIC_MIN_SEGMENT = (
+    256  # steps: below that, a segment's boundary pass is a large share of its walk (a design estimate)
+)
 
 
 def mosaic_segments(programs: int, seqlen: int, sm_count: int = SM_COUNT) -> int:

@@ -79,6 +79,15 @@ def step_mask(block, r: int, dims: MosaicScanDims) -> jax.Array:
     return ((block * dims.block_l + r) < dims.seqlen).astype(jnp.float32)
 
 
+def step_dt(delta_tile, r, bias, block, dims: MosaicScanDims) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Step r of block ``block`` (unclamped): delta + delta_bias (``bias`` a row, or None), dt (its softplus where
+    ``dims.softplus``; 0 on a masked step past L) and the step's mask (``step_mask``)."""
+    raw = plgpu.load(delta_tile.at[r], layout=dims.row_layout).astype(jnp.float32)
+    raw = raw if bias is None else raw + bias
+    mask = step_mask(block, r, dims)
+    return raw, (softplus(raw) if dims.softplus else raw) * mask, mask
+
+
 def step_keep(keep_tile, r, mask) -> jax.Array:
     """Step r's factor on the state carried into it: the keep mask's value (0 where a packed sequence starts), 1 on
     a masked step past L (whatever the copy brought there), so that a walk passes through those unchanged."""

@@ -25,9 +25,8 @@ from pallas_kernels._mosaic_gpu import call_kernel, sigmoid
 from pallas_kernels.selective_scan.mosaic_gpu.common import (
     LANES,
     MosaicScanDims,
-    softplus,
+    step_dt,
     step_keep,
-    step_mask,
     walk_segment,
 )
 
@@ -61,13 +60,7 @@ def _adjoint_kernel(delta_ref, a2_ref, c_ref, dout_ref, *refs, dims: MosaicScanD
         def step(i, carry):
             v, dt_sum = carry
             r = dims.block_l - 1 - i
-            dt = plgpu.load(delta_s.at[r], layout=dims.row_layout).astype(f32)
-            if bias is not None:
-                dt = dt + bias
-            if dims.softplus:
-                dt = softplus(dt)
-            mask = step_mask(block, r, dims)
-            dt = dt * mask
+            _, dt, mask = step_dt(delta_s, r, bias, block, dims)
             dy = plgpu.load(dout_s.at[r], layout=dims.row_layout).astype(f32) * mask
             if z_tiles:
                 zr = plgpu.load(z_tiles[0].at[r], layout=dims.row_layout).astype(f32)

@@ -38,9 +38,8 @@ from pallas_kernels.selective_scan.mosaic_gpu.common import (
     LANES,
     MosaicScanDims,
     clamped_block,
-    softplus,
+    step_dt,
     step_keep,
-    step_mask,
     walk_segment,
 )
 
@@ -95,18 +94,14 @@ def _bwd_kernel(u_ref, delta_ref, a2_ref, b_ref, c_ref, states_ref, dout_ref, ca
         blk_l = clamped_block(block, dims)
         slot = j % 2
         plgpu.wait_smem_to_gmem(stores, wait_read_only=True)  # this slot's stores from two blocks ago have read it
-        valid = [step_mask(block, r, dims) for r in range(steps)]
+        raw_dt, dt, valid = zip(*(step_dt(delta_s, r, bias, block, dims) for r in range(steps)), strict=True)
         keep = [step_keep(keep_tiles[0], r, valid[r]) for r in range(steps)] if keep_tiles else None
 
         def masked(x, r):
             return x * valid[r]  # steps past L (zeros by TMA's bounds): no decay, no input, no gradient
 
-        raw_dt, dt, u, dy, silu_grad = [], [], [], [], []
+        u, dy, silu_grad = [], [], []
         for r in range(steps):
-            x = plgpu.load(delta_s.at[r], layout=layout).astype(f32)
-            x = x if bias is None else x + bias
-            raw_dt.append(x)
-            dt.append(masked(softplus(x) if dims.softplus else x, r))
             u.append(masked(plgpu.load(u_s.at[r], layout=layout).astype(f32), r))
             dout = masked(plgpu.load(dout_s.at[r], layout=layout).astype(f32), r)
             if z_tiles:

@@ -29,9 +29,8 @@ from pallas_kernels._mosaic_gpu import call_kernel, sigmoid, store_steps
 from pallas_kernels.selective_scan.mosaic_gpu.common import (
     LANES,
     MosaicScanDims,
-    softplus,
+    step_dt,
     step_keep,
-    step_mask,
     walk_segment,
 )
 
@@ -95,13 +94,7 @@ def _fwd_kernel(u_ref, delta_ref, a2_ref, b_ref, *refs, dims: MosaicScanDims, mo
         def step(r, carry):
             h, dt_sum = carry
             u = plgpu.load(u_s.at[r], layout=dims.row_layout).astype(f32)
-            dt = plgpu.load(delta_s.at[r], layout=dims.row_layout).astype(f32)
-            if bias is not None:
-                dt = dt + bias
-            if dims.softplus:
-                dt = softplus(dt)
-            mask = step_mask(block, r, dims)
-            dt = dt * mask
+            _, dt, mask = step_dt(delta_s, r, bias, block, dims)
             x = dt * u
             y = zero if dv is None else dv * u
             keep = None if keep_s is None else step_keep(keep_s, r, mask)
@@ -117,7 +110,7 @@ def _fwd_kernel(u_ref, delta_ref, a2_ref, b_ref, *refs, dims: MosaicScanDims, mo
                     zr = plgpu.load(z_tiles[0].at[r], layout=dims.row_layout).astype(f32)
                     y = y * zr * sigmoid(zr)
                 out_s[r] = y.astype(out_s.dtype)
-            return tuple(new), dt_sum + dt
+            return tuple(new), (dt_sum + dt if mode == "ends" else dt_sum)  # only the boundary pass needs it
 
         carry = lax.fori_loop(0, dims.block_l, step, (h, dt_sum))
         if forward:
