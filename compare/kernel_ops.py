@@ -430,6 +430,5 @@ OPS = {
         mamba3_jax,
         mamba3_torch,
         torch_extensions=False,
-        impls=("reference",),
     ),
 }

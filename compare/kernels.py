@@ -355,8 +355,7 @@ def main(argv: list[str] | None = None) -> int:
         nargs="*",
         choices=["pallas", "reference", *REGISTERED_IMPLS],
         default=None,
-        help="default: the op's kernels (--op mamba3: its reference); mamba_ssm_triton (--op ssd): mamba-ssm's own "
-        "Triton kernels launched from JAX",
+        help="default: the op's kernels; mamba_ssm_triton (--op ssd): mamba-ssm's own Triton kernels launched from JAX",
     )
     parser.add_argument(
         "--pallas-config",

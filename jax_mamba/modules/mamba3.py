@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from jax_mamba.modules.impl import op_impl
 from jax_mamba.modules.init import dt_bias_init
 from jax_mamba.modules.layers import RMSNormGated, linear
 from pallas_kernels import mamba3_mimo, mamba3_mimo_step, mamba3_siso_combined, mamba3_siso_step
@@ -17,7 +18,8 @@ STATE_NAMES = ("angle", "ssm", "k", "v")  # the decoding cache, in the order the
 class Mamba3(nnx.Module):
     """in_proj -> [z, x, B, C, dd_dt, dd_A, trap, angles]; A = min(-softplus(dd_A), -A_floor) and dt =
     softplus(dd_dt + dt_bias) per token and head (no conv, no A_log); B and C RMS-normed over d_state; the SISO core
-    (``pallas_kernels.mamba3``: biases B_bias / C_bias, rotary angles, trapezoid, D, silu(z) gating); with
+    (``pallas_kernels.mamba3``, on its Mosaic GPU kernels where ``impl`` asks for kernels and the compute dtype is
+    16-bit: biases B_bias / C_bias, rotary angles, trapezoid, D, silu(z) gating); with
     ``is_outproj_norm`` a gated RMSNorm with z (groups of headdim) instead of the gate; out_proj.
 
     Parameters: in_proj.kernel (d_model, 2 d_inner + 2 R G N + 3 H + S), dt_bias (H,), B_bias and C_bias (H, R, N),
@@ -65,6 +67,7 @@ class Mamba3(nnx.Module):
             raise ValueError(f"Mamba3: d_state x rope_fraction must hold a rotary pair, got d_state={d_state}")
         self.rotary_dim_divisor = d_state // self.num_rope_angles  # MIMO's angles: N / divisor pairs
         self.A_floor, self.is_outproj_norm, self.chunk_size = A_floor, is_outproj_norm, chunk_size
+        self.impl = impl
         self.is_mimo, self.rank = is_mimo, mimo_rank if is_mimo else 1
         self.in_proj = linear(d_model, sum(self._in_proj_blocks()), bias=False, dtype=dtype, rngs=rngs, impl=impl)
         self.dt_bias = nnx.Param(dt_bias_init(dt_min, dt_max, dt_init_floor)(rngs.params(), (self.nheads,)))
@@ -142,7 +145,8 @@ class Mamba3(nnx.Module):
             return mamba3_mimo(
                 **inputs, chunk_size=self.chunk_size, rotary_dim_divisor=divisor, return_state=return_states
             )
-        return mamba3_siso_combined(**inputs, chunk_size=self.chunk_size, return_final_states=return_states)
+        impl = op_impl(self.impl, mamba3_siso_combined)
+        return mamba3_siso_combined(**inputs, chunk_size=self.chunk_size, return_final_states=return_states, impl=impl)
 
     def __call__(self, hidden_states: jax.Array, seq_idx: jax.Array | None = None) -> jax.Array:
         """hidden_states (batch, L, d_model) -> (batch, L, d_model). Packed sequences (seq_idx) are not supported."""

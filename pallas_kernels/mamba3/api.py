@@ -1,6 +1,9 @@
 """Public Mamba-3 functions: mamba-ssm's ``mamba3_siso_combined``, ``mamba3_siso_step`` and ``mamba3_mimo`` names,
-argument order and layouts, and a MIMO decoding step in the SISO step's form (``mamba3_mimo_step``). Only the
-pure-JAX reference runs today (``impl="reference"``); the kernels are to come."""
+argument order and layouts, and a MIMO decoding step in the SISO step's form (``mamba3_mimo_step``).
+
+``impl="pallas"`` runs ``mamba3_siso_combined`` on the Mosaic GPU kernels for 16-bit V (``dispatch``; interpreted
+without a GPU); MIMO and the two decoding steps have no kernels yet and run their pure-JAX reference under either
+impl."""
 
 import jax
 import numpy as np
@@ -13,9 +16,9 @@ from pallas_kernels._checks import (
     check_positive_int,
     check_shape,
 )
-from pallas_kernels.mamba3 import reference
+from pallas_kernels.mamba3 import dispatch, reference
 
-_AVAILABLE_IMPLS = ("reference",)
+_AVAILABLE_IMPLS = ("reference", "pallas")
 SISO_ARGS = ("Q", "K", "V", "ADT", "DT", "Trap", "Q_bias", "K_bias", "Angles", "D", "Z")
 MIMO_ARGS = ("Q", "K", "V", "ADT", "DT", "Trap", "Q_bias", "K_bias", "MIMO_V", "MIMO_Z", "MIMO_Out", "Angles", "D", "Z")
 
@@ -51,7 +54,10 @@ def mamba3_siso_combined(
 
     ``cu_seqlens`` int (num_sequences + 1,), from 0 to L strictly increasing: sequences packed along L of a batch of
     1, each from its own input states (``Input_States``' leading axis the sequence), their final states returned
-    the same way. The reference splits them on the host, so cu_seqlens must be concrete (not traced under jit)."""
+    the same way. They are split on the host, so cu_seqlens must be concrete (not traced under jit).
+
+    ``impl="pallas"``: for bfloat16/float16 V the Mosaic GPU kernels (Hopper; Q, K and their turned per-head values
+    rounded to V's dtype, as mamba-ssm's Triton op does), for float32/float64 V the reference."""
     check_impl("mamba3_siso_combined", impl, _AVAILABLE_IMPLS)
     check_array("V", V, 4)
     batch, seqlen, heads, headdim = V.shape
@@ -61,14 +67,18 @@ def mamba3_siso_combined(
     _check_common(Q_bias, K_bias, Angles, D, Z, V, (batch, seqlen, heads), "(batch, L, H, S)", dstate)
     check_positive_int("chunk_size", chunk_size)
     args = (Q, K, V, ADT, DT, Trap, Q_bias, K_bias, Angles, D, Z)
+    run = reference.mamba3_siso
+    if impl == "pallas":
+        dispatch.check_kernels_run()
+        run = dispatch.mamba3_siso
     if cu_seqlens is None:
         states = _check_states(Input_States, batch, heads, headdim, dstate, Angles.shape[-1])
-        out, finals = reference.mamba3_siso(*args, states, chunk_size)
+        out, finals = run(*args, states, chunk_size)
     else:
         bounds = _packed_bounds(cu_seqlens, batch, seqlen)
         states = _check_states(Input_States, len(bounds) - 1, heads, headdim, dstate, Angles.shape[-1], "num_sequences")
         named = dict(zip(SISO_ARGS, args, strict=True))
-        out, finals = reference.mamba3_packed(reference.mamba3_siso, named, states, chunk_size, bounds)
+        out, finals = reference.mamba3_packed(run, named, states, chunk_size, bounds)
     return (out, *finals) if return_final_states else out
 
 

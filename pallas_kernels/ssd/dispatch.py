@@ -25,7 +25,7 @@ import jax
 from pallas_kernels.ssd.dims import SsdDims, segment_dims
 from pallas_kernels.ssd.mosaic_gpu.backward_dbc import mosaic_dbc, mosaic_dbc_supported
 from pallas_kernels.ssd.mosaic_gpu.backward_dx import mosaic_dx, mosaic_dx_supported
-from pallas_kernels.ssd.mosaic_gpu.common import block_decays, covers_tiles
+from pallas_kernels.ssd.mosaic_gpu.common import block_cumsums, block_decays, covers_tiles
 from pallas_kernels.ssd.mosaic_gpu.forward import mosaic_walk, mosaic_walk_supported
 from pallas_kernels.ssd.mosaic_gpu.states import mosaic_state_walk, segment_decays, walk_vectors
 from pallas_kernels.ssd.triton import backward as triton_bwd
@@ -33,7 +33,7 @@ from pallas_kernels.ssd.triton import forward as triton_fwd
 from pallas_kernels.ssd.triton.segments import segment_walk
 
 
-def _walk_loop(config) -> dict:
+def walk_loop(config) -> dict:
     """The Mosaic walk's loop from ``config``: its pipeline depth, the pieces of N it loads B and C by, or its
     state's halves on two warpgroups."""
     return dict(stages=config.fwd_walk_stages, pieces=config.fwd_walk_pieces, warpgroups=config.fwd_walk_warpgroups)
@@ -93,8 +93,9 @@ def ssd_forward(
         whole_walk = False
     if whole_walk and mosaic:
         starts = None if initial_states is None else initial_states[:, None]
-        walk = dict(segment_blocks=dims.nblocks, states=save, ypre=save_ypre, end=True, **_walk_loop(config))
-        out, ypre, states, end = mosaic_walk(x, dt, A, B, C, D, z, dt_bias, starts, dims, **walk)
+        walk = dict(segment_blocks=dims.nblocks, states=save, ypre=save_ypre, end=True, **walk_loop(config))
+        vectors = block_cumsums(dt, A, dt_bias, dims)
+        out, ypre, states, end = mosaic_walk(x, vectors, B, C, D, z, starts, dims, **walk)
         return out, end[:, 0], states, ypre
     if whole_walk:
         args = (x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx)
@@ -110,9 +111,10 @@ def ssd_forward(
                 states=store_blocks,
                 ypre=save_ypre,
                 end=False,
-                **_walk_loop(config),
+                **walk_loop(config),
             )
-            out, ypre, states, _ = mosaic_walk(x, dt, A, B, C, D, z, dt_bias, kept, segments, **walk)
+            vectors = block_cumsums(dt, A, dt_bias, segments)
+            out, ypre, states, _ = mosaic_walk(x, vectors, B, C, D, z, kept, segments, **walk)
             return out, final, ((kept if keep else states) if save else None), ypre
         if config.fused_segments:
             args = (x, dt, A, B, C, D, z, dt_bias, seq_idx, kept, segments, config, store_blocks, save_ypre)

@@ -246,8 +246,8 @@ def test_conv_op_costs_inputs_and_jax_calls():
 
 
 def test_mamba3_op_costs_inputs_and_refusals():
-    """The Mamba-3 op: bytes of the 130m shape, inputs in their dtypes and ranges, the reference timed by default (it
-    has no kernels yet) and no tiling variants; the reference runs on the CPU."""
+    """The Mamba-3 op: bytes of the 130m shape, inputs in their dtypes and ranges, our kernels timed by default (they
+    run interpreted on the CPU) and no tiling variants."""
     import numpy as np
 
     op = kernel_ops.OPS["mamba3"]
@@ -260,8 +260,8 @@ def test_mamba3_op_costs_inputs_and_refusals():
     arrays, dtypes, cotangent = op.inputs(shape, "bfloat16", seed=0)
     assert set(arrays) == set(kernel_ops.MAMBA3_ARGS) and dtypes["V"] == "bfloat16" and dtypes["DT"] == "float32"
     assert (arrays["ADT"] < 0).all() and (arrays["DT"] > 0).all() and cotangent.shape == arrays["V"].shape
-    assert op.impls == ("reference",)
-    calls = op.jax_calls(kernel_ops.Variant("reference", "reference"), arrays, dtypes, cotangent, shape)
+    assert op.impls == ("pallas",)
+    calls = op.jax_calls(kernel_ops.Variant("pallas", "pallas"), arrays, dtypes, cotangent, shape)
     assert calls.output.shape == (1, 9, 2, 4) and np.isfinite(calls.output).all()
     with pytest.raises(SystemExit, match="--op mamba3 has no tiling config"):
         kernels.parse_config("block_l=32", op)

@@ -101,3 +101,29 @@ def test_a_tiny_mamba3_language_model_trains_through_the_loop(tmp_path):
     curve = np.asarray([loss for _, loss in sorted(losses(tmp_path).items())])
     assert result.step == 12 and result.traces == 1 and np.all(np.isfinite(curve))
     assert np.mean(curve[-3:]) < np.mean(curve[:3]) - 0.2
+
+
+def test_pallas_impl_in_bf16_is_as_exact_as_the_reference(rng):
+    """``impl="pallas"`` with bfloat16 compute puts the SISO core on its Mosaic GPU kernels (interpreted here): its
+    output and every parameter gradient as far from the float32 module's as the reference's bfloat16 run is (up to
+    REFERENCE_FACTOR), or within bfloat16's bound. A sequence of 70 (past one 64-step block), two groups."""
+    from compare.tolerances import compare_to_reference_noise
+    from tests.jax_mamba.test_modules import parameter_grads
+
+    def module(dtype):
+        mixer = Mamba3(32, d_state=16, headdim=16, ngroups=2, dtype=dtype, rngs=nnx.Rngs(2))
+        return perturb(mixer, np.random.default_rng(seed))
+
+    seed = int(rng.integers(2**31))
+    x = jnp.asarray(rng.normal(size=(2, 70, 32)), jnp.float32)
+    low, exact = module(jnp.bfloat16), module(jnp.float32)
+    results = {}
+    for name, mixer, impl in (("pallas", low, "pallas"), ("bf16", low, "reference"), ("f32", exact, "reference")):
+        mixer.impl = impl
+        results[name] = (run(mixer, x), parameter_grads(mixer, x, impl))
+    assert results["pallas"][0].dtype == jnp.bfloat16
+    pairs = [("output", *(results[n][0] for n in ("pallas", "bf16", "f32")))]
+    pairs += [(f"d{k}", *(results[n][1][k] for n in ("pallas", "bf16", "f32"))) for k in results["f32"][1]]
+    for name, ours, rounded, want in pairs:
+        row = compare_to_reference_noise(name, ours, rounded, want, jnp.bfloat16)
+        assert row.passed, row

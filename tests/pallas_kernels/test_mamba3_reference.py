@@ -191,8 +191,6 @@ def test_bad_arguments_are_named_before_any_work(rng):
     two = {k: None if v is None else jnp.concatenate([v, v]) for k, v in jargs.items() if k not in PER_HEAD}
     with pytest.raises(ValueError, match=r"cu_seqlens needs batch 1 \(sequences packed along L\), got batch 2"):
         mamba3_siso_combined(**(jargs | two), cu_seqlens=np.asarray([0, 4]))
-    with pytest.raises(NotImplementedError, match=r"impl='pallas' is not available yet"):
-        mamba3_siso_combined(**jargs, impl="pallas")
     step = {k: jargs[k][:, 0] for k in ("Q", "K", "V", "Angles")} | {k: jargs[k][..., 0] for k in ("ADT", "DT")}
     with pytest.raises(ValueError, match=r"Trap must have shape \(batch, H\) = \(1, 2\)"):
         mamba3_siso_step(**step, Trap=jnp.zeros((1, 3)), Q_bias=jargs["Q_bias"], K_bias=jargs["K_bias"])

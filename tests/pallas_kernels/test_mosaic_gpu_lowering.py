@@ -1,8 +1,9 @@
-"""The Mosaic GPU kernels of the selective scan and the causal conv1d lowered for a CUDA GPU on the CPU machine: the
-compiled path's Pallas-to-Mosaic lowering (layout inference, the shared-memory and TMA operations, the reductions)
-runs without a GPU, so that a kernel the interpreter accepts but the compiler would refuse fails here, before any
-GPU time. The program is only lowered (PTX comes when a GPU compiles it); the values are checked in interpret mode
-(test_selective_scan_pallas.py, test_causal_conv1d_pallas.py) and compiled on the GPU (the ``gpu`` tests)."""
+"""The Mosaic GPU kernels of the selective scan, the causal conv1d and Mamba-3's SISO scan lowered for a CUDA GPU on
+the CPU machine: the compiled path's Pallas-to-Mosaic lowering (layout inference, the shared-memory and TMA operations,
+the reductions) runs without a GPU, so that a kernel the interpreter accepts but the compiler would refuse fails
+here, before any GPU time. The program is only lowered (PTX comes when a GPU compiles it); the values are checked in
+interpret mode (test_selective_scan_pallas.py, test_causal_conv1d_pallas.py, test_mamba3_kernels.py) and compiled on
+the GPU (the ``gpu`` tests)."""
 
 import re
 
@@ -12,8 +13,10 @@ import pytest
 
 from pallas_kernels.causal_conv1d import vjp as conv_vjp
 from pallas_kernels.causal_conv1d.config import ConvConfig
+from pallas_kernels.mamba3.siso_scan import mamba3_siso_kernels
 from pallas_kernels.selective_scan import vjp as scan_vjp
 from pallas_kernels.selective_scan.config import ScanConfig
+from pallas_kernels.ssd.config import SsdConfig
 
 MOSAIC_CALL = re.compile(r"custom_call @mosaic_gpu")
 TRITON_CALL = re.compile(r"custom_call @__gpu\$xla\.gpu\.triton")
@@ -63,3 +66,39 @@ def test_causal_conv1d_forward_and_backward_lower_for_cuda():
 
     text = _lowered_gradient(loss, x, jnp.zeros((512, 4), jnp.bfloat16), jnp.zeros((512,), jnp.bfloat16))
     assert len(MOSAIC_CALL.findall(text)) >= 2 and not TRITON_CALL.search(text)
+
+
+def test_mamba3_siso_forward_and_backward_lower_for_cuda():
+    """Mamba-3's SISO scan on the SSD's Mosaic GPU kernels, four and no Triton kernel: the forward walk, the reverse
+    state walk and the two per-block gradient kernels, with input states, D and z, L and N padded. (Over segments the
+    same kernels run with fewer blocks a program, beside the SSD's Triton walk over segments: ssd/test_lowering.py.)"""
+    batch, seqlen, heads, headdim, dstate, pairs = 2, 200, 2, 64, 96, 8
+    bf16, f32 = jnp.bfloat16, jnp.float32
+    args = dict(
+        Q=jnp.zeros((batch, seqlen, 1, dstate), bf16),
+        K=jnp.zeros((batch, seqlen, 1, dstate), bf16),
+        V=jnp.zeros((batch, seqlen, heads, headdim), bf16),
+        ADT=jnp.zeros((batch, heads, seqlen), f32),
+        DT=jnp.zeros((batch, heads, seqlen), f32),
+        Trap=jnp.zeros((batch, heads, seqlen), f32),
+        Q_bias=jnp.zeros((heads, dstate), f32),
+        K_bias=jnp.zeros((heads, dstate), f32),
+        Angles=jnp.zeros((batch, seqlen, heads, pairs), f32),
+        D=jnp.zeros((heads,), f32),
+        Z=jnp.zeros((batch, seqlen, heads, headdim), bf16),
+    )
+    states = (
+        jnp.zeros((batch, heads, pairs), f32),
+        jnp.zeros((batch, heads, headdim, dstate), f32),
+        jnp.zeros((batch, heads, dstate), f32),
+        jnp.zeros((batch, heads, headdim), bf16),
+    )
+
+    def loss(args, states):
+        out, (_, ssm, _, _) = mamba3_siso_kernels(
+            **args, states=states, chunk_size=64, config=SsdConfig(), interpret=False
+        )
+        return out.astype(f32).sum() + ssm.sum()
+
+    text = _lowered_gradient(loss, args, states)
+    assert len(MOSAIC_CALL.findall(text)) == 4 and not TRITON_CALL.search(text)

@@ -1,16 +1,16 @@
-"""On a GPU (marked ``gpu``): mamba-ssm's Mamba-3 SISO Triton ops against our reference, forward, final states and
-every gradient, and the decoding step. Both sides get the same bfloat16-rounded Q, K, V, Z, Trap and Angles (the
-Triton ops round them on entry). The exact answer is our reference run in float64 (itself held to a float64 loop
-over the recurrence and to central differences on the CPU, ``test_mamba3_reference``): our float32 run must match it
-to float32's tolerance, and mamba-ssm's, which keeps its cumulative angles and some products in bfloat16, to
-bfloat16's."""
+"""On a GPU (marked ``gpu``): mamba-ssm's Mamba-3 SISO Triton ops and our Mosaic GPU kernels against our reference,
+forward, final states and every gradient, and the decoding step. All get the same bfloat16-rounded Q, K, V, Z, Trap
+and Angles (the Triton ops round them on entry). The exact answer is our reference run in float64 (itself held to a
+float64 loop over the recurrence and to central differences on the CPU, ``test_mamba3_reference``): our float32 run
+must match it to float32's tolerance, mamba-ssm's, which keeps its cumulative angles and some products in bfloat16,
+bfloat16's, and our kernels (bfloat16 products) bfloat16's or twice mamba-ssm's distance, whichever is larger."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from compare.tolerances import assert_close
+from compare.tolerances import REFERENCE_FACTOR, assert_close, rel_l2, tolerance
 from pallas_kernels.mamba3 import reference
 from pallas_kernels.mamba3.api import mamba3_siso_combined, mamba3_siso_step
 from tests.pallas_kernels.test_mamba3_reference import as_jax, random_inputs, steps_of
@@ -23,22 +23,28 @@ ROUNDED = ("Q", "K", "V", "Z", "Trap", "Angles")  # what the Triton ops round to
 BF16_SCALE = {"dAngles": 5.0}
 
 
-def _vjp(args: dict, states, dout, dtype) -> dict:
-    """Our reference's outputs, final states and gradients of sum(out * dout), computed in ``dtype``, as numpy: the
-    public function in float32, the reference beneath it in float64 (which the public function does not take)."""
+def _vjp(args: dict, states, dout, dtype, impl: str = "reference") -> dict:
+    """Our outputs, final states and gradients of sum(out * dout), computed in ``dtype``, as numpy: the public
+    function in float32, the reference beneath it in float64 (which the public function does not take); with
+    ``impl="pallas"`` our Mosaic GPU kernels, Q, K, V, Z and the input v state in bfloat16."""
     jargs, jstates = as_jax(args, states)
+    low = {"Q", "K", "V", "Z"} if impl == "pallas" else set()
 
     def cast(tree):
-        return jax.tree.map(lambda v: v.astype(dtype), tree)
+        if isinstance(tree, dict):
+            return {k: None if v is None else v.astype(jnp.bfloat16 if k in low else dtype) for k, v in tree.items()}
+        if tree is None:
+            return None
+        return tuple(v.astype(jnp.bfloat16 if low and i == 3 else dtype) for i, v in enumerate(tree))
 
     def run(kw, st):
         if dtype == jnp.float64:
             out, finals = reference.mamba3_siso(**kw, states=st, chunk_size=64)
             return (out, *finals)
-        return mamba3_siso_combined(**kw, Input_States=st, chunk_size=64, return_final_states=True)
+        return mamba3_siso_combined(**kw, Input_States=st, chunk_size=64, return_final_states=True, impl=impl)
 
     (out, *finals), pull = jax.vjp(run, cast(jargs), cast(jstates))
-    grads, state_grads = pull((jnp.asarray(dout, dtype), *[jnp.zeros_like(f) for f in finals]))
+    grads, state_grads = pull((jnp.asarray(dout, out.dtype), *[jnp.zeros_like(f) for f in finals]))
     result = {"out": out, "angle cos": jnp.cos(finals[0]), **dict(zip(("ssm", "k", "v"), finals[1:], strict=True))}
     result |= {f"d{name}": grad for name, grad in grads.items() if grad is not None}
     result |= {f"d input {n}": g for n, g in zip(("angle", "ssm", "k", "v"), state_grads or (), strict=False)}
@@ -59,12 +65,16 @@ def test_siso_combined_against_mamba_ssm(cuda_triton_reference, rng, batch, seql
     theirs = mamba3_ops.siso_combined(args, states, 64, dout)
     theirs["angle cos"] = np.cos(theirs.pop("angle"))
     ours = _vjp(args, states, dout, jnp.float32)
+    kernels = _vjp(args, states, dout, jnp.float32, impl="pallas")
     with jax.enable_x64(True):
         exact = _vjp(args, states, dout, jnp.float64)
-    assert set(theirs) == set(exact), sorted(set(theirs) ^ set(exact))
+    assert set(theirs) == set(exact) == set(kernels), sorted(set(theirs) ^ set(exact))
     for name, want in exact.items():
         assert_close(f"ours {name}", ours[name], want, jnp.float32)
         assert_close(f"mamba-ssm {name}", theirs[name], want, jnp.bfloat16, BF16_SCALE.get(name, 1.0))
+        # our kernels, also on bfloat16 operands: as exact as mamba-ssm's up to REFERENCE_FACTOR, or bfloat16's bound
+        theirs_off = rel_l2(theirs[name], want) / tolerance(jnp.bfloat16)
+        assert_close(f"our kernels {name}", kernels[name], want, jnp.bfloat16, max(1.0, REFERENCE_FACTOR * theirs_off))
 
 
 def test_siso_step_against_mamba_ssm(cuda_triton_reference, rng):

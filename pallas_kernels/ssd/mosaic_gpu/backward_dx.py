@@ -268,19 +268,11 @@ def dx_kernel_call(inputs: list, dims: SsdDims, wrap=None, extra_scratch: tuple 
 
 def finish_dx(dt, A, dt_bias, dt_p, cs, dcs, q, xdx, sds, dims: SsdDims):
     """ddt (dt's dtype), dA and d dt_bias (batch, nblocks, H) float32 from the kernel's per-position d cs, q and
-    x · dX (batch, H, parts, L) and per-dim S_in · dS (batch, nblocks, H, P): each block's last d cs gets
-    exp(cs_last) S_in · dS + Σ q (the incoming state's carry, q's own sum), then d(dt A) is the reverse cumulative
-    sum of d cs within the block."""
+    x · dX (batch, H, parts, L) and per-dim S_in · dS (batch, nblocks, H, P), by ``decay_gradients``."""
     batch, seqlen, nheads = dt.shape
     nblocks = seqlen // TILE
-    per_block = lambda v: v.reshape(batch, nheads, nblocks, TILE)  # noqa: E731
-    dcs, q, xdx = (per_block(v.sum(axis=2)) for v in (dcs, q, xdx))
-    cs_b = per_block(cs)
-    carry = jnp.exp(cs_b[..., -1])  # (batch, H, nblocks)
-    extra = carry * jnp.moveaxis(sds.sum(axis=3), 1, 2) + q.sum(axis=3)
-    dcs = dcs.at[..., -1].add(extra)
-    da = lax.cumsum(dcs, axis=3, reverse=True)
-    dt_b = per_block(dt_p)
+    da, xdx = decay_gradients(cs, dcs, q, xdx, sds)
+    dt_b = dt_p.reshape(da.shape)
     ddt = xdx + da * A.astype(jnp.float32)[None, :, None, None]
     raw = dt.astype(jnp.float32) + (0.0 if dt_bias is None else dt_bias.astype(jnp.float32))
     raw = jnp.moveaxis(raw, 1, 2).reshape(ddt.shape)
@@ -290,5 +282,19 @@ def finish_dx(dt, A, dt_bias, dt_p, cs, dcs, q, xdx, sds, dims: SsdDims):
     ddt = jnp.where((pre >= dims.dt_limit[0]) & (pre <= dims.dt_limit[1]), ddt, 0.0)
     dA = jnp.moveaxis(jnp.sum(da * dt_b, axis=3), 1, 2)
     dbias = None if dt_bias is None else jnp.moveaxis(jnp.sum(ddt, axis=3), 1, 2)
-    ddt = jnp.moveaxis(ddt.reshape(batch, nheads, seqlen), 1, 2).astype(dt.dtype)
+    ddt = jnp.moveaxis(ddt.reshape(batch, nheads, nblocks * TILE), 1, 2).astype(dt.dtype)
     return ddt, dA, dbias
+
+
+def decay_gradients(cs, dcs, q, xdx, sds) -> tuple[jax.Array, jax.Array]:
+    """The gradients of each position's log-decay and of its input's scale (``common.decay_vectors``), each (batch,
+    H, nblocks, TILE) float32, from the kernel's per-position d cs, q and x · dX (batch, H, parts, L) and per-dim
+    S_in · dS (batch, nblocks, H, P): each block's last d cs gets exp(cs_last) S_in · dS + Σ q (the incoming state's
+    carry, q's own sum), then the log-decay's gradient is the reverse cumulative sum of d cs within the block; the
+    scale's is x · dX."""
+    batch, nheads, seqlen = cs.shape
+    per_block = lambda v: v.reshape(batch, nheads, seqlen // TILE, TILE)  # noqa: E731
+    dcs, q, xdx = (per_block(v.sum(axis=2)) for v in (dcs, q, xdx))
+    carry = jnp.exp(per_block(cs)[..., -1])  # (batch, H, nblocks)
+    extra = carry * jnp.moveaxis(sds.sum(axis=3), 1, 2) + q.sum(axis=3)
+    return lax.cumsum(dcs.at[..., -1].add(extra), axis=3, reverse=True), xdx

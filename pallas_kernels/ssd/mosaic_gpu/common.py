@@ -44,20 +44,31 @@ def block_cumsums(dt: jax.Array, A: jax.Array, dt_bias, dims: SsdDims) -> tuple[
     """dt after bias, softplus and dt_limit, its cumulative dt·A from each block's start (cs) and that sum over the
     whole block (cs_last, the same value at each of the block's positions), each (batch, H, L) float32, from dt
     (batch, L, H) and A (H,)."""
-    batch, seqlen, nheads = dt.shape
-    proc = process_dt(dt, dt_bias, dims.softplus, dims.dt_limit)
-    blocks = (proc * A.astype(jnp.float32)).reshape(batch, seqlen // TILE, TILE, nheads)
-    cs = jnp.cumsum(blocks, axis=2)
-    last = jnp.broadcast_to(cs[:, :, -1:, :], cs.shape)
-    heads_first = lambda t: jnp.moveaxis(t.reshape(batch, seqlen, nheads), 1, 2)  # noqa: E731
-    return heads_first(proc), heads_first(cs), heads_first(last)
+    proc = jnp.moveaxis(process_dt(dt, dt_bias, dims.softplus, dims.dt_limit), 1, 2)
+    return decay_vectors(proc, proc * A.astype(jnp.float32)[None, :, None])
+
+
+def decay_vectors(scale: jax.Array, log_decay: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """The kernels' per-position vectors for any decay, not only Mamba-2's dt·A (Mamba-3's is its own input): each
+    input's weight ``scale``, the cumulative ``log_decay`` from each block's start (cs) and its sum over the whole
+    block (cs_last), each (batch, H, L) float32 from scale and log_decay (batch, H, L), L a multiple of TILE."""
+    batch, nheads, seqlen = scale.shape
+    cs = jnp.cumsum(log_decay.astype(jnp.float32).reshape(batch, nheads, seqlen // TILE, TILE), axis=-1)
+    last = jnp.broadcast_to(cs[..., -1:], cs.shape)
+    whole = lambda t: t.reshape(batch, nheads, seqlen)  # noqa: E731
+    return scale.astype(jnp.float32), whole(cs), whole(last)
 
 
 def block_decays(dt: jax.Array, A: jax.Array, dt_bias, dims: SsdDims) -> tuple[jax.Array, jax.Array, jax.Array]:
     """dt after bias, softplus and dt_limit, cs and cs_last - cs (``block_cumsums``), each (batch, H, L) float32:
     the backward kernels' per-position inputs."""
-    proc, cs, last = block_cumsums(dt, A, dt_bias, dims)
-    return proc, cs, last - cs
+    return backward_vectors(block_cumsums(dt, A, dt_bias, dims))
+
+
+def backward_vectors(vectors: tuple[jax.Array, jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """The forward's (scale, cs, cs_last) as the backward kernels read them: (scale, cs, cs_last - cs)."""
+    scale, cs, last = vectors
+    return scale, cs, last - cs
 
 
 def products(inits, pairs, interpret: bool, meanwhile=None) -> tuple[jax.Array, ...]:

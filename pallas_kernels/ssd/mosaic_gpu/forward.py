@@ -58,7 +58,6 @@ from pallas_kernels.ssd.dims import SsdDims
 from pallas_kernels.ssd.mosaic_gpu.common import (
     TILE,
     TRANSFORMS,
-    block_cumsums,
     call_kernel,
     covers_tiles,
     products,
@@ -256,13 +255,11 @@ def ssd_fwd_walk_mosaic(
 
 def mosaic_walk(
     x,
-    dt,
-    A,
+    vectors,
     B,
     C,
     D,
     z,
-    dt_bias,
     starts,
     dims: SsdDims,
     *,
@@ -280,8 +277,9 @@ def mosaic_walk(
     incoming state (batch, nblocks, H, P, N) in x's dtype, the state leaving each segment (batch, segments, H, P, N)
     float32.
 
-    x, z (batch, L, H, P) and B, C (batch, L, G, N) in one 16-bit dtype; dt (batch, L, H); A (H,); D (H, P) float32
-    or None; dt_bias (H,) or None."""
+    x, z (batch, L, H, P) and B, C (batch, L, G, N) in one 16-bit dtype; ``vectors`` the per-position (scale, cs,
+    cs_last), each (batch, H, L) float32 (``common.block_cumsums`` for dt·A, ``common.decay_vectors`` for any
+    decay); D (H, P) float32 or None."""
     batch, _, nheads, headdim = x.shape
     parts, n, f32 = headdim // TILE, dims.dstate, jnp.float32
     segments = -(-dims.nblocks // segment_blocks)
@@ -305,7 +303,7 @@ def mosaic_walk(
         "states": jax.ShapeDtypeStruct((batch, dims.nblocks, nheads, headdim, n), x.dtype),
         "end": jax.ShapeDtypeStruct((batch, segments, nheads, headdim, n), f32),
     }
-    inputs = [x, B, C, *block_cumsums(dt, A, dt_bias, dims)]
+    inputs = [x, B, C, *vectors]
     inputs += [t for t in (D, z, starts) if t is not None]
     out, *rest = call_kernel(
         functools.partial(

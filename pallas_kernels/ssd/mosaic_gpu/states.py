@@ -43,8 +43,13 @@ from pallas_kernels.ssd.mosaic_gpu.walk import start_state, walk_blocks, walk_gr
 
 def walk_vectors(dt: jax.Array, A: jax.Array, dt_bias, dims: SsdDims, *, reverse: bool):
     """The walk's per-position weight w and cs_last (module docstring), each (batch, H, L) float32."""
-    proc, cs, last = block_cumsums(dt, A, dt_bias, dims)
-    return (jnp.exp(cs) if reverse else proc * jnp.exp(last - cs)), last
+    return walk_weights(block_cumsums(dt, A, dt_bias, dims), reverse=reverse)
+
+
+def walk_weights(vectors: tuple[jax.Array, jax.Array, jax.Array], *, reverse: bool) -> tuple[jax.Array, jax.Array]:
+    """``walk_vectors`` from the forward's per-position (scale, cs, cs_last) (``common.decay_vectors``)."""
+    scale, cs, last = vectors
+    return (jnp.exp(cs) if reverse else scale * jnp.exp(last - cs)), last
 
 
 def segment_decays(last: jax.Array, segment_blocks: int) -> jax.Array:
