@@ -132,9 +132,10 @@ class ModelConfig:
     # x 8; 0: every block's; a multiple of 64: float32 states that often, the others rebuilt in the backward; the
     # configs of 780m and up set 1024, lm-2048-large)
     ssd_checkpoint_every: int | None = None
-    # With the Pallas kernels: the backward recomputes each Mamba mixer's conv, projections and gated norm from
-    # in_proj's output, keeping only the scan's or SSD's named states (and Mamba-2's SSD output), as mamba-ssm's fused
-    # layers do. False keeps those activations instead: more memory, less recomputation.
+    # With the Pallas kernels: the backward recomputes each Mamba mixer's conv, projections and gated norm (Mamba-3:
+    # its rotations, scales and correction) from in_proj's output, keeping only the scan's or SSD's named states (and
+    # Mamba-2's SSD output, Mamba-3's kernels' output), as mamba-ssm's fused layers do. False keeps those activations
+    # instead: more memory, less recomputation.
     mixer_remat: bool = True
 
     def padded_vocab_size(self) -> int:

@@ -32,9 +32,9 @@ def ssm_layer_kwargs(ssm_cfg: SSMConfig) -> dict:
 def _mixer(cfg: ModelConfig, layer_idx: int, dtype, rngs: nnx.Rngs) -> nnx.Module:
     if layer_idx in cfg.attn_layer_idx:
         return MHA(cfg.d_model, **dataclasses.asdict(cfg.attn_cfg), dtype=dtype, impl=cfg.impl, rngs=rngs)
-    if cfg.ssm_cfg.layer == "Mamba3":
-        return Mamba3(cfg.d_model, **ssm_layer_kwargs(cfg.ssm_cfg), dtype=dtype, impl=cfg.impl, rngs=rngs)
     run = dict(mixer_remat=cfg.mixer_remat, dtype=dtype, impl=cfg.impl, rngs=rngs)
+    if cfg.ssm_cfg.layer == "Mamba3":
+        return Mamba3(cfg.d_model, **ssm_layer_kwargs(cfg.ssm_cfg), **run)
     if cfg.ssm_cfg.layer == "Mamba1":
         scan = dict(scan_checkpoint_every=cfg.scan_checkpoint_every, scan_backend=cfg.scan_backend)
         return Mamba(cfg.d_model, **ssm_layer_kwargs(cfg.ssm_cfg), **scan, **run)

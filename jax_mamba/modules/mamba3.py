@@ -1,6 +1,7 @@
 """Mamba-3 mixer (SISO and MIMO): mamba-ssm's ``modules/mamba3.Mamba3`` (names, shapes, initialization, forward
 math)."""
 
+import functools
 import itertools
 
 import jax
@@ -11,6 +12,7 @@ from jax_mamba.modules.impl import op_impl
 from jax_mamba.modules.init import dt_bias_init
 from jax_mamba.modules.layers import RMSNormGated, linear
 from pallas_kernels import mamba3_mimo, mamba3_mimo_step, mamba3_siso_combined, mamba3_siso_step
+from pallas_kernels.mamba3.api import SAVED_NAMES
 
 STATE_NAMES = ("angle", "ssm", "k", "v")  # the decoding cache, in the order the SISO ops take and return states
 
@@ -50,6 +52,7 @@ class Mamba3(nnx.Module):
         *,
         dtype=jnp.float32,
         impl: str = "auto",
+        mixer_remat: bool = True,
         rngs: nnx.Rngs,
     ):
         if is_mimo and (not isinstance(mimo_rank, int) or mimo_rank < 1):
@@ -67,7 +70,7 @@ class Mamba3(nnx.Module):
             raise ValueError(f"Mamba3: d_state x rope_fraction must hold a rotary pair, got d_state={d_state}")
         self.rotary_dim_divisor = d_state // self.num_rope_angles  # MIMO's angles: N / divisor pairs
         self.A_floor, self.is_outproj_norm, self.chunk_size = A_floor, is_outproj_norm, chunk_size
-        self.impl = impl
+        self.impl, self.mixer_remat = impl, mixer_remat
         self.is_mimo, self.rank = is_mimo, mimo_rank if is_mimo else 1
         self.in_proj = linear(d_model, sum(self._in_proj_blocks()), bias=False, dtype=dtype, rngs=rngs, impl=impl)
         self.dt_bias = nnx.Param(dt_bias_init(dt_min, dt_max, dt_init_floor)(rngs.params(), (self.nheads,)))
@@ -140,12 +143,12 @@ class Mamba3(nnx.Module):
 
     def _sequence(self, inputs: dict, return_states: bool):
         """The SISO or MIMO op over the whole sequence."""
+        impl = op_impl(self.impl, mamba3_siso_combined)
         if self.is_mimo:
             divisor = self.rotary_dim_divisor
             return mamba3_mimo(
-                **inputs, chunk_size=self.chunk_size, rotary_dim_divisor=divisor, return_state=return_states
+                **inputs, chunk_size=self.chunk_size, rotary_dim_divisor=divisor, return_state=return_states, impl=impl
             )
-        impl = op_impl(self.impl, mamba3_siso_combined)
         return mamba3_siso_combined(**inputs, chunk_size=self.chunk_size, return_final_states=return_states, impl=impl)
 
     def __call__(self, hidden_states: jax.Array, seq_idx: jax.Array | None = None) -> jax.Array:
@@ -153,7 +156,15 @@ class Mamba3(nnx.Module):
         if seq_idx is not None:
             raise ValueError("Mamba3: seq_idx (packed sequences) is not supported yet")
         inputs, z = self._inputs(hidden_states)
-        return self._output(self._sequence(inputs, return_states=False), z)
+        sequence = functools.partial(self._sequence, return_states=False)
+        if self.mixer_remat and op_impl(self.impl, mamba3_siso_combined) == "pallas" and jax.default_backend() == "gpu":
+            # As the Mamba-1 and Mamba-2 mixers: the backward keeps the kernels' block states and output and
+            # recomputes the rotated q and k, the scales and the correction from in_proj's output (the per-head
+            # float32 q and k would otherwise be kept, 2 N values a head and position). On a GPU only: off one the
+            # kernels run in Pallas's Mosaic GPU interpreter, whose callbacks' effects jax.checkpoint's
+            # differentiation refuses.
+            sequence = jax.checkpoint(sequence, policy=jax.checkpoint_policies.save_only_these_names(*SAVED_NAMES))
+        return self._output(sequence(inputs), z)
 
     def prefill(self, hidden_states: jax.Array, max_len: int) -> tuple[jax.Array, dict]:
         """Inference over a prompt: (output like __call__'s, cache {"angle" (batch, H, S), "ssm" (batch, H, P, N),

@@ -1,9 +1,9 @@
 """Public Mamba-3 functions: mamba-ssm's ``mamba3_siso_combined``, ``mamba3_siso_step`` and ``mamba3_mimo`` names,
 argument order and layouts, and a MIMO decoding step in the SISO step's form (``mamba3_mimo_step``).
 
-``impl="pallas"`` runs ``mamba3_siso_combined`` on the Mosaic GPU kernels for 16-bit V (``dispatch``; interpreted
-without a GPU); MIMO and the two decoding steps have no kernels yet and run their pure-JAX reference under either
-impl."""
+``impl="pallas"`` runs ``mamba3_siso_combined`` and ``mamba3_mimo`` on the Mosaic GPU kernels for 16-bit V
+(``dispatch``; interpreted without a GPU); the two decoding steps have no kernels yet and run their pure-JAX
+reference under either impl."""
 
 import jax
 import numpy as np
@@ -16,9 +16,12 @@ from pallas_kernels._checks import (
     check_positive_int,
     check_shape,
 )
-from pallas_kernels.mamba3 import dispatch, reference
+from pallas_kernels.mamba3 import dispatch, reference, vjp
 
 _AVAILABLE_IMPLS = ("reference", "pallas")
+# What a jax.checkpoint policy names to keep of the kernels' path (save_only_these_names): the block states the
+# backward reads and the kernels' output; the rest (rotations, scales, the correction) is cheap to recompute.
+SAVED_NAMES = (vjp.STATES_NAME, vjp.OUTPUT_NAME)
 SISO_ARGS = ("Q", "K", "V", "ADT", "DT", "Trap", "Q_bias", "K_bias", "Angles", "D", "Z")
 MIMO_ARGS = ("Q", "K", "V", "ADT", "DT", "Trap", "Q_bias", "K_bias", "MIMO_V", "MIMO_Z", "MIMO_Out", "Angles", "D", "Z")
 
@@ -69,7 +72,7 @@ def mamba3_siso_combined(
     args = (Q, K, V, ADT, DT, Trap, Q_bias, K_bias, Angles, D, Z)
     run = reference.mamba3_siso
     if impl == "pallas":
-        dispatch.check_kernels_run()
+        dispatch.check_kernels_run("mamba3_siso_combined")
         run = dispatch.mamba3_siso
     if cu_seqlens is None:
         states = _check_states(Input_States, batch, heads, headdim, dstate, Angles.shape[-1])
@@ -158,13 +161,17 @@ def mamba3_mimo(
     args = dict(
         zip(MIMO_ARGS, (Q, K, V, ADT, DT, Trap, Q_bias, K_bias, MIMO_V, MIMO_Z, MIMO_Out, Angles, D, Z), strict=True)
     )
+    run = reference.mamba3_mimo
+    if impl == "pallas":
+        dispatch.check_kernels_run("mamba3_mimo")
+        run = dispatch.mamba3_mimo
     if cu_seqlens is None:
         states = _check_states(Input_States, batch, heads, headdim, dstate, pairs, rank=rank)
-        out, finals = reference.mamba3_mimo(**args, states=states, chunk_size=chunk_size)
+        out, finals = run(**args, states=states, chunk_size=chunk_size)
     else:
         bounds = _packed_bounds(cu_seqlens, batch, seqlen)
         states = _check_states(Input_States, len(bounds) - 1, heads, headdim, dstate, pairs, "num_sequences", rank)
-        out, finals = reference.mamba3_packed(reference.mamba3_mimo, args, states, chunk_size, bounds)
+        out, finals = reference.mamba3_packed(run, args, states, chunk_size, bounds)
     out = out if dtype is None else out.astype(dtype)
     return (out, *finals) if return_state else out
 

@@ -97,7 +97,7 @@ def _pad_time(x: jax.Array, axis: int, extra: int) -> jax.Array:
     return jnp.pad(x, widths)
 
 
-def _scan_chunks(q, k, u, dt, sigma, adt, state, chunk: int) -> tuple[jax.Array, jax.Array]:
+def scan_chunks(q, k, u, dt, sigma, adt, state, chunk: int) -> tuple[jax.Array, jax.Array]:
     """The chunked recurrence of every rank at once. q, k (batch, L, R, H, N) rotated, with their biases; u (batch,
     L, R, H, P) the inputs; dt, sigma, adt (batch, H, L); state (batch, H, P, N) before step 0 with the input
     states' next-step term in. Returns S_t q_{t,r} (batch, L, R, H, P), without D, and the last state."""
@@ -155,11 +155,12 @@ def _gate(y, Z, zproj, compute):
 
 
 def mamba3_siso(
-    Q, K, V, ADT, DT, Trap, Q_bias, K_bias, Angles, D=None, Z=None, states=None, chunk_size: int = 64
+    Q, K, V, ADT, DT, Trap, Q_bias, K_bias, Angles, D=None, Z=None, states=None, chunk_size: int = 64, scan=None
 ) -> tuple[jax.Array, tuple[jax.Array, jax.Array, jax.Array, jax.Array]]:
     """out (batch, L, H, P) in V's dtype, and the final states (angle (batch, H, S), ssm (batch, H, P, N), k (batch,
     H, N), all in the arithmetic dtype, v (batch, H, P) in V's dtype). Layouts as ``api.mamba3_siso_combined``;
-    ``states`` the input (angle, ssm, k, v) or None."""
+    ``states`` the input (angle, ssm, k, v) or None. ``scan``: what runs the recurrence (``scan_chunks``' signature;
+    None: ``scan_chunks``, the kernels' path passes its own)."""
     compute = arithmetic_dtype(V.dtype)
     heads = V.shape[2]
     angle0 = None if states is None else states[0]
@@ -171,7 +172,7 @@ def mamba3_siso(
     rank_one = None if states is None else (*states[:2], states[2][:, None], states[3])
     u0 = None if states is None else states[3].astype(compute)[:, None]
     state = _start_state(rank_one, u0, dt, sigma, (V.shape[0], heads, V.shape[-1], Q.shape[-1]), compute)
-    y, final = _scan_chunks(q, k, u, dt, sigma, adt, state, chunk_size)
+    y, final = (scan or scan_chunks)(q, k, u, dt, sigma, adt, state, chunk_size)
     if D is not None:
         y = y + D.astype(compute)[:, None] * u
     out = _gate(y, Z, 1.0, compute)[:, :, 0]
@@ -195,10 +196,12 @@ def mamba3_mimo(
     Z=None,
     states=None,
     chunk_size: int = 16,
+    scan=None,
 ) -> tuple[jax.Array, tuple[jax.Array, jax.Array, jax.Array, jax.Array]]:
     """out (batch, L, H, P) in V's dtype, or per rank (batch, L, R, H, P) without MIMO_Out, and the final states
     (angle (batch, H, S), ssm (batch, H, P, N), k (batch, R, H, N), in the arithmetic dtype, v (batch, H, P) in V's
-    dtype). Layouts as ``api.mamba3_mimo``; ``states`` the input (angle, ssm, k, v) or None."""
+    dtype). Layouts as ``api.mamba3_mimo``; ``states`` the input (angle, ssm, k, v) or None; ``scan`` as
+    ``mamba3_siso``'s."""
     compute = arithmetic_dtype(V.dtype)
     heads = V.shape[2]
     angle0 = None if states is None else states[0]
@@ -210,7 +213,7 @@ def mamba3_mimo(
     sigma, dt, adt = jax.nn.sigmoid(Trap.astype(compute)), DT.astype(compute), ADT.astype(compute)
     u0 = None if states is None else states[3].astype(compute)[:, None] * per_rank(MIMO_V)
     state = _start_state(states, u0, dt, sigma, (V.shape[0], heads, V.shape[-1], Q.shape[-1]), compute)
-    y, final = _scan_chunks(q, k, u, dt, sigma, adt, state, chunk_size)
+    y, final = (scan or scan_chunks)(q, k, u, dt, sigma, adt, state, chunk_size)
     if D is not None:
         y = y + D.astype(compute)[:, None] * u
     y = _gate(y, Z, per_rank(MIMO_Z), compute)

@@ -1,7 +1,7 @@
 """Mamba-3's SISO scan on the Pallas kernels as a differentiable function (``jax.custom_vjp``).
 
 ``decayed_scan(x, scale, log_decay, k, q, D, start)`` is y_t = S'_t q_t + D x_t over S'_t = exp(log_decay_t) S'_{t-1} +
-scale_t x_t k_tᵀ from S'_{-1} = start: the passes of ``mosaic_gpu.scan``. Arguments as ``siso_scan`` forms them:
+scale_t x_t k_tᵀ from S'_{-1} = start: the passes of ``mosaic_gpu.scan``. Arguments as ``kernel_scan`` forms them:
 x (batch, L, H, P) and k, q (batch, L, H, N) in one 16-bit dtype; scale, log_decay (batch, H, L) float32; D (H, P)
 float32 or None; start (batch, H, P, N) float32 or None. Returns (y (batch, L, H, P) in x's dtype, the final state
 (batch, H, P, N) float32). The backward keeps every block's incoming state (batch, L / 64, H, P, N) in x's dtype.
@@ -20,6 +20,7 @@ from pallas_kernels.ssd.mosaic_gpu.common import decay_vectors
 # The kept states' name for jax.checkpoint policies (a rematerialized layer that saves them never reruns the forward
 # kernel for them), as the SSD's.
 STATES_NAME = "mamba3_states"
+OUTPUT_NAME = "mamba3_scan_output"  # the kernels' output (``kernel_scan``), which a layer's remat keeps beside them
 
 # Each pass under jax.jit, so that every layer of a model shares one lowering of each kernel (as the SSD's passes).
 _forward_once = jax.jit(scan_forward, static_argnums=(6, 7, 8))

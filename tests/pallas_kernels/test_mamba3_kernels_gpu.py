@@ -1,7 +1,7 @@
-"""On a GPU (marked ``gpu``): Mamba-3's SISO op on its compiled Mosaic GPU kernels, the CPU file's checks
-(test_mamba3_kernels.py: outputs and final states against the float64 oracle, every gradient against the float32
-reference) at the mamba3-130m mixer's head sizes, over awkward lengths, and over segments of the walk. mamba-ssm's
-Triton op is compared in tests/torch_reference/test_mamba3_gpu.py."""
+"""On a GPU (marked ``gpu``): Mamba-3's SISO and MIMO ops on their compiled Mosaic GPU kernels, the CPU file's
+checks (test_mamba3_kernels.py: outputs and final states against the float64 oracle, every gradient against the
+float32 reference) at the mamba3-130m mixer's head sizes, over awkward lengths, and over segments of the walk.
+mamba-ssm's Triton op is compared in tests/torch_reference/test_mamba3_gpu.py."""
 
 import pytest
 
@@ -25,6 +25,17 @@ def test_compiled_kernels_match_the_oracle_and_the_reference_gradients(
 ):
     case = (batch, seqlen, groups, heads, headdim, dstate, pairs, has_d, has_z, has_states)
     cpu.test_kernels_match_the_oracle_and_the_reference_gradients(rng, *case)
+
+
+@pytest.mark.parametrize(
+    "batch,seqlen,rank,groups,heads,headdim,dstate,divisor,has_d,has_z,has_out,states",
+    [(2, 256, 4, 1, 4, 64, 128, 4, True, True, True, True), (1, 100, 2, 2, 4, 64, 64, 2, True, False, False, False)],
+)
+def test_compiled_mimo_kernels(
+    rng, batch, seqlen, rank, groups, heads, headdim, dstate, divisor, has_d, has_z, has_out, states
+):
+    case = (batch, seqlen, rank, groups, heads, headdim, dstate, divisor, has_d, has_z, has_out, states)
+    cpu.test_mimo_kernels_match_the_oracle_and_the_reference_gradients(rng, *case)
 
 
 def test_compiled_walk_in_segments(rng):

@@ -160,8 +160,6 @@ def test_bad_arguments_are_named_before_any_work(rng):
     with pytest.raises(ValueError, match=r"Input_States k must have shape \(batch, R, H, N\) = \(1, 2, 2, 8\)"):
         bad = (jnp.zeros((1, 2, 2)), jnp.zeros((1, 2, 2, 8)), jnp.zeros((1, 1, 2, 8)), jnp.zeros((1, 2, 2)))
         mamba3_mimo(**jargs, Input_States=bad)
-    with pytest.raises(NotImplementedError, match=r"impl='pallas' is not available yet"):
-        mamba3_mimo(**jargs, impl="pallas")
     step = steps_of(jargs, 0)
     with pytest.raises(ValueError, match=r"Trap must have shape \(batch, H\) = \(1, 2\)"):
         mamba3_mimo_step(**(step | {"Trap": jnp.zeros((1, 3))}))

@@ -5,6 +5,7 @@ here, before any GPU time. The program is only lowered (PTX comes when a GPU com
 interpret mode (test_selective_scan_pallas.py, test_causal_conv1d_pallas.py, test_mamba3_kernels.py) and compiled on
 the GPU (the ``gpu`` tests)."""
 
+import functools
 import re
 
 import jax
@@ -13,7 +14,8 @@ import pytest
 
 from pallas_kernels.causal_conv1d import vjp as conv_vjp
 from pallas_kernels.causal_conv1d.config import ConvConfig
-from pallas_kernels.mamba3.siso_scan import mamba3_siso_kernels
+from pallas_kernels.mamba3 import reference as mamba3_reference
+from pallas_kernels.mamba3.kernel_scan import kernel_scan
 from pallas_kernels.selective_scan import vjp as scan_vjp
 from pallas_kernels.selective_scan.config import ScanConfig
 from pallas_kernels.ssd.config import SsdConfig
@@ -94,11 +96,31 @@ def test_mamba3_siso_forward_and_backward_lower_for_cuda():
         jnp.zeros((batch, heads, headdim), bf16),
     )
 
+    scan = functools.partial(kernel_scan, dtype=bf16, config=SsdConfig(), interpret=False)
+
     def loss(args, states):
-        out, (_, ssm, _, _) = mamba3_siso_kernels(
-            **args, states=states, chunk_size=64, config=SsdConfig(), interpret=False
-        )
+        out, (_, ssm, _, _) = mamba3_reference.mamba3_siso(**args, states=states, chunk_size=64, scan=scan)
         return out.astype(f32).sum() + ssm.sum()
 
     text = _lowered_gradient(loss, args, states)
+    assert len(MOSAIC_CALL.findall(text)) == 4 and not TRITON_CALL.search(text)
+
+
+def test_mamba3_mixer_remat_keeps_the_kernels_states_and_output(monkeypatch):
+    """A Mamba-3 mixer on the kernels under its remat, lowered for CUDA as on a Hopper GPU: the backward recomputes
+    the rotations and scales but not the kernels' forward (its states and output are kept), so the program has the
+    four kernels once each, as the op alone."""
+    from flax import nnx
+
+    from jax_mamba.models import ParamLayout
+    from jax_mamba.modules.mamba3 import Mamba3
+    from pallas_kernels.mamba3 import dispatch
+
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")  # the kernels compiled, the mixer's remat on
+    monkeypatch.setattr(dispatch, "gpu_has_wgmma", lambda: True)
+    mixer = Mamba3(64, d_state=64, headdim=64, dtype=jnp.bfloat16, impl="reference", rngs=nnx.Rngs(0))
+    mixer.impl = "pallas"  # the SISO op on the kernels; its norms and matmuls stay in XLA (their kernels are Triton)
+    layout, params, _ = ParamLayout.split(mixer)
+    x = jnp.zeros((2, 128, 64), jnp.float32)
+    text = _lowered_gradient(lambda p: jnp.sum(layout.merge(p)(x).astype(jnp.float32) ** 2), params)
     assert len(MOSAIC_CALL.findall(text)) == 4 and not TRITON_CALL.search(text)

@@ -3,7 +3,7 @@
 Those kernels read the decay of every position from XLA as vectors (``ssd.mosaic_gpu.common.decay_vectors``: each
 input's weight, the cumulative log-decay within each block of 64 positions and its block total), so they take any
 decay, not only Mamba-2's dt·A. Mamba-3's trapezoid makes the state S'_t = S_t + w_t v_t k_tᵀ (w_t the next step's
-weight of this step's input, ``siso_scan``) follow exactly the SSD's recurrence S'_t = exp(ADT_t) S'_{t-1} + scale_t
+weight of this step's input, ``kernel_scan``) follow exactly the SSD's recurrence S'_t = exp(ADT_t) S'_{t-1} + scale_t
 v_t k_tᵀ, so these passes are the SSD's: the forward walk (``ssd.mosaic_gpu.forward``), the reverse state walk
 (``ssd.mosaic_gpu.states``) and the backward's per-head and dB/dC kernels (``ssd.mosaic_gpu.backward_dx``,
 ``backward_dbc``), with one group per head (each head has its own rotated k and q). Where the SSD's default config
@@ -13,7 +13,7 @@ segment from its incoming state, and the mirror image in the backward.
 
 Layouts: x, dy (batch, L, H, P) and k, q (batch, L, H, N) in one 16-bit dtype; ``vectors`` (scale, cs, cs_last) each
 (batch, H, L) float32; D (H, P) float32 or None; start, dfinal (batch, H, P, N) float32; L a multiple of 64, P and
-N multiples of 64 (``siso_scan`` pads them).
+N multiples of 64 (``kernel_scan`` pads them).
 """
 
 import functools
