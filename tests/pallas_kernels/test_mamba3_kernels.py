@@ -223,10 +223,12 @@ def test_mimo_kernels_match_the_oracle_and_the_reference_gradients(
 
 
 def test_float32_inputs_run_the_reference(rng):
-    """The kernels' products are 16-bit: float32 V keeps the reference's float32 arithmetic under impl="pallas"."""
+    """The kernels' products are 16-bit: float32 V keeps the reference's float32 arithmetic under impl="pallas" (as
+    does N past 256)."""
     args, _ = random_inputs(rng, 1, 5, 1, 2, 4, 8, 2, True, True, False)
     jargs = {k: None if v is None else jnp.asarray(v, jnp.float32) for k, v in args.items()}
-    assert not dispatch.on_kernels(jnp.float32) and dispatch.on_kernels(BF16)
+    assert not dispatch.on_kernels(jnp.float32, 64) and dispatch.on_kernels(BF16, 256)
+    assert not dispatch.on_kernels(BF16, 257)  # past the kernels' N of 256: the reference
     got = mamba3_siso_combined(**jargs, impl="pallas")
     want, _ = naive_mamba3.mamba3_forward(**args)
     assert got.dtype == jnp.float32
