@@ -183,9 +183,9 @@ def test_the_walk_in_segments_matches_the_oracle(rng):
 def test_packed_sequences_each_run_as_alone(rng):
     """cu_seqlens with impl="pallas": each sequence from its own input states, as the oracle run on it alone."""
     args, states = rounded(*random_inputs(rng, 1, 90, 1, 2, 16, 16, 4, True, True, False))
-    states = rounded(*random_inputs(rng, 3, 1, 1, 2, 16, 16, 4, False, False, True))[1]
+    states = rounded(*random_inputs(rng, 2, 1, 1, 2, 16, 16, 4, False, False, True))[1]
     jargs, jstates = to_jax(args, states)
-    bounds = (0, 1, 65, 90)
+    bounds = (0, 45, 90)  # the second starts inside a block; equal lengths share their compiled programs
     out, *finals = mamba3_siso_combined(
         **jargs, Input_States=jstates, cu_seqlens=np.asarray(bounds), return_final_states=True, impl="pallas"
     )
