@@ -27,7 +27,7 @@ from pallas_kernels.ssd.mosaic_gpu.backward_dbc import mosaic_dbc, mosaic_dbc_su
 from pallas_kernels.ssd.mosaic_gpu.backward_dx import mosaic_dx, mosaic_dx_supported
 from pallas_kernels.ssd.mosaic_gpu.common import block_cumsums, block_decays, covers_tiles
 from pallas_kernels.ssd.mosaic_gpu.forward import mosaic_walk, mosaic_walk_supported
-from pallas_kernels.ssd.mosaic_gpu.states import mosaic_state_walk, segment_decays, walk_vectors
+from pallas_kernels.ssd.mosaic_gpu.states import mosaic_state_walk, segment_decays, walk_vectors, walk_weights
 from pallas_kernels.ssd.triton import backward as triton_bwd
 from pallas_kernels.ssd.triton import forward as triton_fwd
 from pallas_kernels.ssd.triton.segments import segment_walk
@@ -63,13 +63,21 @@ def two_level_states(x, dt, A, B, dt_bias, initial_states, seq_idx, dims: SsdDim
     the state entering each segment (batch, nkept, H, P, N) float32, the states the backward keeps, and the final
     state (batch, H, P, N) float32."""
     if config.states_mosaic and covers_tiles(dims, x.dtype):
-        weight, last = walk_vectors(dt, A, dt_bias, dims, reverse=False)
-        walk = dict(segment_blocks=dims.keep_blocks, reverse=False, states=False, end=True)
-        local = mosaic_state_walk(x, B, weight, last, None, None, dims, **walk, name="ssd_fwd_segment_states")[1]
-        decay = segment_decays(last, dims.keep_blocks)
-    else:
-        local, decay = triton_fwd.segment_states(x, dt, A, B, dt_bias, seq_idx, dims, config)
+        return mosaic_segment_starts(x, B, block_cumsums(dt, A, dt_bias, dims), initial_states, dims, config)
+    local, decay = triton_fwd.segment_states(x, dt, A, B, dt_bias, seq_idx, dims, config)
     return segment_walk(local, decay, initial_states, dims, config, reverse=False, name="ssd_fwd_segment_walk")
+
+
+def mosaic_segment_starts(x, B, vectors, initial, dims: SsdDims, config, op: str = "ssd"):
+    """``two_level_states`` on Mosaic GPU for any decay (``vectors``: ``common.decay_vectors``'s): each segment of
+    ``dims.keep_blocks`` blocks' own end state by the state walk, then the walk over segments. Returns (the state
+    entering each segment (batch, nkept, H, P, N), the final state (batch, H, P, N)), float32. ``op`` begins the
+    kernels' names (Mamba-3 runs these passes too)."""
+    weight, last = walk_weights(vectors, reverse=False)
+    walk = dict(segment_blocks=dims.keep_blocks, reverse=False, states=False, end=True)
+    local = mosaic_state_walk(x, B, weight, last, None, None, dims, **walk, name=f"{op}_fwd_segment_states")[1]
+    decay = segment_decays(last, dims.keep_blocks)
+    return segment_walk(local, decay, initial, dims, config, reverse=False, name=f"{op}_fwd_segment_walk")
 
 
 def ssd_forward(
@@ -132,20 +140,36 @@ def ssd_forward(
 def _two_level_dstates(dt, A, C, dout, dfinal, z, dt_bias, seq_idx, states, dims: SsdDims, config):
     """``ssd_bwd_dstates`` in two levels (``SsdConfig.two_level_states``): each segment's own contribution and decay
     in parallel, the reverse walk over segments from d final_states, then each segment's blocks from the gradient of
-    the state leaving it. Returns the block state gradients (like ``states``) and d initial_states."""
-    if config.states_mosaic and covers_tiles(dims, dout.dtype):
-        weight, last = walk_vectors(dt, A, dt_bias, dims, reverse=True)
-        walk = functools.partial(
-            mosaic_state_walk, dout, C, weight, last, z, dims=dims, segment_blocks=dims.keep_blocks, reverse=True
-        )
-        local = walk(None, states=False, end=True, name="ssd_bwd_segment_dstates")[1]
-        decay = segment_decays(last, dims.keep_blocks)
-        ends, dinit = segment_walk(local, decay, dfinal, dims, config, reverse=True, name="ssd_bwd_segment_walk")
-        return walk(ends, states=True, end=False, name="ssd_bwd_block_dstates")[0], dinit
+    the state leaving it, by the Triton kernels (on Mosaic GPU: ``mosaic_dstates``). Returns the block state gradients
+    (like ``states``) and d initial_states."""
     local, decay = triton_bwd.segment_dstates(dt, A, C, dout, z, dt_bias, seq_idx, dims, config)
     ends, dinit = segment_walk(local, decay, dfinal, dims, config, reverse=True, name="ssd_bwd_segment_walk")
     dstates = triton_bwd.block_dstates(dt, A, C, dout, z, dt_bias, seq_idx, ends, states, dims, config)
     return dstates, dinit
+
+
+def mosaic_dstates(dout, C, vectors, gate, dfinal, dims: SsdDims, segments: SsdDims | None, config, op: str = "ssd"):
+    """The backward's state gradients on Mosaic GPU for any decay (``vectors``: ``common.decay_vectors``'s): every
+    block's outgoing state's gradient (batch, nblocks, H, P, N) in dout's dtype and d initial state (batch, H, P, N)
+    float32 where ``dims.has_init`` (else None). One reverse walk, or with ``segments`` (dims whose keep_blocks are a
+    segment's) two levels as ``_two_level_dstates``. ``gate``: z, whose silu multiplies dout, or None; ``op`` begins
+    the kernels' names (Mamba-3 runs these passes too)."""
+    weight, last = walk_weights(vectors, reverse=True)
+    if segments is None:
+        walk = dict(segment_blocks=dims.nblocks, reverse=True, states=True, end=dims.has_init)
+        dstates, end = mosaic_state_walk(
+            dout, C, weight, last, gate, dfinal[:, None], dims, **walk, name=f"{op}_bwd_dstates"
+        )
+        return dstates, (None if end is None else end[:, 0])
+    blocks = segments.keep_blocks
+    walk = functools.partial(
+        mosaic_state_walk, dout, C, weight, last, gate, dims=segments, segment_blocks=blocks, reverse=True
+    )
+    local = walk(None, states=False, end=True, name=f"{op}_bwd_segment_dstates")[1]
+    decay = segment_decays(last, blocks)
+    ends, dinit = segment_walk(local, decay, dfinal, segments, config, reverse=True, name=f"{op}_bwd_segment_walk")
+    dstates = walk(ends, states=True, end=False, name=f"{op}_bwd_block_dstates")[0]
+    return dstates, (dinit if dims.has_init else None)
 
 
 def ssd_backward(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, states, ypre, dout, dfinal, dims, config):
@@ -154,16 +178,13 @@ def ssd_backward(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, states,
     d dt_bias (batch, nblocks, H) or None, and d initial_states (batch, H, P, N) float32 or None. ``dims`` has whole
     heads (block_p >= headdim); the per-head kernel splits them by ``config.bwd_block_p``."""
     segments = segment_dims(dims, config) if config.two_level_backward else None
-    if segments is not None:
+    if config.states_mosaic and covers_tiles(dims, dout.dtype):
+        vectors = block_cumsums(dt, A, dt_bias, dims)
+        dstates, dinit = mosaic_dstates(dout, C, vectors, z, dfinal, dims, segments, config)
+        dinit = [] if dinit is None else [dinit]
+    elif segments is not None:
         dstates, dinit = _two_level_dstates(dt, A, C, dout, dfinal, z, dt_bias, seq_idx, states, segments, config)
         dinit = [dinit] if initial_states is not None else []
-    elif config.states_mosaic and covers_tiles(dims, dout.dtype):
-        weight, last = walk_vectors(dt, A, dt_bias, dims, reverse=True)
-        walk = dict(segment_blocks=dims.nblocks, reverse=True, states=True, name="ssd_bwd_dstates")
-        dstates, end = mosaic_state_walk(
-            dout, C, weight, last, z, dfinal[:, None], dims, end=initial_states is not None, **walk
-        )
-        dinit = [] if end is None else [end[:, 0]]
     else:
         args = (dt, A, C, dout, dfinal, z, dt_bias, seq_idx, states, initial_states, dims, config)
         dstates, dinit = triton_bwd.dstates_pass(*args)

@@ -9,27 +9,24 @@ v_t k_tᵀ, so these passes are the SSD's: the forward walk (``ssd.mosaic_gpu.fo
 ``backward_dbc``), with one group per head (each head has its own rotated k and q). Where the SSD's default config
 for these sizes splits the walk into segments (few programs for the SMs, long sequences), so does this: each
 segment's end state by the state walk, the walk over segments (``ssd.triton.segments``), then the forward walk per
-segment from its incoming state, and the mirror image in the backward.
+segment from its incoming state, and the mirror image in the backward (``ssd.dispatch.mosaic_segment_starts``,
+``mosaic_dstates``, shared with the SSD).
 
 Layouts: x, dy (batch, L, H, P) and k, q (batch, L, H, N) in one 16-bit dtype; ``vectors`` (scale, cs, cs_last) each
 (batch, H, L) float32; D (H, P) float32 or None; start, dfinal (batch, H, P, N) float32; L a multiple of 64, P and
 N multiples of 64 (``kernel_scan`` pads them).
 """
 
-import functools
-
 import jax
 import jax.numpy as jnp
 
 from pallas_kernels.ssd.config import SsdConfig
 from pallas_kernels.ssd.dims import SsdDims, segment_dims, ssd_dims
-from pallas_kernels.ssd.dispatch import walk_loop
+from pallas_kernels.ssd.dispatch import mosaic_dstates, mosaic_segment_starts, walk_loop
 from pallas_kernels.ssd.mosaic_gpu.backward_dbc import mosaic_dbc, mosaic_dbc_supported
 from pallas_kernels.ssd.mosaic_gpu.backward_dx import decay_gradients, dx_kernel_call, dx_kernel_inputs
 from pallas_kernels.ssd.mosaic_gpu.common import TILE, backward_vectors
 from pallas_kernels.ssd.mosaic_gpu.forward import mosaic_walk
-from pallas_kernels.ssd.mosaic_gpu.states import mosaic_state_walk, segment_decays, walk_weights
-from pallas_kernels.ssd.triton.segments import segment_walk
 
 
 def scan_dims(x: jax.Array, k: jax.Array, D, start, interpret: bool) -> SsdDims:
@@ -48,43 +45,17 @@ def scan_forward(x, vectors, k, q, D, start, dims: SsdDims, config: SsdConfig, s
         y, _, states, end = mosaic_walk(x, vectors, k, q, D, None, starts, dims, **walk)
         return y, end[:, 0], states
     blocks = segments.keep_blocks
-    weight, last = walk_weights(vectors, reverse=False)
-    ends = dict(segment_blocks=blocks, reverse=False, states=False, end=True, name="mamba3_fwd_segment_states")
-    local = mosaic_state_walk(x, k, weight, last, None, None, segments, **ends)[1]
-    decay = segment_decays(last, blocks)
-    kept, final = segment_walk(local, decay, start, segments, config, reverse=False, name="mamba3_fwd_segment_walk")
+    kept, final = mosaic_segment_starts(x, k, vectors, start, segments, config, op="mamba3")
     walk = dict(segment_blocks=blocks, states=save, ypre=False, end=False, **walk_loop(config))
     y, _, states, _ = mosaic_walk(x, vectors, k, q, D, None, kept, segments, **walk)
     return y, final, states
 
 
-def _state_gradients(q, vectors, dy, dfinal, dims: SsdDims, config: SsdConfig):
-    """The gradient of every block's outgoing state (batch, L / 64, H, P, N) in dy's dtype, and d start (batch, H, P,
-    N) float32 where the scan has a start state (else None): the reverse state walk, in segments where the forward
-    had them."""
-    weight, last = walk_weights(vectors, reverse=True)
-    segments = segment_dims(dims, config) if config.two_level_backward else None
-    if segments is None:
-        walk = dict(segment_blocks=dims.nblocks, reverse=True, states=True, end=dims.has_init)
-        dstates, end = mosaic_state_walk(
-            dy, q, weight, last, None, dfinal[:, None], dims, **walk, name="mamba3_bwd_dstates"
-        )
-        return dstates, (None if end is None else end[:, 0])
-    blocks = segments.keep_blocks
-    walk = functools.partial(
-        mosaic_state_walk, dy, q, weight, last, None, dims=segments, segment_blocks=blocks, reverse=True
-    )
-    local = walk(None, states=False, end=True, name="mamba3_bwd_segment_dstates")[1]
-    decay = segment_decays(last, blocks)
-    ends, dstart = segment_walk(local, decay, dfinal, segments, config, reverse=True, name="mamba3_bwd_segment_walk")
-    dstates = walk(ends, states=True, end=False, name="mamba3_bwd_block_dstates")[0]
-    return dstates, (dstart if dims.has_init else None)
-
-
 def scan_backward(x, vectors, k, q, D, states, dy, dfinal, dims: SsdDims, config: SsdConfig):
     """The gradients of ``scan_forward``'s inputs from dy (like y) and dfinal: dx in x's dtype, d scale and d
     log-decay (batch, H, L) float32, dk and dq in k's dtype, dD (H, P) float32 or None, d start or None."""
-    dstates, dstart = _state_gradients(q, vectors, dy, dfinal, dims, config)
+    segments = segment_dims(dims, config) if config.two_level_backward else None
+    dstates, dstart = mosaic_dstates(dy, q, vectors, None, dfinal, dims, segments, config, op="mamba3")
     decays = backward_vectors(vectors)
     inputs = dx_kernel_inputs(x, decays, k, q, D, None, states, dstates, dy, dims)
     dx, dD, sds, dcs, carry, xdx = dx_kernel_call(inputs, dims)
