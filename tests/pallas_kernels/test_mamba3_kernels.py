@@ -24,6 +24,7 @@ from tests.pallas_kernels.test_mamba3_mimo_reference import mimo_inputs
 from tests.pallas_kernels.test_mamba3_reference import assert_angles_close, random_inputs, steps_of
 
 BF16 = jnp.bfloat16
+BF16_ARGS = {"Q", "K", "V", "Z"}  # the arguments the kernels get in bfloat16 (the input v state too)
 # The kernels round more than ``kernel_rounding_scan`` does (the block states they read, their products' operands):
 # where a gradient missed bfloat16's tolerance, it was 0.7-2.0x as far from the float32 reference as that
 # emulation's (12 seeds of the four gradient cases below). Held to 3x, the factor gpu_checks gives per-head sums.
@@ -52,18 +53,16 @@ def kernel_rounding_scan(q, k, u, *rest):
 def rounded(args: dict, states):
     """The inputs as the kernels get them: bfloat16 Q, K, V, Z and input v (float64 copies for the oracle), the
     per-step and per-head values float32."""
-    low = {"Q", "K", "V", "Z"}
     as_np = lambda a, low: None if a is None else np.asarray(jnp.asarray(a, BF16 if low else jnp.float32), np.float64)  # noqa: E731
-    args = {k: as_np(v, k in low) for k, v in args.items()}
+    args = {k: as_np(v, k in BF16_ARGS) for k, v in args.items()}
     states = None if states is None else tuple(as_np(s, i == 3) for i, s in enumerate(states))
     return args, states
 
 
 def to_jax(args: dict, states):
-    low = {"Q", "K", "V", "Z"}
     to = lambda a, low: None if a is None else jnp.asarray(a, BF16 if low else jnp.float32)  # noqa: E731
     jstates = None if states is None else tuple(to(s, i == 3) for i, s in enumerate(states))
-    return {k: to(v, k in low) for k, v in args.items()}, jstates
+    return {k: to(v, k in BF16_ARGS) for k, v in args.items()}, jstates
 
 
 def check_against_oracle(out, finals, args, states, cu_bounds=None, oracle=naive_mamba3.mamba3_forward):
