@@ -45,13 +45,13 @@ def scan_forward_pass(u, delta, A, B, C, D, z, delta_bias, keep, softplus, confi
         block = min(mosaic_forward.BLOCK_L, every)
         mdims = _mosaic_dims(u, B, D, z, delta_bias, softplus, config, interpret, block, every, keep)
         a2, (B, C) = a2_transposed(A), _tma_rows(B, C)
-        starts = None
+        starts, keep_rows = None, _tma_keep(keep)
         if mdims.nsegments > 1:
-            ends, dt_sums = mosaic_forward.segment_end_states(u, delta, a2, B, delta_bias, keep, mdims)
+            ends, dt_sums = mosaic_forward.segment_end_states(u, delta, a2, B, delta_bias, keep_rows, mdims)
             flags = _segment_flags(keep, mdims)
             starts = segment_start_states(ends, dt_sums, A, None if flags is None else flags[:, :-1])
         out, last, states = mosaic_forward.scan_forward(
-            u, delta, a2, B, C, D, z, delta_bias, starts, keep, mdims, save_states
+            u, delta, a2, B, C, D, z, delta_bias, starts, keep_rows, mdims, save_states
         )
         return out, jnp.swapaxes(last, 1, 2), states
     _triton_takes(keep)
@@ -83,6 +83,14 @@ def _tma_rows(*bc: jax.Array) -> tuple[jax.Array, ...]:
     """B and C as the Mosaic GPU kernels' TMA copies take them: in float32 where their rows of N in their own dtype
     do not fill a multiple of 16 bytes (bf16 with N = 4, 12, ...); a copy 1 / (dim / G) the size of u."""
     return tuple(x if (x.shape[-1] * x.dtype.itemsize) % 16 == 0 else x.astype(jnp.float32) for x in bc)
+
+
+def _tma_keep(keep: jax.Array | None) -> jax.Array | None:
+    """The packed sequences' (batch, L) float32 keep mask as the Mosaic GPU kernels' TMA copies take it: its rows
+    padded with ones (no reset) to whole 16-byte units, L a multiple of 4; the kernels read only its first L steps."""
+    if keep is None or keep.shape[1] % 4 == 0:
+        return keep
+    return jnp.pad(keep, [(0, 0), (0, -keep.shape[1] % 4)], constant_values=1.0)
 
 
 def _triton_takes(keep) -> None:
@@ -141,7 +149,7 @@ def rebuild_saved_states(u, delta, A, B, D, z, delta_bias, keep, softplus, confi
         mdims = _mosaic_dims(u, B, D, z, delta_bias, softplus, config, interpret, block, block, keep)
         mdims = dataclasses.replace(mdims, segment_len=config.kept_every)
         (Bt,) = _tma_rows(B)
-        return mosaic_forward.rebuild_states(u, delta, a2_transposed(A), Bt, delta_bias, kept, keep, mdims)
+        return mosaic_forward.rebuild_states(u, delta, a2_transposed(A), Bt, delta_bias, kept, _tma_keep(keep), mdims)
     _triton_takes(keep)
     dims = scan_dims(u, B, A, D, z, delta_bias, softplus, config, interpret, bwd=False)
     dims = dataclasses.replace(dims, save_every=config.save_every, segment_len=config.kept_every)
@@ -155,13 +163,13 @@ def scan_backward_pass(u, delta, A, B, C, D, z, delta_bias, keep, softplus, conf
     if config.bwd_backend == "mosaic_gpu":
         mdims = _mosaic_dims(u, B, D, z, delta_bias, softplus, config, interpret, config.chunk, config.chunk, keep)
         a2, (Bt, Ct), dlast = a2_transposed(A), _tma_rows(B, C), padded_rows(dlast)
-        carries = dlast[:, None]
+        carries, keep_rows = dlast[:, None], _tma_keep(keep)
         if mdims.nsegments > 1:
-            local, dt_sums = segment_adjoints(delta, a2, Ct, dout, z, delta_bias, keep, mdims)
+            local, dt_sums = segment_adjoints(delta, a2, Ct, dout, z, delta_bias, keep_rows, mdims)
             flags = _segment_flags(keep, mdims)
             carries = chunk_end_adjoints(local, dt_sums, A, dlast, None if flags is None else flags[:, 1:])
         du, ddelta, dz, dB, dC, dA, dD, dbias = mosaic_backward.scan_backward(
-            u, delta, a2, Bt, Ct, D, z, delta_bias, states, dout, carries, keep, mdims
+            u, delta, a2, Bt, Ct, D, z, delta_bias, states, dout, carries, keep_rows, mdims
         )
         dB, dC = dB.sum(axis=3), dC.sum(axis=3)  # per-128-channel partials (batch, L, G, dim / G / 128, N)
         per_segment = (0, 1)  # dA, dD, d bias: (batch, segments, ...)
