@@ -6,6 +6,7 @@ the exps, from which ``compare.kernels`` derives each row's floor.
 """
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable
 from typing import NamedTuple
@@ -16,7 +17,7 @@ import numpy as np
 
 from pallas_kernels import causal_conv1d_fn, mamba_chunk_scan_combined, rmsnorm_fn, selective_scan_fn
 from pallas_kernels.causal_conv1d.config import ConvConfig
-from pallas_kernels.mamba3.api import mamba3_siso_combined
+from pallas_kernels.mamba3.api import mamba3_siso_combined, mamba3_siso_step
 from pallas_kernels.rmsnorm_gated.config import NormConfig
 from pallas_kernels.selective_scan.config import ScanConfig
 from pallas_kernels.ssd.api import pallas_config as ssd_pallas_config
@@ -43,7 +44,7 @@ def _dt_bias(rng, n: int) -> np.ndarray:
 
 class JaxCalls(NamedTuple):
     forward: Callable[[], object]
-    forward_backward: Callable[[], object]
+    forward_backward: Callable[[], object] | None  # None for an op without a backward (a decoding step)
     output: np.ndarray  # the forward's output, float32
     saved_bytes: int  # what the forward keeps for the backward beyond its inputs
 
@@ -357,6 +358,70 @@ def mamba3_torch(ref, arrays, dtypes, cotangent, shape):
     return mamba3_siso_calls(ref, arrays, dtypes, cotangent, chunk_size=shape[-1])
 
 
+# ---- Mamba-3 SISO decoding step: shape (batch, H, P, N, G, S)
+
+MAMBA3_STATES = ("angle", "ssm", "k", "v")
+
+
+def mamba3_step_inputs(shape, dtype: str, seed: int) -> tuple[dict, dict, None]:
+    """One step's arguments as ``mamba3_inputs`` makes them at L 1 (without the L axis), and the states a decode
+    carries into it, float32: angle (batch, H, S), ssm (batch, H, P, N), k (batch, H, N), v (batch, H, P). No
+    cotangent: a decoding step has no backward."""
+    batch, heads, headdim, dstate, groups, pairs = shape
+    arrays, dtypes, _ = mamba3_inputs((batch, 1, heads, headdim, dstate, groups, pairs, 1), dtype, seed)
+    arrays = {k: v[:, 0] if v.ndim == 4 else v[..., 0] if v.ndim == 3 else v for k, v in arrays.items()}
+    rng = np.random.default_rng(seed + 1)
+    states = {
+        "angle": rng.uniform(0.0, 2 * np.pi, (batch, heads, pairs)),
+        "ssm": rng.normal(size=(batch, heads, headdim, dstate)),
+        "k": rng.normal(size=(batch, heads, dstate)),
+        "v": rng.normal(size=(batch, heads, headdim)),
+    }
+    return arrays | _rounded(states, dict.fromkeys(states, "float32")), dtypes | dict.fromkeys(states, "float32"), None
+
+
+def mamba3_step_costs(shape, dtype: str) -> dict:
+    """Bytes: the step's inputs read, out written, the states read and written (the (batch, H, P, N) float32 ssm
+    state dominates). FLOPs per head: the state decayed and updated by two rank-1 terms and read out by q (about
+    8 P N). Exps: one decay a head."""
+    batch, heads, headdim, dstate, groups, pairs = shape
+    item = jnp.dtype(dtype).itemsize
+    inputs = batch * (2 * groups * dstate * item + 2 * heads * headdim * item + 3 * heads * 4 + heads * pairs * 4)
+    states = batch * heads * (pairs + headdim * dstate + dstate + headdim) * 4
+    out = batch * heads * headdim * item
+    return {
+        "forward": {
+            "bytes": inputs + out + 2 * states,
+            "flops": 8 * batch * heads * headdim * dstate,
+            "exps": batch * heads,
+        }
+    }
+
+
+def mamba3_step_jax(variant: Variant, arrays, dtypes, cotangent, shape) -> JaxCalls:
+    """The jit'ed step as a decode loop calls it: each call takes the previous call's states, donated."""
+    step = jax.jit(functools.partial(mamba3_siso_step, impl=variant.impl), donate_argnames="Input_States")
+    args = {k: jnp.asarray(arrays[k], dtypes[k]) for k in MAMBA3_ARGS}
+
+    def fresh_states():
+        return tuple(jnp.asarray(arrays[k], jnp.float32) for k in MAMBA3_STATES)
+
+    output = np.asarray(step(**args, Input_States=fresh_states())[0].astype(jnp.float32))
+    carried = [fresh_states()]
+
+    def forward():
+        out, carried[0] = step(**args, Input_States=carried[0])
+        return out
+
+    return JaxCalls(forward, None, output, 0)
+
+
+def mamba3_step_torch(ref, arrays, dtypes, cotangent, shape):
+    from torch_reference.kernel_calls import mamba3_siso_step_calls
+
+    return mamba3_siso_step_calls(ref, arrays, dtypes, MAMBA3_ARGS, MAMBA3_STATES)
+
+
 @dataclasses.dataclass(frozen=True)
 class KernelOp:
     name: str
@@ -430,5 +495,21 @@ OPS = {
         mamba3_jax,
         mamba3_torch,
         torch_extensions=False,
+    ),
+    "mamba3_step": KernelOp(
+        "mamba3_step",
+        ("batch", "H", "P", "N", "G", "S"),
+        {
+            "130m-b1": (1, 24, 64, 128, 1, 32),
+            "130m-b64": (64, 24, 64, 128, 1, 32),
+            "780m-b16": (16, 48, 64, 128, 1, 32),
+        },
+        None,
+        mamba3_step_inputs,
+        mamba3_step_costs,
+        mamba3_step_jax,
+        mamba3_step_torch,
+        torch_extensions=False,
+        impls=("reference",),
     ),
 }

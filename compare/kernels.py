@@ -69,11 +69,10 @@ def median_ms(
 
 
 def time_passes(forward, forward_backward, sync, reps: int, sample_ms: float = SAMPLE_MS) -> dict[str, float]:
-    """ms of the forward and of the forward+backward, each by ``median_ms`` over samples of ``sample_ms`` or more."""
-    return {
-        "forward": median_ms(forward, sync, reps, sample_ms),
-        "forward+backward": median_ms(forward_backward, sync, reps, sample_ms),
-    }
+    """ms of the forward and of the forward+backward (where the op has one: ``forward_backward`` not None), each by
+    ``median_ms`` over samples of ``sample_ms`` or more."""
+    passes = {"forward": forward, "forward+backward": forward_backward}
+    return {name: median_ms(fn, sync, reps, sample_ms) for name, fn in passes.items() if fn is not None}
 
 
 TORCH_GRAPHED = "mamba-ssm CUDA graph"  # mamba-ssm's calls captured once and replayed: no launch overhead
@@ -238,11 +237,10 @@ def run_op(op: KernelOp, args, variants: list[Variant], ceiling: dict) -> list[d
             timed["mamba-ssm"] = time_passes(
                 calls.forward, calls.forward_backward, calls.sync, args.reps, args.sample_ms
             )
-            timed[TORCH_GRAPHED] = time_passes(
-                replayed(calls.forward), replayed(calls.forward_backward), calls.sync, args.reps, args.sample_ms
-            )
+            backward = None if calls.forward_backward is None else replayed(calls.forward_backward)
+            timed[TORCH_GRAPHED] = time_passes(replayed(calls.forward), backward, calls.sync, args.reps, args.sample_ms)
             print(f"{shape_name} mamba-ssm eager: {timed['mamba-ssm']}, replayed: {timed[TORCH_GRAPHED]}", flush=True)
-            if args.profile:
+            if args.profile and calls.forward_backward is not None:
                 torch_profiles[shape_name] = calls.forward_backward
         for variant in variants:
             forward, forward_backward, outputs[variant.label], saved[variant.label] = op.jax_calls(
@@ -250,7 +248,7 @@ def run_op(op: KernelOp, args, variants: list[Variant], ceiling: dict) -> list[d
             )
             timed[variant.label] = time_passes(forward, forward_backward, jax_sync, args.reps, args.sample_ms)
             print(f"{shape_name} {variant.label}: {timed[variant.label]}", flush=True)
-            if args.profile:
+            if args.profile and forward_backward is not None:
                 kernels[variant.label], gaps[variant.label] = profiled_kernels(forward_backward)
                 print(f"{shape_name} {variant.label} kernels (us per forward+backward): {kernels[variant.label]}")
                 print(f"{shape_name} {variant.label} GPU idle (us per forward+backward): {gaps[variant.label]}")

@@ -21,7 +21,7 @@ from torch_reference.trace_passes import kernels_by_pass
 @dataclasses.dataclass
 class KernelCalls:
     forward: Callable[[], object]  # runs the forward
-    forward_backward: Callable[[], object]  # runs the forward and backpropagates the fixed cotangent
+    forward_backward: Callable[[], object] | None  # the forward and the fixed cotangent's backward; None: no backward
     sync: Callable[[object], None]  # sync(output): waits until the device has finished
     output: np.ndarray  # the forward's output, channels-last float32
     saved_bytes: int  # what autograd keeps for the backward beyond the inputs
@@ -159,6 +159,28 @@ def mamba3_siso_calls(ref: Reference, arrays: dict, dtypes: dict, cotangent: np.
         return mamba3_siso_combined(**leaves, chunk_size=chunk_size)
 
     return _calls(run, list(leaves.values()), dout, ref.device, channels_first=False)
+
+
+def mamba3_siso_step_calls(
+    ref: Reference, arrays: dict, dtypes: dict, arg_names: tuple, state_names: tuple
+) -> KernelCalls:
+    """mamba-ssm's Triton ``mamba3_siso_step`` on the ``arg_names`` arrays (Q, K (batch, G, N); V, Z (batch, H, P);
+    ADT, DT, Trap (batch, H); ...) and the ``state_names`` ones (angle, ssm, k, v), as a decode loop calls it: each
+    call takes the states the previous call returned. Forward only."""
+    if ref.device != "cuda":
+        raise RuntimeError("mamba-ssm's Mamba-3 step is a Triton kernel: it needs a GPU")
+    from mamba_ssm.ops.triton.mamba3.mamba3_siso_step import mamba3_siso_step
+
+    args = {k: to_torch(arrays[k], dtypes[k], ref.device) for k in arg_names}
+    carried = [tuple(to_torch(arrays[k], "float32", ref.device) for k in state_names)]
+
+    def forward():
+        with torch.no_grad():
+            out, states = mamba3_siso_step(**args, Input_States=carried[0])
+        carried[0] = tuple(states)
+        return out
+
+    return KernelCalls(forward, None, _sync_cuda, to_numpy(forward()), 0)
 
 
 def _sync_cuda(_output) -> None:

@@ -267,6 +267,33 @@ def test_mamba3_op_costs_inputs_and_refusals():
         kernels.parse_config("block_l=32", op)
 
 
+def test_mamba3_step_op_carries_its_states_and_times_the_forward_only():
+    """The decoding step: its first output is the reference step's from the given states; each timed call carries
+    the previous call's states on (a decode loop), so the next output differs; no backward is timed."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    from compare.tolerances import assert_close
+    from pallas_kernels.mamba3 import reference
+
+    op = kernel_ops.OPS["mamba3_step"]
+    shape = (3, 2, 8, 16, 1, 4)
+    arrays, dtypes, cotangent = op.inputs(shape, "bfloat16", seed=1)
+    assert cotangent is None and arrays["ssm"].shape == (3, 2, 8, 16) and arrays["Q"].shape == (3, 1, 16)
+    args = {k: jnp.asarray(arrays[k], dtypes[k]) for k in kernel_ops.MAMBA3_ARGS}
+    states = tuple(jnp.asarray(arrays[k]) for k in kernel_ops.MAMBA3_STATES)
+    expected, _ = reference.mamba3_siso_step(**args, states=states)
+    calls = op.jax_calls(kernel_ops.Variant("reference", "reference"), arrays, dtypes, cotangent, shape)
+    assert calls.forward_backward is None
+    assert_close("step output", calls.output, expected.astype(jnp.float32), jnp.bfloat16)
+    first, second = (np.asarray(calls.forward().astype(jnp.float32)) for _ in range(2))
+    assert np.abs(second - first).max() > 0
+    timed = kernels.time_passes(calls.forward, calls.forward_backward, kernels.jax_sync, reps=2, sample_ms=1.0)
+    assert set(timed) == {"forward"} and timed["forward"] > 0
+    costs = op.costs(op.shapes["130m-b1"], "bfloat16")["forward"]
+    assert costs["bytes"] > 2 * 24 * 64 * 128 * 4  # the float32 ssm state read and written
+
+
 def test_jax_forward_backward_returns_the_output_with_the_gradients():
     """The timed forward+backward returns the op's output beside the gradients, as a training step's loss reads it:
     with the gradients alone XLA may drop forward kernels whose results the backward does not keep (the SSD's forward
