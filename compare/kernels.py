@@ -78,10 +78,33 @@ def time_passes(forward, forward_backward, sync, reps: int, sample_ms: float = S
 TORCH_GRAPHED = "mamba-ssm CUDA graph"  # mamba-ssm's calls captured once and replayed: no launch overhead
 
 
+def time_replayed(forward, forward_backward, sync, reps: int, sample_ms: float) -> tuple[dict, dict]:
+    """``time_passes`` of the PyTorch calls captured once as CUDA graphs and replayed, and {pass: the error's first
+    line} for each pass whose capture failed (an op that launches on the legacy stream, say, which a capture cannot
+    hold: mamba-ssm's Mamba-3 backward): that pass then has its eager figure only."""
+    from torch_reference.step_modes import replayed
+
+    timed, failed = {}, {}
+    for name, fn in {"forward": forward, "forward+backward": forward_backward}.items():
+        if fn is None:
+            continue
+        try:
+            graph = replayed(fn)
+        except RuntimeError as err:  # torch.AcceleratorError too
+            while err.__context__ is not None:  # the capture's end reports only that an earlier call failed
+                err = err.__context__
+            failed[name] = (str(err).strip().splitlines() or [type(err).__name__])[0]
+            continue
+        timed[name] = median_ms(graph, sync, reps, sample_ms)
+    return timed, failed
+
+
 def fastest_reference(timed: dict[str, dict[str, float]], pass_name: str) -> tuple[str | None, float | None]:
     """(label, ms) of the faster PyTorch figure of a pass, eager or replayed as a CUDA graph; (None, None) if
     mamba-ssm was not timed."""
-    figures = {label: timed[label][pass_name] for label in ("mamba-ssm", TORCH_GRAPHED) if label in timed}
+    figures = {
+        label: timed[label][pass_name] for label in ("mamba-ssm", TORCH_GRAPHED) if pass_name in timed.get(label, {})
+    }
     if not figures:
         return None, None
     label = min(figures, key=figures.get)
@@ -228,18 +251,20 @@ def run_op(op: KernelOp, args, variants: list[Variant], ceiling: dict) -> list[d
         outputs = {}
         saved = {}  # bytes the forward keeps for the backward beyond its inputs
         kernels, gaps = {}, {}
+        graph_failures = {}
         if torch_ref is not None:
-            from torch_reference.step_modes import replayed
-
             calls = op.torch_calls(torch_ref, arrays, dtypes, cotangent, shape)
             outputs["mamba-ssm"] = outputs[TORCH_GRAPHED] = calls.output  # the same kernels: one output
             saved["mamba-ssm"] = saved[TORCH_GRAPHED] = calls.saved_bytes
             timed["mamba-ssm"] = time_passes(
                 calls.forward, calls.forward_backward, calls.sync, args.reps, args.sample_ms
             )
-            backward = None if calls.forward_backward is None else replayed(calls.forward_backward)
-            timed[TORCH_GRAPHED] = time_passes(replayed(calls.forward), backward, calls.sync, args.reps, args.sample_ms)
+            timed[TORCH_GRAPHED], graph_failures = time_replayed(
+                calls.forward, calls.forward_backward, calls.sync, args.reps, args.sample_ms
+            )
             print(f"{shape_name} mamba-ssm eager: {timed['mamba-ssm']}, replayed: {timed[TORCH_GRAPHED]}", flush=True)
+            for pass_name, error in graph_failures.items():
+                print(f"{shape_name} mamba-ssm {pass_name} not captured as a CUDA graph: {error}", flush=True)
             if args.profile and calls.forward_backward is not None:
                 torch_profiles[shape_name] = calls.forward_backward
         for variant in variants:
@@ -278,6 +303,8 @@ def run_op(op: KernelOp, args, variants: list[Variant], ceiling: dict) -> list[d
                         "out_rel_l2_vs_" + base: error,
                     }
                 )
+                if label == "mamba-ssm" and pass_name in graph_failures:
+                    rows[-1]["cuda_graph_failure"] = graph_failures[pass_name]
                 if pass_name == "forward+backward" and label in kernels:
                     rows[-1]["kernel_us"] = kernels[label]
                     rows[-1]["kernel_sum_us"] = round(sum(kernels[label].values()), 1)
@@ -319,6 +346,14 @@ def markdown(rows: list[dict], meta: dict) -> str:
             f"{r['floor_ms']:.3f} | {r['times_floor']:.1f} | {'' if r.get('saved_mb') is None else r['saved_mb']} | "
             f"{'' if err is None else f'{err:.1e}'} |"
         )
+    uncaptured = [r for r in rows if r.get("cuda_graph_failure")]
+    if uncaptured:
+        lines += [
+            "",
+            "mamba-ssm passes that could not be captured as a CUDA graph (their eager figure is its best):",
+            "",
+        ]
+        lines += [f"- {r['shape']} {r['pass']}: {r['cuda_graph_failure']}" for r in uncaptured]
     profiled = [r for r in rows if r.get("kernel_us")]
     if profiled:
         lines += ["", "Per-kernel device time of the forward+backward (us per call, from the profiler):", ""]

@@ -353,6 +353,43 @@ def test_speed_up_is_against_the_faster_pytorch_figure():
     assert "| s | forward+backward | pallas | 0.600 | 2.50x (graph) |" in text and "(kernels' sum 500)" in text
 
 
+def test_a_pass_that_cannot_be_captured_keeps_its_eager_figure(monkeypatch):
+    """A pass whose CUDA-graph capture fails is left out of the replayed figures with the first error's first line
+    (not the capture's closing error); its speed-up is then against the eager figure, and the report says why."""
+    from compare import kernels
+    from torch_reference import step_modes
+
+    def forward():
+        return 1
+
+    def forward_backward():
+        return 2
+
+    def replayed(fn):
+        if fn is forward:
+            return fn
+        try:
+            raise RuntimeError("CUDA error: operation would make the legacy stream depend on a capturing stream\nmore")
+        except RuntimeError:
+            raise RuntimeError("CUDA error: operation failed due to a previous error during capture") from None
+
+    monkeypatch.setattr(step_modes, "replayed", replayed)
+    timed, failed = kernels.time_replayed(forward, forward_backward, lambda out: None, reps=2, sample_ms=1.0)
+    assert set(timed) == {"forward"}
+    assert failed == {
+        "forward+backward": "CUDA error: operation would make the legacy stream depend on a capturing stream"
+    }
+    both = {"mamba-ssm": {"forward": 2.0, "forward+backward": 4.0}, kernels.TORCH_GRAPHED: {"forward": 1.0}}
+    assert kernels.fastest_reference(both, "forward") == (kernels.TORCH_GRAPHED, 1.0)
+    assert kernels.fastest_reference(both, "forward+backward") == ("mamba-ssm", 4.0)
+    row = {"shape": "s", "pass": "forward+backward", "impl": "mamba-ssm", "ms": 4.0, "speedup_vs_mamba_ssm": 1.0,
+           "mamba_ssm_fastest": "mamba-ssm", "effective_gbs": 1.0, "tflops": 1.0, "floor_ms": 0.1,
+           "times_floor": 40.0, "saved_mb": None, "cuda_graph_failure": failed["forward+backward"]}  # fmt: skip
+    meta = {"op": "mamba3", "device": {"device": "GPU", "sm_count": 1, "sm_clock_mhz": 1}, "command": "c",
+            "date": "d", "copy_gbs": 1.0, "exp_per_s": 1.0, "matmul_tflops": 1.0}  # fmt: skip
+    assert "- s forward+backward: CUDA error: operation would make" in kernels.markdown([row], meta)
+
+
 @pytest.mark.gpu
 def test_replayed_calls_give_the_eager_results():
     """A call captured once in a CUDA graph and replayed returns what the eager call returns, and a replay after the
