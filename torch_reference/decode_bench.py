@@ -1,9 +1,11 @@
 """mamba-ssm's decoding speed: ``python -m torch_reference.decode_bench --config NAME --batches 1 64``.
 
-The PyTorch side of ``compare.decode_bench``: mamba-ssm's ``MambaLMHeadModel.generate`` at its best settings
-(bf16 weights as its own benchmark loads them, CUDA graphs with ``cg=True``, its Triton ``selective_state_update``
-and causal-conv1d's update kernel), greedy (top_k=1), random prompts of ``--prompt_len`` tokens continued by
-``--new_tokens`` tokens. A time covers one whole ``generate`` call (prefill and decoding, as ours does), median of
+The PyTorch side of ``compare.decode_bench``: mamba-ssm's ``MambaLMHeadModel.generate`` at its best settings (bf16
+weights as its own benchmark loads them, CUDA graphs with ``cg=True``, its Triton ``selective_state_update`` and
+causal-conv1d's update kernel), greedy (top_k=1), random prompts of ``--prompt_len`` tokens continued by
+``--new_tokens`` tokens. The model is built as ``torch_reference.lm.TorchLM`` builds it, so Mamba-3 layers are
+mamba-ssm's ``Mamba3`` mixers, decoding with its Triton ``mamba3_siso_step``. A time covers one whole ``generate``
+call (prefill and decoding, as ours does), median of
 ``--reps`` after a warm-up call that captures the graphs. Prints one JSON line."""
 
 import argparse
@@ -14,17 +16,15 @@ import time
 
 import torch
 
-from jax_mamba.checkpoints.convert import to_mamba_config
 from jax_mamba.configs.loader import load_config, parse_args_with_overrides
 from torch_reference.backend import load
+from torch_reference.lm import TorchLM
 
 
 def measure(config: str, batches: list[int], prompt_len: int, new_tokens: int, reps: int, overrides: list[str]):
     cfg = load_config(config, overrides).model
     ref = load("cuda")
-    torch.manual_seed(0)
-    mamba_config = {**to_mamba_config(cfg), "fused_add_norm": True}
-    model = ref.MambaLMHeadModel(ref.MambaConfig(**mamba_config), device="cuda", dtype=torch.bfloat16).eval()
+    model = TorchLM(ref, cfg, seed=0).model.to(torch.bfloat16).eval()
     rows = []
     for batch in batches:
         ids = torch.randint(0, cfg.vocab_size, (batch, prompt_len), device="cuda")

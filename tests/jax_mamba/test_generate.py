@@ -66,7 +66,7 @@ def test_step_logits_equal_the_full_forward(name, rng):
     assert_close(f"{name} logits", jnp.stack(stepped, 1), full[:, k - 1 :], jnp.float32)
 
 
-@pytest.mark.parametrize("name", ["mamba1-pallas", "mamba2", "mamba2-pallas", "hybrid"])
+@pytest.mark.parametrize("name", ["mamba1-pallas", "mamba2", "mamba2-pallas", "hybrid", "mamba3", "mamba3-mimo"])
 def test_bfloat16_state_steps_follow_the_float32_ones(name, rng):
     """The decoding loop's ``state_dtype="bfloat16"``: the SSM caches stay bfloat16 through the steps, and the
     logits stay within bfloat16's tolerance of the float32 state's."""
