@@ -369,7 +369,9 @@ def mamba3_step_inputs(shape, dtype: str, seed: int) -> tuple[dict, dict, None]:
     cotangent: a decoding step has no backward."""
     batch, heads, headdim, dstate, groups, pairs = shape
     arrays, dtypes, _ = mamba3_inputs((batch, 1, heads, headdim, dstate, groups, pairs, 1), dtype, seed)
-    arrays = {k: v[:, 0] if v.ndim == 4 else v[..., 0] if v.ndim == 3 else v for k, v in arrays.items()}
+    step_first = {"Q", "K", "V", "Z", "Angles"}  # (batch, L, ...): L second
+    step_last = {"ADT", "DT", "Trap"}  # (batch, H, L)
+    arrays = {k: v[:, 0] if k in step_first else v[..., 0] if k in step_last else v for k, v in arrays.items()}
     rng = np.random.default_rng(seed + 1)
     states = {
         "angle": rng.uniform(0.0, 2 * np.pi, (batch, heads, pairs)),
