@@ -133,10 +133,15 @@ def make_train_step(
             return (acc_grads, acc_loss + loss_sum, acc_sums, model_state), None
 
         zeros = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.promote_types(p.dtype, jnp.float32)), params)
-        carry, _ = micro((zeros, jnp.float32(0), {}, state), (jax.tree.map(lambda x: x[0], batch), 0))
-        if accum > 1:
-            rest = jax.tree.map(lambda x: x[1:], batch)
-            carry, _ = jax.lax.scan(micro, carry, (rest, jnp.arange(1, accum)))
+        if accum == 1:
+            carry, _ = micro((zeros, jnp.float32(0), {}, state), (jax.tree.map(lambda x: x[0], batch), 0))
+            return carry
+        # Every micro-batch runs inside the scan, so the model's backward is traced and compiled once; the sums of
+        # metrics start from zeros of the shapes one micro-batch gives.
+        first = jax.tree.map(lambda x: x[0], batch)
+        (_, (sums, _)), _ = jax.eval_shape(grad_fn, params, state, first, training_key(seed, step_index, 0))
+        no_sums = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), sums)
+        carry, _ = jax.lax.scan(micro, (zeros, jnp.float32(0), no_sums, state), (batch, jnp.arange(accum)))
         return carry
 
     def reduced_over_devices(params, state, batch, step_index):
