@@ -512,6 +512,6 @@ OPS = {
         mamba3_step_jax,
         mamba3_step_torch,
         torch_extensions=False,
-        impls=("reference",),
+        impls=("pallas", "reference"),
     ),
 }

@@ -183,8 +183,9 @@ class Mamba3(nnx.Module):
         one |= {k: v for k, v in inputs.items() if k in ("Q_bias", "K_bias", "D", "MIMO_V", "MIMO_Z", "MIMO_Out")}
         states = tuple(cache[k] for k in STATE_NAMES)
         if self.is_mimo:
-            y, new = mamba3_mimo_step(**one, Input_States=states, rotary_dim_divisor=self.rotary_dim_divisor)
+            impl = op_impl(self.impl, mamba3_mimo_step)
+            y, new = mamba3_mimo_step(**one, Input_States=states, rotary_dim_divisor=self.rotary_dim_divisor, impl=impl)
         else:
-            y, new = mamba3_siso_step(**one, Input_States=states)
+            y, new = mamba3_siso_step(**one, Input_States=states, impl=op_impl(self.impl, mamba3_siso_step))
         new = tuple(n.astype(s.dtype) for n, s in zip(new, states, strict=True))  # a bfloat16 decode state stays so
         return self._output(y[:, None], z), dict(zip(STATE_NAMES, new, strict=True))

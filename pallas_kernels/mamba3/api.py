@@ -1,9 +1,8 @@
 """Public Mamba-3 functions: mamba-ssm's ``mamba3_siso_combined``, ``mamba3_siso_step`` and ``mamba3_mimo`` names,
 argument order and layouts, and a MIMO decoding step in the SISO step's form (``mamba3_mimo_step``).
 
-``impl="pallas"`` runs ``mamba3_siso_combined`` and ``mamba3_mimo`` on the Mosaic GPU kernels for 16-bit V
-(``dispatch``; interpreted without a GPU); the two decoding steps have no kernels yet and run their pure-JAX
-reference under either impl."""
+``impl="pallas"`` runs ``mamba3_siso_combined`` and ``mamba3_mimo`` on the Mosaic GPU kernels for 16-bit V, and
+the two decoding steps' state update on the step kernel (``dispatch``; interpreted without a GPU)."""
 
 import jax
 import numpy as np
@@ -112,6 +111,9 @@ def mamba3_siso_step(
     _check_per_head(ADT, DT, Trap, (batch, heads), "(batch, H)")
     _check_common(Q_bias, K_bias, Angles, D, Z, V, (batch, heads), "(batch, H, S)", dstate)
     states = _check_states(Input_States, batch, heads, headdim, dstate, Angles.shape[-1])
+    if impl == "pallas":
+        dispatch.check_kernels_run("mamba3_siso_step")
+        return dispatch.mamba3_siso_step(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, Angles, D, Z, states)
     return reference.mamba3_siso_step(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, Angles, D, Z, states)
 
 
@@ -210,6 +212,9 @@ def mamba3_mimo_step(
     args = dict(
         zip(MIMO_ARGS, (Q, K, V, ADT, DT, Trap, Q_bias, K_bias, MIMO_V, MIMO_Z, MIMO_Out, Angles, D, Z), strict=True)
     )
+    if impl == "pallas":
+        dispatch.check_kernels_run("mamba3_mimo_step")
+        return dispatch.mamba3_mimo_step(**args, states=states)
     return reference.mamba3_mimo_step(**args, states=states)
 
 

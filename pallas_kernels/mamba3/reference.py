@@ -247,7 +247,7 @@ def mamba3_packed(
     return jnp.concatenate(outs, axis=1), tuple(jnp.concatenate(parts, axis=0) for parts in zip(*finals, strict=True))
 
 
-def _step_state(ssm0, q, k, u, u0, k0, ADT, DT, Trap, compute) -> tuple[jax.Array, jax.Array]:
+def step_state(ssm0, q, k, u, u0, k0, ADT, DT, Trap, compute) -> tuple[jax.Array, jax.Array]:
     """One step of the recurrence for every rank: q, k (batch, R, H, N) rotated; u, u0 (batch, R, H, P) this step's
     and the last step's inputs, k0 the last step's k. Returns the new state (batch, H, P, N) and S q_r (batch, R, H,
     P)."""
@@ -273,10 +273,11 @@ def _zero_states(V, rank: int | None, pairs: int, dstate: int, compute) -> tuple
 
 
 def mamba3_siso_step(
-    Q, K, V, ADT, DT, Trap, Q_bias, K_bias, Angles, D=None, Z=None, states=None
+    Q, K, V, ADT, DT, Trap, Q_bias, K_bias, Angles, D=None, Z=None, states=None, step=None
 ) -> tuple[jax.Array, tuple[jax.Array, jax.Array, jax.Array, jax.Array]]:
     """One decoding step, the recurrence itself: out (batch, H, P) in V's dtype and the new states, layouts as
-    ``api.mamba3_siso_step``."""
+    ``api.mamba3_siso_step``. ``step``: what updates the state (``step_state``'s signature; None: ``step_state``,
+    the kernel's path passes its own)."""
     compute = arithmetic_dtype(V.dtype)
     heads = V.shape[1]
     angle0, ssm0, k0, v0 = states or _zero_states(V, None, Angles.shape[-1], Q.shape[-1], compute)
@@ -284,7 +285,7 @@ def mamba3_siso_step(
     q = rotate_pairs(_per_head(Q, heads, compute) + Q_bias.astype(compute), theta)
     k = rotate_pairs(_per_head(K, heads, compute) + K_bias.astype(compute), theta)
     v = V.astype(compute)
-    state, out = _step_state(
+    state, out = (step or step_state)(
         ssm0, q[:, None], k[:, None], v[:, None], v0.astype(compute)[:, None], k0[:, None], ADT, DT, Trap, compute
     )
     out = out[:, 0]
@@ -296,10 +297,10 @@ def mamba3_siso_step(
 
 
 def mamba3_mimo_step(
-    Q, K, V, ADT, DT, Trap, Q_bias, K_bias, MIMO_V, MIMO_Z, MIMO_Out, Angles, D=None, Z=None, states=None
+    Q, K, V, ADT, DT, Trap, Q_bias, K_bias, MIMO_V, MIMO_Z, MIMO_Out, Angles, D=None, Z=None, states=None, step=None
 ) -> tuple[jax.Array, tuple[jax.Array, jax.Array, jax.Array, jax.Array]]:
     """One MIMO decoding step: out (batch, H, P) in V's dtype (per rank (batch, R, H, P) without MIMO_Out) and the
-    new states, layouts as ``api.mamba3_mimo_step``."""
+    new states, layouts as ``api.mamba3_mimo_step``; ``step`` as for ``mamba3_siso_step``."""
     compute = arithmetic_dtype(V.dtype)
     heads = V.shape[1]
     per_rank = functools.partial(_per_rank, compute=compute)
@@ -309,7 +310,7 @@ def mamba3_mimo_step(
     k = rotate_halves(_per_head(K, heads, compute) + per_rank(K_bias), theta[:, None])
     u = V.astype(compute)[:, None] * per_rank(MIMO_V)
     u0 = v0.astype(compute)[:, None] * per_rank(MIMO_V)
-    state, y = _step_state(ssm0, q, k, u, u0, k0, ADT, DT, Trap, compute)
+    state, y = (step or step_state)(ssm0, q, k, u, u0, k0, ADT, DT, Trap, compute)
     if D is not None:
         y = y + D.astype(compute)[None, None, :, None] * u
     if Z is not None:

@@ -277,6 +277,7 @@ def test_mamba3_step_op_carries_its_states_and_times_the_forward_only():
     from pallas_kernels.mamba3 import reference
 
     op = kernel_ops.OPS["mamba3_step"]
+    assert op.impls == ("pallas", "reference")  # the step kernel beside XLA's fusion of the reference
     shape = (3, 2, 8, 16, 1, 4)
     arrays, dtypes, cotangent = op.inputs(shape, "bfloat16", seed=1)
     assert cotangent is None and arrays["ssm"].shape == (3, 2, 8, 16) and arrays["Q"].shape == (3, 1, 16)

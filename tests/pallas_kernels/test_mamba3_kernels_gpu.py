@@ -1,12 +1,14 @@
 """On a GPU (marked ``gpu``): Mamba-3's SISO and MIMO ops on their compiled Mosaic GPU kernels, the CPU file's
 checks (test_mamba3_kernels.py: outputs and final states against the float64 oracle, every gradient against the
-float32 reference) at the mamba3-130m mixer's head sizes, over awkward lengths, and over segments of the walk.
+float32 reference) at the mamba3-130m mixer's head sizes, over awkward lengths, and over segments of the walk; the
+decoding steps' kernel (test_mamba3_step_kernel.py's checks).
 mamba-ssm's Triton op is compared in tests/torch_reference/test_mamba3_gpu.py."""
 
 import pytest
 
 from pallas_kernels.ssd.config import SsdConfig
 from tests.pallas_kernels import test_mamba3_kernels as cpu
+from tests.pallas_kernels import test_mamba3_step_kernel as step
 
 pytestmark = pytest.mark.gpu
 
@@ -59,3 +61,25 @@ def test_the_default_config_walks_a_long_sequence_in_segments():
     x = jnp.zeros((1, 65536, 24, 64), jnp.bfloat16)
     dims = scan_dims(x, jnp.zeros((1, 65536, 24, 128), jnp.bfloat16), None, None, False)
     assert isinstance(config, SsdConfig) and config.fused_segments and segment_dims(dims, config) is not None
+
+
+@pytest.mark.parametrize(
+    "batch,groups,heads,headdim,dstate,pairs,has_d,has_z,has_states,dtype,state_dtype",
+    [
+        (64, 1, 24, 64, 128, 32, True, True, True, "bfloat16", "float32"),  # 130m's heads at batch 64
+        (3, 2, 4, 128, 16, 4, False, True, True, "bfloat16", "bfloat16"),  # two row tiles, a 16-bit state
+        (1, 1, 2, 64, 8, 2, True, False, False, "float32", "float32"),  # N 8, zeros for states
+    ],
+)
+def test_compiled_step_kernel(
+    rng, batch, groups, heads, headdim, dstate, pairs, has_d, has_z, has_states, dtype, state_dtype
+):
+    import jax.numpy as jnp
+
+    case = (batch, groups, heads, headdim, dstate, pairs, has_d, has_z, has_states, jnp.dtype(dtype))
+    step.test_siso_step_matches_the_oracle(rng, *case, jnp.dtype(state_dtype))
+
+
+@pytest.mark.parametrize("has_out,has_states", [(True, True), (False, False)])
+def test_compiled_mimo_step_kernel(rng, has_out, has_states):
+    step.test_mimo_step_matches_the_oracle(rng, has_out, has_states)
