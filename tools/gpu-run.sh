@@ -10,6 +10,7 @@
 #   BUILD_PARTS=DIR  mamba-ssm's and causal-conv1d's CUDA extensions exported by `tools/gpu-convergence.sh OUT export`
 #                    (xz parts), unpacked instead of building; unset: `python -m torch_reference.build` builds them
 #                    from .sdist/ (about 7 minutes); BUILD_PARTS=none skips the PyTorch side's set-up
+#   EXTENSIONS=...   build only these (e.g. selective_scan_cuda, about 100 s: mamba-ssm's selective scan alone)
 #   DEADLINE=S       seconds from the start after which no command starts and a running one is stopped (default 540,
 #                    inside one 10-minute call); the results are packed either way
 # NVlabs' mambavision and mamba3-jax wheels, if present in .whl/, are installed (--no-deps) on the path first: the GPU
@@ -30,7 +31,8 @@ fi
 cache=${JAX_MAMBA_TORCH_CACHE:-$HOME/.cache/jax-mamba/torch}
 case ${BUILD_PARTS:-} in
     none) ;;
-    "") python3 -m torch_reference.build --sdist-dir .sdist > "$out/logs/build.log" 2>&1; echo "build: exit $?" ;;
+    "") python3 -m torch_reference.build --sdist-dir .sdist ${EXTENSIONS:+--extensions $EXTENSIONS} \
+            > "$out/logs/build.log" 2>&1; echo "build: exit $?" ;;
     *) mkdir -p "$cache/build" && cat "$BUILD_PARTS"/torch-build.tar.xz.part-* | xz -d | tar -C "$cache/build" -xf - \
            && python3 -m torch_reference.build --sdist-dir .sdist > "$out/logs/build.log" 2>&1
        echo "import of the build: exit $?" ;;
