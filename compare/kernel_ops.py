@@ -15,11 +15,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pallas_kernels import causal_conv1d_fn, mamba_chunk_scan_combined, rmsnorm_fn, selective_scan_fn
+from pallas_kernels import (
+    causal_conv1d_fn,
+    mamba_chunk_scan_combined,
+    rmsnorm_fn,
+    selective_scan_fn,
+    selective_state_update,
+)
 from pallas_kernels.causal_conv1d.config import ConvConfig
 from pallas_kernels.mamba3.api import mamba3_siso_combined, mamba3_siso_step
 from pallas_kernels.rmsnorm_gated.config import NormConfig
 from pallas_kernels.selective_scan.config import ScanConfig
+from pallas_kernels.selective_state_update.config import StateUpdateConfig
 from pallas_kernels.ssd.api import pallas_config as ssd_pallas_config
 from pallas_kernels.ssd.config import SsdConfig
 
@@ -439,6 +446,77 @@ class KernelOp:
     impls: tuple[str, ...] = ("pallas",)  # the JAX impls timed without --impls
 
 
+# ---- selective state update (Mamba-1 and Mamba-2 decoding step): shape (batch, H, P, N, G, family)
+
+STATE_UPDATE_ARGS = ("x", "dt", "A", "B", "C", "D", "z", "dt_bias")
+
+
+def state_update_inputs(shape, dtype: str, seed: int) -> tuple[dict, dict, None]:
+    """One decoding step's arguments as the layers pass them, and the float32 state: family 1 (Mamba-1, H = 1: no
+    heads axis; dt, D, dt_bias per channel, A (dim, N) as S4D-real's -(1..N)), family 2 (Mamba-2: dt (batch, H, 1),
+    A (H, 1, 1), D and dt_bias (H, 1): one value a head); x, z, B, C in ``dtype``. No cotangent."""
+    batch, heads, headdim, dstate, groups, family = shape
+    rng = np.random.default_rng(seed)
+    lead = (batch, headdim) if family == 1 else (batch, heads, headdim)
+    per_head = (heads, 1)
+    arrays = {
+        "state": rng.normal(size=(*lead, dstate)),
+        "x": rng.normal(size=lead),
+        "z": rng.normal(size=lead),
+        "B": rng.normal(size=(batch, dstate) if family == 1 else (batch, groups, dstate)),
+        "C": rng.normal(size=(batch, dstate) if family == 1 else (batch, groups, dstate)),
+        "dt": rng.normal(size=lead) if family == 1 else rng.normal(size=(batch, heads, 1)),
+        "A": -np.tile(np.arange(1, dstate + 1), (headdim, 1)) if family == 1 else -rng.uniform(1, 16, (heads, 1, 1)),
+        "D": rng.normal(size=headdim if family == 1 else per_head),
+        "dt_bias": _dt_bias(rng, headdim) if family == 1 else _dt_bias(rng, heads).reshape(per_head),
+    }
+    dtypes = dict.fromkeys(arrays, "float32") | dict.fromkeys(("x", "z", "B", "C", "dt"), dtype)
+    return _rounded(arrays, dtypes), dtypes, None
+
+
+def state_update_costs(shape, dtype: str) -> dict:
+    """Bytes: the float32 state read and written (what dominates), x, z and out, B and C, A where it is a (dim, N)
+    tile. FLOPs: about 7 a state element (decay, update, read-out). Exps: one a state element (Mamba-1's exp(dt A))
+    or one a head dim (Mamba-2's)."""
+    batch, heads, headdim, dstate, groups, family = shape
+    item = jnp.dtype(dtype).itemsize
+    elements = batch * heads * headdim * dstate
+    a_bytes = headdim * dstate * 4 if family == 1 else heads * 4
+    inputs = 3 * batch * heads * headdim * item + 2 * batch * groups * dstate * item + a_bytes
+    return {
+        "forward": {
+            "bytes": 2 * elements * 4 + inputs,
+            "flops": 7 * elements,
+            "exps": elements if family == 1 else batch * heads * headdim,
+        }
+    }
+
+
+def state_update_shape_config(shape, dtype: str) -> StateUpdateConfig:
+    return StateUpdateConfig()
+
+
+def state_update_jax(variant: Variant, arrays, dtypes, cotangent, shape) -> JaxCalls:
+    """The jit'ed step as a decode loop calls it: each call takes the state the previous call returned, donated."""
+    run = functools.partial(selective_state_update, dt_softplus=True, impl=variant.impl, config=variant.config)
+    step = jax.jit(run, donate_argnums=0)
+    args = [jnp.asarray(arrays[k], dtypes[k]) for k in STATE_UPDATE_ARGS]
+    output = np.asarray(step(jnp.asarray(arrays["state"]), *args)[0].astype(jnp.float32))
+    carried = [jnp.asarray(arrays["state"])]
+
+    def forward():
+        out, carried[0] = step(carried[0], *args)
+        return out
+
+    return JaxCalls(forward, None, output, 0)
+
+
+def state_update_torch(ref, arrays, dtypes, cotangent, shape):
+    from torch_reference.kernel_calls import selective_state_update_calls
+
+    return selective_state_update_calls(ref, arrays, dtypes, STATE_UPDATE_ARGS)
+
+
 OPS = {
     "selective_scan": KernelOp(
         "selective_scan",
@@ -497,6 +575,24 @@ OPS = {
         mamba3_jax,
         mamba3_torch,
         torch_extensions=False,
+    ),
+    "selective_state_update": KernelOp(
+        "selective_state_update",
+        ("batch", "H", "P", "N", "G", "family"),
+        {
+            "mamba1-130m-b1": (1, 1, 1536, 16, 1, 1),
+            "mamba1-130m-b64": (64, 1, 1536, 16, 1, 1),
+            "mamba2-780m-b1": (1, 48, 64, 128, 1, 2),
+            "mamba2-780m-b64": (64, 48, 64, 128, 1, 2),
+        },
+        StateUpdateConfig,
+        state_update_inputs,
+        state_update_costs,
+        state_update_jax,
+        state_update_torch,
+        state_update_shape_config,
+        torch_extensions=False,
+        impls=("pallas", "reference"),
     ),
     "mamba3_step": KernelOp(
         "mamba3_step",

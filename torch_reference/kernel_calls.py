@@ -183,6 +183,29 @@ def mamba3_siso_step_calls(
     return KernelCalls(forward, None, _sync_cuda, to_numpy(forward()), 0)
 
 
+def selective_state_update_calls(ref: Reference, arrays: dict, dtypes: dict, arg_names: tuple) -> KernelCalls:
+    """mamba-ssm's Triton ``selective_state_update`` on the ``arg_names`` arrays and the float32 "state", which it
+    updates in place, as a decode loop calls it (Mamba-2's per-head dt expanded over the head dims as a stride-0 view,
+    as its layer passes it). Forward only."""
+    if ref.device != "cuda":
+        raise RuntimeError("mamba-ssm's selective_state_update is a Triton kernel: it needs a GPU")
+    from mamba_ssm.ops.triton.selective_state_update import selective_state_update
+
+    args = {k: to_torch(arrays[k], dtypes[k], ref.device) for k in arg_names}
+    state = to_torch(arrays["state"], "float32", ref.device)
+    if state.dim() == 4:  # per-head values as the Mamba-2 layer passes them: views over the head dims
+        headdim = state.shape[2]
+        args["dt"] = args["dt"].expand(-1, -1, headdim)
+        args["A"] = args["A"].expand(-1, headdim, state.shape[3])
+        args["D"], args["dt_bias"] = args["D"].expand(-1, headdim), args["dt_bias"].expand(-1, headdim)
+
+    def forward():
+        with torch.no_grad():
+            return selective_state_update(state, **args, dt_softplus=True)
+
+    return KernelCalls(forward, None, _sync_cuda, to_numpy(forward()), 0)
+
+
 def _sync_cuda(_output) -> None:
     torch.cuda.synchronize()
 

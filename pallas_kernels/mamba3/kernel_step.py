@@ -1,5 +1,6 @@
-"""Mamba-3's decoding step on the Mosaic GPU kernel (``mosaic_gpu.step``): ``reference.step_state``'s signature and
-results for float32 arithmetic, so that the reference's SISO and MIMO steps run it in place of their own (``dispatch``).
+"""Mamba-3's decoding step on the decoding steps' Mosaic GPU kernel (``selective_state_update.mosaic_gpu.kernel``,
+shared with the selective state update): ``reference.step_state``'s signature and results for float32 arithmetic,
+so that the reference's SISO and MIMO steps run it in place of their own (``dispatch``).
 
 The step S' = alpha S + alpha Delta (1 - sigma) sum_r u0_r k0_rᵀ + Delta sigma sum_r u_r k_rᵀ, y_r = S' q_r becomes
 the kernel's decay alpha, 2R rank-1 terms (their weights folded into the (P,) vectors) and R read-outs; the vectors,
@@ -13,7 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from pallas_kernels.mamba3 import reference
-from pallas_kernels.mamba3.mosaic_gpu.step import covers, state_step
+from pallas_kernels.selective_state_update.mosaic_gpu.kernel import covers, state_step
 
 
 def on_step_kernel(dtype, headdim: int, dstate: int) -> bool:

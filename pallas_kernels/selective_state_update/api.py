@@ -4,7 +4,7 @@ import jax
 
 from pallas_kernels._checks import check_array, check_config, check_divides, check_impl, check_shape
 from pallas_kernels._triton import interpret_mode
-from pallas_kernels.selective_state_update import reference, vjp
+from pallas_kernels.selective_state_update import dispatch, reference, vjp
 from pallas_kernels.selective_state_update.config import StateUpdateConfig
 
 _AVAILABLE_IMPLS = ("reference", "pallas")
@@ -40,8 +40,10 @@ def selective_state_update(
     Unlike mamba-ssm's in-place kernel, this returns ``(out, new_state)``: out with x's dtype and shape, new_state
     with state's dtype and shape (float32 in the models). Arithmetic is float32.
     ``impl``: "reference" (pure JAX; XLA fuses the step into a few kernels, which read the new state twice) or
-    "pallas" (one Pallas Triton kernel that reads and writes each state element once, the new state in the old one's
-    buffer where XLA can donate it; interpreted when JAX has no GPU). ``config`` sets its tiling.
+    "pallas" (one kernel that reads and writes each state element once; interpreted when JAX has no GPU).
+    ``config`` chooses it (``backend``) and its tiling: the Triton kernel (the default; the new state in the old
+    one's buffer where XLA can donate it) or the Mosaic GPU step kernel (``backend="mosaic_gpu"``: P, the dim of
+    the Mamba-1 layout, a multiple of 64 and N of 8, on Hopper).
     """
     check_impl("selective_state_update", impl, _AVAILABLE_IMPLS)
     check_config(config, StateUpdateConfig)
@@ -53,8 +55,13 @@ def selective_state_update(
         per_channel = lambda v: None if v is None else v[None]  # noqa: E731  (dim, ...) -> (1, dim, ...)
         state, x, dt, B, C, z = map(per_row, (state, x, dt, B, C, z))
         A, D, dt_bias = map(per_channel, (A, D, dt_bias))
+    config = config or StateUpdateConfig()
+    if impl == "pallas" and config.backend == "mosaic_gpu":
+        refusal = dispatch.mosaic_refusal(state.shape[-2], state.shape[-1], interpret_mode())
+        if refusal is not None:
+            raise ValueError(f"selective_state_update: StateUpdateConfig(backend='mosaic_gpu'): {refusal}")
     if impl == "pallas":
-        args = (state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, config or StateUpdateConfig(), interpret_mode())
+        args = (state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, config, interpret_mode())
         out, new_state = vjp.selective_state_update(*args)
     else:
         out, new_state = reference.selective_state_update(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus)

@@ -414,3 +414,33 @@ def test_results_go_to_the_device_folder():
     assert device_folder("NVIDIA H100 80GB HBM3") == "h100"
     assert device_folder("NVIDIA A100-SXM4-80GB") == "a100"
     assert device_folder("Some GPU") == "some-gpu"
+
+
+@pytest.mark.parametrize("family", [1, 2])
+def test_state_update_op_carries_its_state_and_both_kernels_agree(family):
+    """The selective state update op: the layers' layouts (Mamba-1 without heads, Mamba-2 with per-head values),
+    its first output the reference step's from the given state, the Mosaic GPU kernel (a --pallas-config variant)
+    beside it, each timed call carrying the state on; the float32 state dominates the bytes."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    from compare.tolerances import assert_close
+    from pallas_kernels.selective_state_update.config import StateUpdateConfig
+
+    op = kernel_ops.OPS["selective_state_update"]
+    shape = (2, 1, 64, 8, 1, 1) if family == 1 else (2, 4, 64, 16, 2, 2)
+    arrays, dtypes, cotangent = op.inputs(shape, "bfloat16", seed=2)
+    assert cotangent is None and arrays["state"].ndim == (3 if family == 1 else 4) and dtypes["x"] == "bfloat16"
+    outputs = {}
+    for label, impl, config in (
+        ("reference", "reference", None),
+        ("mosaic", "pallas", StateUpdateConfig(backend="mosaic_gpu")),
+    ):
+        calls = op.jax_calls(kernel_ops.Variant(label, impl, config), arrays, dtypes, cotangent, shape)
+        assert calls.forward_backward is None
+        outputs[label] = calls.output
+        first, second = (np.asarray(calls.forward().astype(jnp.float32)) for _ in range(2))
+        assert np.abs(second - first).max() > 0
+    assert_close("mosaic step", outputs["mosaic"], outputs["reference"], jnp.bfloat16)
+    costs = op.costs(op.shapes["mamba2-780m-b64"], "bfloat16")["forward"]
+    assert costs["bytes"] > 2 * 64 * 48 * 64 * 128 * 4

@@ -1,9 +1,10 @@
-"""The Mosaic GPU kernels of the selective scan, the causal conv1d and Mamba-3's SISO scan and decoding step lowered
+"""The Mosaic GPU kernels of the selective scan, the causal conv1d, Mamba-3's SISO scan and the decoding steps lowered
 for a CUDA GPU on the CPU machine: the compiled path's Pallas-to-Mosaic lowering (layout inference, the
 shared-memory and TMA operations, the reductions) runs without a GPU, so that a kernel the interpreter accepts but
 the compiler would refuse fails here, before any GPU time. The program is only lowered (PTX comes when a GPU
 compiles it); the values are checked in interpret mode (test_selective_scan_pallas.py, test_causal_conv1d_pallas.py,
-test_mamba3_kernels.py, test_mamba3_step_kernel.py) and compiled on the GPU (the ``gpu`` tests)."""
+test_mamba3_kernels.py, test_mamba3_step_kernel.py, test_selective_state_update.py) and compiled on the GPU (the
+``gpu`` tests)."""
 
 import functools
 import re
@@ -16,9 +17,9 @@ from pallas_kernels.causal_conv1d import vjp as conv_vjp
 from pallas_kernels.causal_conv1d.config import ConvConfig
 from pallas_kernels.mamba3 import reference as mamba3_reference
 from pallas_kernels.mamba3.kernel_scan import kernel_scan
-from pallas_kernels.mamba3.mosaic_gpu.step import state_step
 from pallas_kernels.selective_scan import vjp as scan_vjp
 from pallas_kernels.selective_scan.config import ScanConfig
+from pallas_kernels.selective_state_update.mosaic_gpu.kernel import state_step
 from pallas_kernels.ssd.config import SsdConfig
 
 MOSAIC_CALL = re.compile(r"custom_call @mosaic_gpu")
@@ -127,14 +128,16 @@ def test_mamba3_mixer_remat_keeps_the_kernels_states_and_output(monkeypatch):
     assert len(MOSAIC_CALL.findall(text)) == 4 and not TRITON_CALL.search(text)
 
 
-@pytest.mark.parametrize("state_dtype,rank", [(jnp.float32, 1), (jnp.bfloat16, 4)])
-def test_mamba3_step_kernel_lowers_for_cuda(state_dtype, rank):
-    """Mamba-3's decoding step, one kernel: a float32 state with SISO's two terms and one read-out, a bfloat16 state
-    with rank 4's eight terms and four read-outs, over two 64-row tiles of P."""
+@pytest.mark.parametrize("state_dtype,rank,tile", [(jnp.float32, 1, True), (jnp.bfloat16, 4, False)])
+def test_decoding_step_kernel_lowers_for_cuda(state_dtype, rank, tile):
+    """The decoding steps' kernel (selective state update, Mamba-3), one kernel: a float32 state with one rank's
+    terms and A's (P, N) tile for the decay (Mamba-1), a bfloat16 state with rank 4's eight terms and four
+    read-outs (Mamba-3 MIMO), over two 64-row tiles of P."""
     batch, heads, headdim, dstate = 2, 3, 128, 16
     state = jnp.zeros((batch, heads, headdim, dstate), state_dtype)
     rows = jnp.zeros((batch, heads, 1 + 2 * rank, headdim), jnp.float32)
     cols = jnp.zeros((batch, heads, 3 * rank, dstate), jnp.float32)
-    step = jax.jit(functools.partial(state_step, queries=rank, interpret=False))
+    A = jnp.zeros((heads, headdim, dstate), jnp.float32) if tile else None
+    step = jax.jit(functools.partial(state_step, queries=rank, interpret=False, A=A))
     text = step.trace(state, rows, cols).lower(lowering_platforms=("cuda",)).as_text()
     assert len(MOSAIC_CALL.findall(text)) == 1 and not TRITON_CALL.search(text)

@@ -157,3 +157,54 @@ def test_pallas_gradients_equal_the_reference(rng):
     names = ("state", "x", "dt", "A", "B", "C", "D", "z")
     for name, a, b in zip(names, grads("pallas"), grads("reference"), strict=True):
         assert_close(f"d{name}", a, b, jnp.float32)
+
+
+MOSAIC = StateUpdateConfig(backend="mosaic_gpu")
+
+
+@pytest.mark.parametrize(
+    "heads,per_head,state_dtype,optional",
+    [
+        (True, True, jnp.float32, True),  # Mamba-2: dt, A, D and dt_bias one value a head; two groups
+        (True, False, jnp.bfloat16, False),  # a (H, P, N) A, a 16-bit state
+        (False, False, jnp.float32, True),  # Mamba-1: no heads, A (dim, N), two 64-row tiles of dim
+    ],
+)
+def test_mosaic_gpu_kernel_matches_float64(rng, heads, per_head, state_dtype, optional):
+    """The Mosaic GPU step kernel (``backend="mosaic_gpu"``, interpreted; outputs NaN before it runs) against the
+    float64 step, on bfloat16 x, dt, z, B and C."""
+    batch, nheads, dim, dstate, groups = (3, 4, 64, 24, 2) if heads else (2, 1, 128, 8, 1)
+    bf16 = jnp.bfloat16
+    cast = lambda v, d=bf16: None if v is None else jnp.asarray(v, d)  # noqa: E731
+    state = cast(rng.normal(size=(batch, nheads, dim, dstate)), state_dtype)
+    x, z = (cast(rng.normal(size=(batch, nheads, dim))) for _ in range(2))
+    dt = cast(rng.normal(size=(batch, nheads, 1 if per_head else dim)))
+    A = cast(-np.exp(rng.uniform(-2, 1, (nheads, 1, 1) if per_head else (nheads, dim, dstate))), jnp.float32)
+    B, C = (cast(rng.normal(size=(batch, groups, dstate))) for _ in range(2))
+    per_dim = (nheads, 1) if per_head else (nheads, dim)
+    D, dt_bias = cast(rng.normal(size=per_dim), jnp.float32), cast(rng.normal(-1, 0.5, per_dim), jnp.float32)
+    if not optional:
+        D = z = dt_bias = None
+    want_out, want_state = numpy_step(state, x, dt, A, B, C, D, z, dt_bias, optional)
+    if not heads:
+        state, x, dt, z, B, C = (None if v is None else v[:, 0] for v in (state, x, dt, z, B, C))
+        A, D, dt_bias = (None if v is None else v[0] for v in (A, D, dt_bias))
+        want_out, want_state = want_out[:, 0], want_state[:, 0]
+    step = jax.jit(lambda *a: selective_state_update(*a, dt_softplus=optional, impl="pallas", config=MOSAIC))
+    out, new_state = step(state, x, dt, A, B, C, D, z, dt_bias)
+    assert out.dtype == bf16 and new_state.dtype == state_dtype
+    assert_close("out", out, want_out, bf16)
+    assert_close("state", new_state, want_state, state_dtype)
+
+
+def test_mosaic_gpu_kernel_refuses_what_it_does_not_tile():
+    """Head dims not in 64-row tiles or N not in 8-column tiles: a clear error before any work."""
+    state, x, A, B = jnp.zeros((2, 96, 16)), jnp.zeros((2, 96)), jnp.zeros((96, 16)), jnp.zeros((2, 16))
+    with pytest.raises(ValueError, match=r"head dims \(P = 96\) must be a multiple of 64"):
+        selective_state_update(state, x, x, A, B, B, impl="pallas", config=MOSAIC)
+    with pytest.raises(ValueError, match=r"N \(= 4\)"):
+        selective_state_update(
+            state[:, :64, :4], x[:, :64], x[:, :64], A[:64, :4], B[:, :4], B[:, :4], impl="pallas", config=MOSAIC
+        )
+    with pytest.raises(ValueError, match="backend must be one of"):
+        selective_state_update(state, x, x, A, B, B, impl="pallas", config=StateUpdateConfig(backend="cuda"))

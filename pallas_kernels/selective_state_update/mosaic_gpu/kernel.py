@@ -1,23 +1,26 @@
-"""The Mosaic GPU kernel of Mamba-3's decoding step: the state read once and written once.
+"""The Mosaic GPU kernel of one decoding step of a selective SSM: the state read once and written once.
 
-One step of the recurrence, for every (batch row, head), is a decay of the whole state, a few rank-1 terms added to
-it and a few read-outs of the new state:
+A step, for every (batch row, head), decays the whole state, adds a few rank-1 terms to it and reads the new state
+out a few times:
 
-    S' = decay S + sum_i a_i b_iᵀ,    y_j = S' q_j
+    S' = decay ∘ S + sum_i a_i b_iᵀ,    y_j = S' q_j
 
-with S (P, N), the decay a scalar, a_i (P,) and b_i, q_j (N,). SISO has two terms (the trapezoid's previous and
-current inputs, v k_prevᵀ and v kᵀ with their weights folded into a_i) and one read-out; MIMO of rank R has 2R terms
-and R read-outs. XLA's fusion of the same step reads S' a second time for the read-outs; at batch 64 of a 780m model
-the float32 state is 96 MiB a layer, so that read is a third of the step's traffic.
+with S (P, N), a_i (P,) and b_i, q_j (N,). The decay is a vector over P broadcast along N (exp(dt A) with A one value
+a head: Mamba-2; Mamba-3's exp(ADT)), or exp(dt ⊗ A) with A a (P, N) tile of its own (Mamba-1). The selective state
+update has one term (dt x, B) and one read-out (C); Mamba-3's SISO step two terms (the trapezoid's previous and
+current inputs) and one read-out; its MIMO step of rank R 2R terms and R read-outs. XLA's fusion of the same step
+reads S' a second time for the read-outs; at batch 64 of a 780m model the float32 state is 96 MiB a layer, so that
+read is a third of the step's traffic.
 
 One warpgroup a program: batch row b, head h, 64 of its P rows. TMA copies bring the (64, N) state tile, its rows'
-vectors (the decay, then each a_i) and the head's column vectors (each b_i, then each q_j) into shared memory; the
-tile is computed in the WGMMA register layout (vectors over rows and columns broadcast onto it, the read-outs summed
-along its rows) and leaves by TMA from the same buffer.
+vectors and the head's column vectors (and A's tile) into shared memory; the tile is computed in the WGMMA register
+layout (vectors broadcast onto its rows and columns, the read-outs summed along its rows) and leaves by TMA from the
+same buffer.
 
 Layouts: state (batch, H, P, N) float32 or 16-bit, P a multiple of 64, N a multiple of 8; rows (batch, H, 1 + T, P)
-float32 (the decay broadcast over P, then the T terms' a); cols (batch, H, T + R, N) float32 (the T terms' b, then
-the R queries). Returns the new state like ``state`` and y (batch, H, R, P) float32.
+float32: the decay (dt where A is given), then the T terms' a; cols (batch, H, T + R, N) float32: the T terms' b,
+then the R read-outs' q; A (H, P, N) float32 or None. Returns the new state like ``state`` and y (batch, H, R, P)
+float32.
 """
 
 import dataclasses
@@ -42,6 +45,7 @@ class StepDims:
     dstate: int  # N, a multiple of 8
     terms: int  # T: rank-1 terms added to the decayed state
     queries: int  # R: read-outs of the new state
+    has_a: bool  # the decay is exp(dt ⊗ A) with A a (P, N) tile, not a vector over P
     interpret: bool
 
 
@@ -51,12 +55,16 @@ def covers(headdim: int, dstate: int) -> bool:
     return headdim % ROWS == 0 and dstate % 8 == 0
 
 
-def _step_kernel(state_ref, rows_ref, cols_ref, new_ref, y_ref, s_smem, rows_smem, cols_smem, y_smem, bar, *, dims):
+def _step_kernel(state_ref, rows_ref, cols_ref, *refs, dims: StepDims):
+    a_ref = refs[0] if dims.has_a else None
+    new_ref, y_ref, s_smem, rows_smem, cols_smem, y_smem, *a_smem, bar = refs[dims.has_a :]
     b, h, p = lax.axis_index("batch"), lax.axis_index("heads"), lax.axis_index("rows")
     part = pl.ds(p * ROWS, ROWS)
     plgpu.copy_gmem_to_smem(state_ref.at[b, h, part], s_smem, bar)
     plgpu.copy_gmem_to_smem(rows_ref.at[b, h, :, part], rows_smem, bar)
     plgpu.copy_gmem_to_smem(cols_ref.at[b, h], cols_smem, bar)
+    if a_ref is not None:
+        plgpu.copy_gmem_to_smem(a_ref.at[h, part], a_smem[0], bar)
     plgpu.barrier_wait(bar)
     wg = plgpu.Layout.WGMMA
     rows_v, cols_v = wg.reduce(1), wg.reduce(0)
@@ -68,7 +76,10 @@ def _step_kernel(state_ref, rows_ref, cols_ref, new_ref, y_ref, s_smem, rows_sme
     def on_cols(i):
         return lax.broadcast_in_dim(plgpu.load(cols_smem.at[i], layout=cols_v), shape, [1])
 
-    state = on_rows(0) * plgpu.load(s_smem, layout=wg, optimized=False).astype(jnp.float32)
+    decay = on_rows(0)
+    if a_ref is not None:
+        decay = jnp.exp(decay * plgpu.load(a_smem[0], layout=wg, optimized=False))
+    state = decay * plgpu.load(s_smem, layout=wg, optimized=False).astype(jnp.float32)
     for i in range(dims.terms):
         state = state + on_rows(1 + i) * on_cols(i)
     s_smem[...] = state.astype(s_smem.dtype)
@@ -80,15 +91,17 @@ def _step_kernel(state_ref, rows_ref, cols_ref, new_ref, y_ref, s_smem, rows_sme
     plgpu.wait_smem_to_gmem(0)
 
 
-def state_step(state: jax.Array, rows: jax.Array, cols: jax.Array, queries: int, interpret: bool):
+def state_step(
+    state: jax.Array, rows: jax.Array, cols: jax.Array, queries: int, interpret: bool, A: jax.Array | None = None
+) -> tuple[jax.Array, jax.Array]:
     """The step (module docstring) by the kernel: (new state like ``state``, y (batch, H, R, P) float32)."""
     batch, heads, headdim, dstate = state.shape
     terms = rows.shape[2] - 1
-    dims = StepDims(batch, heads, headdim, dstate, terms, queries, interpret)
+    dims = StepDims(batch, heads, headdim, dstate, terms, queries, A is not None, interpret)
     f32 = jnp.float32
     return call_kernel(
         functools.partial(_step_kernel, dims=dims),
-        [state, rows, cols],
+        [state, rows, cols] + ([] if A is None else [A]),
         out_type=(
             jax.ShapeDtypeStruct(state.shape, state.dtype),
             jax.ShapeDtypeStruct((batch, heads, queries, headdim), f32),
@@ -98,10 +111,11 @@ def state_step(state: jax.Array, rows: jax.Array, cols: jax.Array, queries: int,
             plgpu.SMEM((1 + terms, ROWS), f32),
             plgpu.SMEM((terms + queries, dstate), f32),
             plgpu.SMEM((queries, ROWS), f32),
-            plgpu.Barrier(num_arrivals=3),
+            *([] if A is None else [plgpu.SMEM((ROWS, dstate), f32)]),
+            plgpu.Barrier(num_arrivals=3 + (A is not None)),
         ],
         grid=(batch, heads, headdim // ROWS),
         grid_names=("batch", "heads", "rows"),
-        name="mamba3_step",
+        name="selective_state_step",
         interpret=interpret,
     )

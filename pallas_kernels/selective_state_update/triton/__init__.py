@@ -1,0 +1,1 @@
+"""The selective state update's Pallas Triton kernel."""
