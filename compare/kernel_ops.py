@@ -492,10 +492,6 @@ def state_update_costs(shape, dtype: str) -> dict:
     }
 
 
-def state_update_shape_config(shape, dtype: str) -> StateUpdateConfig:
-    return StateUpdateConfig()
-
-
 def state_update_jax(variant: Variant, arrays, dtypes, cotangent, shape) -> JaxCalls:
     """The jit'ed step as a decode loop calls it: each call takes the state the previous call returned, donated."""
     run = functools.partial(selective_state_update, dt_softplus=True, impl=variant.impl, config=variant.config)
@@ -590,7 +586,6 @@ OPS = {
         state_update_costs,
         state_update_jax,
         state_update_torch,
-        state_update_shape_config,
         torch_extensions=False,
         impls=("pallas", "reference"),
     ),

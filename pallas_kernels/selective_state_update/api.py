@@ -55,12 +55,12 @@ def selective_state_update(
         per_channel = lambda v: None if v is None else v[None]  # noqa: E731  (dim, ...) -> (1, dim, ...)
         state, x, dt, B, C, z = map(per_row, (state, x, dt, B, C, z))
         A, D, dt_bias = map(per_channel, (A, D, dt_bias))
-    config = config or StateUpdateConfig()
-    if impl == "pallas" and config.backend == "mosaic_gpu":
-        refusal = dispatch.mosaic_refusal(state.shape[-2], state.shape[-1], interpret_mode())
-        if refusal is not None:
-            raise ValueError(f"selective_state_update: StateUpdateConfig(backend='mosaic_gpu'): {refusal}")
     if impl == "pallas":
+        config = config or StateUpdateConfig()
+        if config.backend == "mosaic_gpu":
+            refusal = dispatch.mosaic_refusal(state.shape[-2], state.shape[-1], interpret_mode())
+            if refusal is not None:
+                raise ValueError(f"selective_state_update: StateUpdateConfig(backend='mosaic_gpu'): {refusal}")
         args = (state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, config, interpret_mode())
         out, new_state = vjp.selective_state_update(*args)
     else:
