@@ -103,27 +103,39 @@ def test_a_tiny_mamba3_language_model_trains_through_the_loop(tmp_path):
     assert np.mean(curve[-3:]) < np.mean(curve[:3]) - 0.2
 
 
-def test_pallas_impl_in_bf16_is_as_exact_as_the_reference(rng):
+def test_pallas_impl_in_bf16_is_as_exact_as_the_reference(rng, monkeypatch):
     """``impl="pallas"`` with bfloat16 compute puts the SISO core on its Mosaic GPU kernels (interpreted here): its
-    output and every parameter gradient as far from the float32 module's as the reference's bfloat16 run is (up to
-    REFERENCE_FACTOR), or within bfloat16's bound. A sequence of 70 (past one 64-step block), two groups."""
-    from compare.tolerances import compare_to_reference_noise
+    output and every parameter gradient as far from the float32 module's as the reference's bfloat16 run is, or as
+    the reference run with the kernels' operand roundings (``kernel_rounding_scan``: the kernels round q, k and u as
+    mamba-ssm's Triton op does, which the reference does not), up to REFERENCE_FACTOR; or within bfloat16's bound.
+    The per-head sums over batch x L (d dt_bias, dD) get PER_HEAD_SUM_FACTOR x that bound, as on the GPU: their
+    terms cancel (sum |g| / |sum g| up to 45 in the core's dADT), so the kernels' bfloat16-level error in each term
+    (under 0.5% in dADT and dDT) moved one head's d dt_bias by 1.7% where the reference's run moved it by 0.1%.
+    A sequence of 70 (past one 64-step block), two groups."""
+    from compare.tolerances import compare, reference_noise_scale
+    from pallas_kernels.mamba3 import reference
     from tests.jax_mamba.test_modules import parameter_grads
+    from tests.pallas_kernels.gpu_checks import PER_HEAD_SUM_FACTOR
+    from tests.pallas_kernels.test_mamba3_kernels import kernel_rounding_scan
 
     def module(dtype):
         mixer = Mamba3(32, d_state=16, headdim=16, ngroups=2, dtype=dtype, rngs=nnx.Rngs(2))
         return perturb(mixer, np.random.default_rng(seed))
 
+    def results(mixer, impl):
+        return run(mixer, x), parameter_grads(mixer, x, impl)
+
     seed = int(rng.integers(2**31))
     x = jnp.asarray(rng.normal(size=(2, 70, 32)), jnp.float32)
     low, exact = module(jnp.bfloat16), module(jnp.float32)
-    results = {}
-    for name, mixer, impl in (("pallas", low, "pallas"), ("bf16", low, "reference"), ("f32", exact, "reference")):
-        mixer.impl = impl
-        results[name] = (run(mixer, x), parameter_grads(mixer, x, impl))
-    assert results["pallas"][0].dtype == jnp.bfloat16
-    pairs = [("output", *(results[n][0] for n in ("pallas", "bf16", "f32")))]
-    pairs += [(f"d{k}", *(results[n][1][k] for n in ("pallas", "bf16", "f32"))) for k in results["f32"][1]]
-    for name, ours, rounded, want in pairs:
-        row = compare_to_reference_noise(name, ours, rounded, want, jnp.bfloat16)
+    ours, rounded, want = results(low, "pallas"), results(low, "reference"), results(exact, "reference")
+    monkeypatch.setattr(reference, "scan_chunks", kernel_rounding_scan)
+    emulated = results(low, "reference")
+    assert ours[0].dtype == jnp.bfloat16
+    rows = [("output", *(r[0] for r in (ours, rounded, emulated, want)))]
+    rows += [(f"d{k}", *(r[1][k] for r in (ours, rounded, emulated, want))) for k in want[1]]
+    for name, got, *references, expected in rows:
+        least = PER_HEAD_SUM_FACTOR if name in ("ddt_bias", "dD") else 1.0
+        scale = max(reference_noise_scale(r, expected, jnp.bfloat16, least) for r in references)
+        row = compare(name, got, expected, jnp.bfloat16, scale)
         assert row.passed, row
