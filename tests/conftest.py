@@ -35,6 +35,11 @@ import jax  # noqa: E402  (after the environment above, which JAX reads when imp
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
+from tests import interpreter_callbacks  # noqa: E402
+
+# The Mosaic GPU kernels' tests are mostly the interpreter's callbacks: hand them their arguments the cheap way.
+interpreter_callbacks.install()
+
 # In the environment, so that pytest-xdist's workers (started after this import) draw from the same seed.
 SESSION_SEED = int(os.environ.setdefault("TEST_SEED", str(secrets.randbelow(2**31))))
 

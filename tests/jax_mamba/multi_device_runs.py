@@ -21,6 +21,7 @@ from jax_mamba.train.loop import train
 from jax_mamba.train.mesh_training import mesh_training
 from jax_mamba.train.sharding import make_mesh, param_sharding
 from jax_mamba.train.step import init_training
+from tests import interpreter_callbacks
 from tests.jax_mamba.training_runs import QUIET, losses, records
 
 STEPS = ["--max_steps=3", "--log_every=1", "--eval_every=3", "--save_every=3", "--eval_batches=1"]
@@ -171,6 +172,7 @@ def ssd_forward_kernels(context: int) -> int:
 
 def main(out: str) -> None:
     assert jax.device_count() == 8, jax.devices()
+    interpreter_callbacks.install()  # as in the test session (tests/conftest.py): the interpreted kernels' callbacks
     results = {
         "sharded-init": sharded_init(),
         "data-parallel-collectives": data_parallel_collectives(),
