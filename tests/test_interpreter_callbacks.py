@@ -27,8 +27,12 @@ def _run(callback, *args):
 
 
 def test_installed_for_the_pinned_jax():
+    from jax._src import callback
+
     assert interpreter_callbacks.install()
-    assert interpreter_callbacks.install()  # a second call changes nothing
+    installed = callback.io_callback_impl
+    assert installed._interpreter_fast_path
+    assert interpreter_callbacks.install() and callback.io_callback_impl is installed  # not wrapped a second time
 
 
 def test_interpreter_callbacks_get_cpu_arrays_with_jaxs_dtypes_and_values(rng):

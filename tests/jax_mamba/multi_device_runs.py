@@ -172,7 +172,7 @@ def ssd_forward_kernels(context: int) -> int:
 
 def main(out: str) -> None:
     assert jax.device_count() == 8, jax.devices()
-    interpreter_callbacks.install()  # as in the test session (tests/conftest.py): the interpreted kernels' callbacks
+    interpreter_callbacks.install()  # the interpreted kernels' cheaper callbacks, as in tests/conftest.py
     results = {
         "sharded-init": sharded_init(),
         "data-parallel-collectives": data_parallel_collectives(),
