@@ -37,7 +37,9 @@ import pytest  # noqa: E402
 
 from tests import interpreter_callbacks  # noqa: E402
 
-# The Mosaic GPU kernels' tests are mostly the interpreter's callbacks: hand them their arguments the cheap way.
+# The Mosaic GPU kernels' tests are mostly the interpreter's callbacks: hand them their arguments the cheap way, and
+# run CPU computations inline so that their own eager operations don't queue behind the test's (before JAX starts).
+interpreter_callbacks.dispatch_inline()
 interpreter_callbacks.install()
 
 # In the environment, so that pytest-xdist's workers (started after this import) draw from the same seed.

@@ -27,6 +27,17 @@ def _module_of(func: Callable) -> str:
     return getattr(func, "__module__", None) or ""
 
 
+def dispatch_inline() -> None:
+    """Run single-device CPU computations on the thread that calls them (``jax_cpu_enable_async_dispatch`` off); to
+    be called before JAX makes its CPU client. The interpreter's callbacks run eager JAX operations of their own
+    (``wait_smem_to_gmem`` compares a count with a ``jax.Array`` argument). With asynchronous dispatch, a fresh-clone
+    suite run hung in a Mamba-3 kernel test: the test's thread, dispatching the next eager operation, and a callback's
+    operation inside the still running kernel both waited for the CPU device's semaphore of in-flight computations."""
+    from jax import config
+
+    config.update("jax_cpu_enable_async_dispatch", False)
+
+
 def install() -> bool:
     """Route the Mosaic GPU interpreter's callbacks through the cheap put; False (JAX untouched) if the internals
     it relies on are missing."""

@@ -35,6 +35,14 @@ def test_installed_for_the_pinned_jax():
     assert interpreter_callbacks.install() and callback.io_callback_impl is installed  # not wrapped a second time
 
 
+def test_cpu_computations_run_inline():
+    """``dispatch_inline`` (tests/conftest.py) took effect before the CPU client started."""
+    from jax._src import xla_bridge
+
+    assert jax.config.values["jax_cpu_enable_async_dispatch"] is False
+    assert not xla_bridge._CPU_ENABLE_ASYNC_DISPATCH.value
+
+
 def test_interpreter_callbacks_get_cpu_arrays_with_jaxs_dtypes_and_values(rng):
     seen = []
     callback = _recorder(interpreter_callbacks._INTERPRETER_MODULE + ".gpu_callbacks", seen)

@@ -171,8 +171,9 @@ def ssd_forward_kernels(context: int) -> int:
 
 
 def main(out: str) -> None:
-    assert jax.device_count() == 8, jax.devices()
+    interpreter_callbacks.dispatch_inline()  # as in tests/conftest.py: before the CPU client starts
     interpreter_callbacks.install()  # the interpreted kernels' cheaper callbacks, as in tests/conftest.py
+    assert jax.device_count() == 8, jax.devices()
     results = {
         "sharded-init": sharded_init(),
         "data-parallel-collectives": data_parallel_collectives(),
