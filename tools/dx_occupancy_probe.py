@@ -20,7 +20,8 @@ import jax
 import jax.numpy as jnp
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-from compare import kernel_ops, kernels
+from compare.kernels import bench as kernels
+from compare.kernels import ops as kernel_ops
 from pallas_kernels.ssd.dims import SsdDims
 from pallas_kernels.ssd.mosaic_gpu import backward_dx as kernel_module
 from pallas_kernels.ssd.mosaic_gpu.backward_dx import dx_kernel_call, dx_kernel_inputs

@@ -28,4 +28,4 @@ for cfg in $configs; do
         --ncu-timeout "${NCU_LIMIT:-150}" ${ARGS:-} 2>&1 | grep -v -i warn | grep -E "^(profiling|ncu|jax|torch|wrote|\| (GEMM|SSM|DRAM))"
     echo "$cfg: exit ${PIPESTATUS[0]} after $(( $(date +%s) - began )) s"
 done
-python3 -m compare.characterize_summary
+python3 -m compare.characterize.summary

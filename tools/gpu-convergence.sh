@@ -8,10 +8,10 @@
 #                checkout; default current=.), CONFIG for STEPS steps with ARGS (config overrides): do runs of one tree
 #                differ?
 #   det-tries    the same on this tree under XLA_FLAGS=--xla_gpu_deterministic_ops=true
-#   determinism  compare.determinism: our gradient of one batch REPEATS times in one process, in two processes
+#   determinism  compare.convergence.determinism: our gradient of one batch REPEATS times in one process, in two processes
 #                (default flags) and one under the deterministic-ops flag
 #   torch-tries  mamba-ssm (torch_reference.train_curve) from seed 0's weights, TRIES times (needs the build)
-#   torch-determinism   compare.determinism --framework torch (needs the build)
+#   torch-determinism   compare.convergence.determinism --framework torch (needs the build)
 #   curves:NAME  compare.convergence --config NAME --steps STEPS ARGS, its processes JOBS at a time (needs the build)
 #   verdicts     the committed verdicts (benchmarks/convergence/): compare.convergence over 1000 steps, bf16, for
 #                VERDICTS (default all five): mamba1-130m (lr 6e-4), mamba2-130m and hybrid-130m (their configs' lr
@@ -80,17 +80,17 @@ for stage in "$@"; do
                    done ;;
         determinism)
             for p in a b; do
-                python3 -m compare.determinism --config "$CONFIG" --repeats "$REPEATS" --out "$runs/det-jax-$p" $ARGS \
+                python3 -m compare.convergence.determinism --config "$CONFIG" --repeats "$REPEATS" --out "$runs/det-jax-$p" $ARGS \
                     > "$out/logs/det-jax-$p.log" 2>&1 &
             done
-            XLA_FLAGS=--xla_gpu_deterministic_ops=true python3 -m compare.determinism --config "$CONFIG" \
+            XLA_FLAGS=--xla_gpu_deterministic_ops=true python3 -m compare.convergence.determinism --config "$CONFIG" \
                 --repeats "$REPEATS" --out "$runs/det-jax-detops" $ARGS > "$out/logs/det-jax-detops.log" 2>&1 & ;;
         torch-tries) for t in $(seq 1 "$TRIES"); do
                          python3 -m torch_reference.train_curve --config "$CONFIG" --steps "$STEPS" --seed=0 $ARGS \
                              > "$runs/torch-try$t.json" 2> "$out/logs/torch-try$t.log" &
                      done ;;
         torch-determinism)
-            python3 -m compare.determinism --config "$CONFIG" --framework torch --repeats "$REPEATS" \
+            python3 -m compare.convergence.determinism --config "$CONFIG" --framework torch --repeats "$REPEATS" \
                 --out "$runs/det-torch" $ARGS > "$out/logs/det-torch.log" 2>&1 & ;;
         curves:*) name=${stage#curves:}
                   python3 -m compare.convergence --config "$name" --steps "$STEPS" --jobs "$JOBS" \

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # On a GPU machine: set up the PyTorch side, run a list of commands one after another within a deadline, and pack
-# what they wrote. The general runner for measurements (compare.train_throughput, compare.kernels,
+# what they wrote. The general runner for measurements (compare.throughput, compare.kernels,
 # compare.characterize, ...), so that a measurement is a list of commands, not a script of its own.
 # Usage: tools/gpu-run.sh OUT_DIR [COMMAND ...]
 #   Each COMMAND is one shell command line, run from the repository root; it writes its results under $RESULTS
-#   (OUT_DIR/results), e.g. 'python3 -m compare.train_throughput --configs mamba2-130m --torch --out $RESULTS/tp'.
+#   (OUT_DIR/results), e.g. 'python3 -m compare.throughput --configs mamba2-130m --torch --out $RESULTS/tp'.
 #   Its output goes to logs/NN.log (packed too); each command's exit status and wall time are printed as it ends.
 # Environment:
 #   BUILD_PARTS=DIR  mamba-ssm's and causal-conv1d's CUDA extensions exported by `tools/gpu-convergence.sh OUT export`

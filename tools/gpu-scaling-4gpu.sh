@@ -2,7 +2,7 @@
 # Usage: tools/gpu-scaling-4gpu.sh WORK_DIR SDIST_DIR BUILD_PARTS_DIR (tools/gpu-parity.sh export's parts)
 # On a 4-GPU machine: the published scaling points (1, 2 and 4 GPUs; benchmarks/scaling/) in phases, the 1- and
 # 2-GPU runs on disjoint GPUs at once, so that the whole set fits a short lease of the machine. Join each config's
-# points with compare.scaling_join afterwards.
+# points with compare.scaling.join afterwards.
 #   phase 1, at once: each config's 1-GPU point on its own GPU (0: 780m, 1: mamba1-790m, 2: 2.7b, 3: context)
 #   phase 2, at once: 780m on GPUs 0,1 and mamba1-790m on GPUs 2,3
 #   phase 3, at once: 2.7b on GPUs 0,1 and context on GPUs 2,3

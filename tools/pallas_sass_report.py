@@ -1,5 +1,5 @@
-"""Print what a Pallas op's kernels compile to for an H100, without a GPU (``compare.triton_ir``): registers, spills,
-shared memory and PTX instruction counts per kernel, for any shape and config.
+"""Print what a Pallas op's kernels compile to for an H100, without a GPU (``compare.kernels.triton_ir``): registers,
+spills, shared memory and PTX instruction counts per kernel, for any shape and config.
 
 Usage: ``python tools/pallas_sass_report.py [--op selective_scan|ssd] --shape SHAPE [--config FIELDS] [--backward]
 [--dump DIR]``, e.g.
@@ -15,9 +15,9 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 
-from compare.kernel_ops import OPS
-from compare.kernels import parse_config
-from compare.triton_ir import compile_sm90, triton_modules
+from compare.kernels.bench import parse_config
+from compare.kernels.ops import OPS
+from compare.kernels.triton_ir import compile_sm90, triton_modules
 from pallas_kernels import selective_scan_fn
 from pallas_kernels.selective_scan import api as selective_scan_api
 from pallas_kernels.selective_scan.heuristics import default_config

@@ -3,7 +3,7 @@
 # Shared by the multi-GPU queue scripts (sourced, not run, after the script sets $work, its work folder): the
 # queue's environment (the repo on PYTHONPATH, unbuffered output, NCCL_NVLS_ENABLE=0), $work/results/ for points,
 # $work/prof/ for profiles and $log ($work/progress.log), then: say, a timestamped line to stdout and $log; point,
-# one compare.scaling point (its arguments say which sides run); profile, one compare.mesh_profile run; start_queue,
+# one compare.scaling point (its arguments say which sides run); profile, one compare.scaling.mesh_profile run; start_queue,
 # the GPUs named in the log and mamba-ssm's extensions imported.
 export PYTHONPATH=. PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
 mkdir -p "$work/results" "$work/prof"
@@ -19,13 +19,13 @@ point() {  # point GPU_LIST NAME ARGS...: one compare.scaling point on as many G
         > "$work/results/$name-$n.log" 2>&1
     say "end $name-$n: exit $? after $(( $(date +%s) - began )) s"
 }
-profile() {  # profile GPU_LIST NAME ARGS...: one compare.mesh_profile run (every launch named) on those GPUs
+profile() {  # profile GPU_LIST NAME ARGS...: one compare.scaling.mesh_profile run (every launch named) on those GPUs
     local gpus=$1 name=$2 began
     shift 2
     began=$(date +%s)
     mkdir -p "$work/prof"
     say "start $name on GPUs $gpus"
-    CUDA_VISIBLE_DEVICES=$gpus python3 -m compare.mesh_profile --name_launches --seq_len=2048 --steps 5 "$@" \
+    CUDA_VISIBLE_DEVICES=$gpus python3 -m compare.scaling.mesh_profile --name_launches --seq_len=2048 --steps 5 "$@" \
         --out "$work/prof/$name" > "$work/prof/$name.log" 2>&1
     say "end $name: exit $? after $(( $(date +%s) - began )) s"
 }

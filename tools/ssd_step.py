@@ -4,7 +4,7 @@ put under a profiler (``ncu --kernel-name regex:ssd_bwd_dx ... python tools/ssd_
 Usage: ``python tools/ssd_step.py [--shape B,L,H,P,N,G] [--config FIELDS] [--steps N] [--forward-only]``.
 
 The inputs, calls and config are ``python -m compare.kernels --op ssd``'s for the same shape: its Mamba2-like bf16
-values (``compare.kernel_ops.ssd_inputs``), the config ``impl="pallas"`` picks for the shape on this GPU with the
+values (``compare.kernels.ops.ssd_inputs``), the config ``impl="pallas"`` picks for the shape on this GPU with the
 ``--config`` fields laid over it (``--pallas-config`` syntax). Besides the forward+backward runs, setting up the
 calls runs the forward once.
 """
@@ -13,8 +13,8 @@ import argparse
 
 import jax
 
-from compare.kernel_ops import OPS, Variant
-from compare.kernels import for_shape, parse_config
+from compare.kernels.bench import for_shape, parse_config
+from compare.kernels.ops import OPS, Variant
 
 DTYPE = "bfloat16"
 

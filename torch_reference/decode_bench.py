@@ -1,6 +1,6 @@
 """mamba-ssm's decoding speed: ``python -m torch_reference.decode_bench --config NAME --batches 1 64``.
 
-The PyTorch side of ``compare.decode_bench``: mamba-ssm's ``MambaLMHeadModel.generate`` at its best settings (bf16
+The PyTorch side of ``compare.throughput.decode``: mamba-ssm's ``MambaLMHeadModel.generate`` at its best settings (bf16
 weights as its own benchmark loads them, CUDA graphs with ``cg=True``, its Triton ``selective_state_update`` and
 causal-conv1d's update kernel), greedy (top_k=1), random prompts of ``--prompt_len`` tokens continued by
 ``--new_tokens`` tokens. The model is built as ``torch_reference.lm.TorchLM`` builds it, so Mamba-3 layers are

@@ -1,8 +1,8 @@
 """The reference's gradient of one batch, computed several times in one process:
 ``python -m torch_reference.gradient_repeats --config NAME --repeats N --out_dir DIR``.
 
-The PyTorch side of ``compare.determinism``: the training runner of ``train_bench`` (mamba-ssm's fused kernels,
-bf16 autocast where our side computes in bf16) from our initial weights (``train_curve.reference_runner``), the
+The PyTorch side of ``compare.convergence.determinism``: the training runner of ``train_bench`` (mamba-ssm's fused
+kernels, bf16 autocast where our side computes in bf16) from our initial weights (``train_curve.reference_runner``), the
 forward and backward of step ``--step``'s batch ``--repeats`` times, gradients cleared in between. Writes each
 repeat's gradients (float32, by the reference's parameter names) to ``DIR/repeat-R.npz`` and prints one JSON line
 with the losses and what was run."""

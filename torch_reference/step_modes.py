@@ -12,7 +12,7 @@ by the host (Python and kernel launches), so the modes are:
 - ``compile``: the model through ``torch.compile`` (graph breaks allowed around the reference's custom kernels).
 - ``compile_cuda_graph``: ``torch.compile(mode="reduce-overhead")``: compiled regions replayed as CUDA graphs.
 
-torch is imported where it is used, so that drivers (``compare.train_throughput``) read ``MODES`` without it.
+torch is imported where it is used, so that drivers (``compare.throughput``) read ``MODES`` without it.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The PyTorch reference's training (or inference) throughput: ``python -m torch_reference.train_bench --config NAME``.
 
-The PyTorch side of ``compare.train_throughput``, for any family, at the reference's best settings: the model from
+The PyTorch side of ``compare.throughput``, for any family, at the reference's best settings: the model from
 the same config (fp32 params: mamba-ssm's ``MambaLMHeadModel`` with its fused kernels, NVlabs' ``MambaVision``
 in channels-last memory format, or Graph-Mamba on torch_geometric and mamba-ssm's ``Mamba``), bf16 autocast, the
 task's loss on fp32 logits (cross-entropy with label smoothing as configured; Graph-Mamba's multilabel BCE and

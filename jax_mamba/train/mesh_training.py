@@ -1,5 +1,5 @@
 """A config's training as the loop builds it, for tools that compile and run its train step outside the loop
-(``train.memory_plan``, ``compare.mesh_profile``): the run's mesh (set for the modules' per-device kernels), the
+(``train.memory_plan``, ``compare.scaling.mesh_profile``): the run's mesh (set for the modules' per-device kernels), the
 task, the initial variables and train step, and the global batches, with the dataset closed however the tool ends."""
 
 import contextlib

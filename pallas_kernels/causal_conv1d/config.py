@@ -12,7 +12,7 @@ class ConvConfig:
     """Defaults: ``backend="auto"``, the Mosaic GPU kernels where they cover the call and Triton's elsewhere
     (``causal_conv1d.dispatch.choose_backends``); Mosaic GPU programs of ``mosaic_segment_blocks`` blocks of
     ``mosaic_block_l`` = 32 steps, the fastest measured (docs/kernels.md#causal-conv1d); Triton tiles that compile
-    without spilling for an H100 at width 4 (``compare.triton_ir``: forward 72 registers, backward 167).
+    without spilling for an H100 at width 4 (``compare.kernels.triton_ir``: forward 72 registers, backward 167).
     ``backend="triton"`` or ``"mosaic_gpu"`` asks for one backend (a Mosaic GPU request it does not cover is
     refused); ``bwd_backend`` sets the backward's apart ("": the same as ``backend``)."""
 

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from compare.tolerances import GRAD_FLOOR, assert_close
+from compare.parity.tolerances import GRAD_FLOOR, assert_close
 from jax_mamba.modules.impl import attention_impl
 from jax_mamba.modules.vit import attend
 from tests.jax_mamba.test_attention import oracle

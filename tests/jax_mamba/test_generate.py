@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from compare.tolerances import assert_close
+from compare.parity.tolerances import assert_close
 from jax_mamba.configs.loader import load_config
 from jax_mamba.generate import SamplingConfig, generate, sample_tokens
 from jax_mamba.generate import decode as decode_module

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from compare.tolerances import assert_close, compare_to_reference_noise, gradient_floor
+from compare.parity.tolerances import assert_close, compare_to_reference_noise, gradient_floor
 from jax_mamba.configs import load_config
 from jax_mamba.configs.schema import GraphMambaConfig, validate_graph_mamba
 from jax_mamba.data.graphs.graph import Graph

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from compare.tolerances import assert_close
+from compare.parity.tolerances import assert_close
 from jax_mamba.models import ParamLayout
 from jax_mamba.modules.mamba3 import Mamba3
 from tests.jax_mamba import naive_mixers
@@ -112,7 +112,7 @@ def test_pallas_impl_in_bf16_is_as_exact_as_the_reference(rng, monkeypatch):
     terms cancel (sum |g| / |sum g| up to 45 in the core's dADT), so the kernels' bfloat16-level error in each term
     (under 0.5% in dADT and dDT) moved one head's d dt_bias by 1.7% where the reference's run moved it by 0.1%.
     A sequence of 70 (past one 64-step block), two groups."""
-    from compare.tolerances import compare, reference_noise_scale
+    from compare.parity.tolerances import compare, reference_noise_scale
     from pallas_kernels.mamba3 import reference
     from tests.jax_mamba.test_modules import parameter_grads
     from tests.pallas_kernels.gpu_checks import PER_HEAD_SUM_FACTOR, PER_HEAD_SUMS

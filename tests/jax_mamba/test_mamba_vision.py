@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from compare.tolerances import assert_close
+from compare.parity.tolerances import assert_close
 from jax_mamba.configs import load_config
 from jax_mamba.configs.schema import MambaVisionConfig
 from jax_mamba.models import MambaVision, ParamLayout

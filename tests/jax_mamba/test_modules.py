@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from compare.tolerances import assert_close
+from compare.parity.tolerances import assert_close
 from jax_mamba.configs.schema import AttnConfig, ModelConfig, SSMConfig
 from jax_mamba.models import MambaLMHeadModel, ParamLayout
 from jax_mamba.modules.layers import embedding
@@ -365,7 +365,7 @@ def test_embedding_rounds_only_the_looked_up_rows_and_sums_gradients_in_float32(
 def test_norm_and_conv_keep_only_their_inputs_for_the_backward():
     """RMSNorm and the causal conv are rematerialized: their vjp keeps the input and the parameters (closed over, so
     counted), nothing computed from them."""
-    from compare.kernel_ops import saved_beyond_inputs
+    from compare.kernels.ops import saved_beyond_inputs
     from jax_mamba.modules.layers import CausalConv1d, RMSNorm
 
     x = jnp.ones((2, 16, 8), jnp.bfloat16)

@@ -3,7 +3,7 @@ kernel with a bound set by mamba-ssm's own bf16 error (its bf16 result against i
 
 import jax.numpy as jnp
 
-from compare.tolerances import REFERENCE_FACTOR, assert_close, compare_to_reference_noise
+from compare.parity.tolerances import REFERENCE_FACTOR, assert_close, compare_to_reference_noise
 
 # Per-head sums over batch x L (dA, d dt_bias, dD: one value a head, 24 at 130m) of terms that cancel: over so few
 # values their relative error swings with the seed, and the backward kernels that form them from bf16 factors by

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from compare.tolerances import assert_close
+from compare.parity.tolerances import assert_close
 from pallas_kernels import causal_conv1d_fn
 from tests.pallas_kernels import naive
 from tests.pallas_kernels.one_program import forward_and_backward

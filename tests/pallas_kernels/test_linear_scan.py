@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from jax.experimental import pallas as pl
 
-from compare.tolerances import assert_close
-from compare.triton_ir import triton_modules
+from compare.kernels.triton_ir import triton_modules
+from compare.parity.tolerances import assert_close
 from pallas_kernels._linear_scan import linear_scan
 from pallas_kernels.selective_scan import state_passing
 

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from compare.tolerances import REFERENCE_FACTOR, assert_close, compare, gradient_floor, tolerance
+from compare.parity.tolerances import REFERENCE_FACTOR, assert_close, compare, gradient_floor, tolerance
 from pallas_kernels._triton import interpret_mode
 from pallas_kernels.mamba3 import dispatch, reference
 from pallas_kernels.mamba3.api import mamba3_mimo, mamba3_siso_combined

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from compare.tolerances import assert_close
+from compare.parity.tolerances import assert_close
 from pallas_kernels import mamba3_mimo, mamba3_mimo_step
 from tests.pallas_kernels import naive_mamba3
 from tests.pallas_kernels.test_mamba3_reference import (

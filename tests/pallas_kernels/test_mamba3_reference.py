@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from compare.tolerances import assert_close
+from compare.parity.tolerances import assert_close
 from pallas_kernels.mamba3.api import mamba3_siso_combined, mamba3_siso_step
 from tests.pallas_kernels import naive_mamba3
 from tests.pallas_kernels.naive import numeric_grad

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from compare.tolerances import assert_close
+from compare.parity.tolerances import assert_close
 from pallas_kernels.mamba3 import dispatch
 from pallas_kernels.mamba3.api import mamba3_mimo_step, mamba3_siso_step
 from tests.pallas_kernels import naive_mamba3

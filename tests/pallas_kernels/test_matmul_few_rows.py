@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from compare.tolerances import assert_close
+from compare.parity.tolerances import assert_close
 from pallas_kernels import available_impls, matmul_few_rows
 from pallas_kernels.matmul_few_rows.config import MatmulFewRowsConfig
 from pallas_kernels.matmul_few_rows.heuristics import k_splits

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from compare.tolerances import assert_close
+from compare.parity.tolerances import assert_close
 from pallas_kernels import rmsnorm_fn
 from pallas_kernels.rmsnorm_gated.config import NormConfig
 from tests.pallas_kernels import naive
@@ -88,9 +88,9 @@ def test_bad_config_is_refused_before_work():
 
 
 def test_kernels_lower_to_triton_for_an_h100(monkeypatch):
-    """Interpret mode never lowers the kernels to Triton: this does, for an H100 (compare.triton_ir), at a group
+    """Interpret mode never lowers the kernels to Triton: this does, for an H100 (compare.kernels.triton_ir), at a group
     wider than one column tile (two chunks), so that a kernel Pallas's Triton lowering refuses fails here first."""
-    from compare.triton_ir import triton_modules
+    from compare.kernels.triton_ir import triton_modules
     from pallas_kernels.rmsnorm_gated import api
 
     monkeypatch.setattr(api, "interpret_mode", lambda: False)

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from compare.kernel_ops import OPS, selective_scan_inputs
+from compare.kernels.ops import OPS, selective_scan_inputs
 from pallas_kernels import selective_scan_fn
 from pallas_kernels.selective_scan.config import ScanConfig
 from tests.pallas_kernels import test_selective_scan_reference as ss

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from compare.tolerances import assert_close
+from compare.parity.tolerances import assert_close
 from pallas_kernels import selective_scan_fn
 from pallas_kernels.selective_scan import reference
 from tests.pallas_kernels import naive

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from compare.tolerances import assert_close
+from compare.parity.tolerances import assert_close
 from pallas_kernels import mamba_chunk_scan_combined, selective_scan_fn, selective_state_update
 from pallas_kernels.selective_state_update.config import StateUpdateConfig
 

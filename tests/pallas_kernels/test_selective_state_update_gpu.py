@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from compare.tolerances import assert_close
+from compare.parity.tolerances import assert_close
 from pallas_kernels import selective_state_update
 from pallas_kernels.selective_state_update.config import StateUpdateConfig
 

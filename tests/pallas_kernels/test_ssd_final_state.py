@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from compare.tolerances import assert_close
+from compare.parity.tolerances import assert_close
 from pallas_kernels.ssd.api import ssd_final_state
 from tests.pallas_kernels.one_program import forward_and_backward
 from tests.pallas_kernels.test_ssd_reference import make_inputs, oracle_with_spread

@@ -9,8 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from compare.kernel_ops import OPS
-from compare.tolerances import assert_close
+from compare.kernels.ops import OPS
+from compare.parity.tolerances import assert_close
 from pallas_kernels import mamba_chunk_scan_combined
 from pallas_kernels.ssd.config import SsdConfig
 from tests.pallas_kernels.gpu_checks import assert_matches_reference_and_mamba_ssm

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from compare.tolerances import assert_close
+from compare.parity.tolerances import assert_close
 from pallas_kernels import mamba_chunk_scan_combined
 from tests.pallas_kernels.test_ssd_reference import make_inputs
 

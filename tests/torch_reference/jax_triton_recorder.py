@@ -1,4 +1,4 @@
-"""Every jax-triton launch of mamba-ssm's SSD kernels from JAX (``torch_reference.ssd_jax_triton_forward`` /
+"""Every jax-triton launch of mamba-ssm's SSD kernels from JAX (``torch_reference.ssd_jax_triton.forward`` /
 ``_backward``), recorded on the CPU without running (jax-triton imports only where JAX has a GPU): a stand-in
 ``jax_triton`` module returns zeros."""
 
@@ -32,7 +32,7 @@ def _stand_in(monkeypatch) -> list[Launch]:
         return [jnp.zeros(s.shape, s.dtype) for s in out_shape]
 
     monkeypatch.setitem(sys.modules, "jax_triton", types.SimpleNamespace(triton_call=triton_call))
-    from torch_reference import ssd_jax_triton_backward
+    from torch_reference.ssd_jax_triton import backward as ssd_jax_triton_backward
 
     monkeypatch.setattr(ssd_jax_triton_backward, "sm_count", lambda: H100_SMS)
     return launches
@@ -41,7 +41,7 @@ def _stand_in(monkeypatch) -> list[Launch]:
 def record_jax_launches(monkeypatch, arrays: dict, chunk: int) -> list[Launch]:
     """The forward's launches for ``arrays`` (x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx as JAX arrays
     or None), dt_softplus and no dt limit."""
-    from torch_reference.ssd_jax_triton_forward import forward
+    from torch_reference.ssd_jax_triton.forward import forward
 
     launches = _stand_in(monkeypatch)
     a = arrays
@@ -54,7 +54,7 @@ def record_jax_launches(monkeypatch, arrays: dict, chunk: int) -> list[Launch]:
 
 def record_jax_backward_launches(monkeypatch, arrays: dict, chunk: int) -> list[Launch]:
     """The backward's launches for ``arrays`` as ``record_jax_launches`` plus dout (and dfinal_states or None)."""
-    from torch_reference.ssd_jax_triton_backward import backward
+    from torch_reference.ssd_jax_triton.backward import backward
 
     launches = _stand_in(monkeypatch)
     a = arrays

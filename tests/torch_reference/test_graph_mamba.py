@@ -4,7 +4,7 @@ sign flips drawn when the batch carries none, and the training-mode BatchNorm up
 import numpy as np
 import pytest
 
-from compare.graph_batch import random_graph_batch, random_order_noise
+from compare.parity.graph_batch import random_graph_batch, random_order_noise
 from jax_mamba.configs import load_config
 
 torch = pytest.importorskip("torch", reason="the PyTorch side is not installed (make setup-torch)")

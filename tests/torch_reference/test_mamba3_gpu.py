@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from compare.tolerances import REFERENCE_FACTOR, assert_close, rel_l2, tolerance
+from compare.parity.tolerances import REFERENCE_FACTOR, assert_close, rel_l2, tolerance
 from pallas_kernels.mamba3 import reference
 from pallas_kernels.mamba3.api import mamba3_siso_combined, mamba3_siso_step
 from tests.pallas_kernels.test_mamba3_reference import as_jax, random_inputs, steps_of

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from compare.tolerances import assert_close
+from compare.parity.tolerances import assert_close
 from jax_mamba.modules.mha import apply_rotary
 
 torch = pytest.importorskip("torch", reason="the PyTorch side is not installed (make setup-torch)")

@@ -1,4 +1,4 @@
-"""The PyTorch side of compare.train_throughput (mamba-ssm, NVlabs' MambaVision), run here on the CPU fallback."""
+"""The PyTorch side of compare.throughput (mamba-ssm, NVlabs' MambaVision), run here on the CPU fallback."""
 
 import json
 import os

@@ -132,7 +132,7 @@ def test_importing_jax_triton_leaves_triton_its_cache_folder(monkeypatch):
 
     import triton
 
-    from torch_reference.jax_triton_launch import import_jax_triton
+    from torch_reference.ssd_jax_triton.launch import import_jax_triton
 
     stand_in = types.SimpleNamespace(triton_call=None)
     monkeypatch.setitem(sys.modules, "jax_triton", stand_in)

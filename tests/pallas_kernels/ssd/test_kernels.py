@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from compare.tolerances import assert_close, reference_noise_scale
+from compare.parity.tolerances import assert_close, reference_noise_scale
 from pallas_kernels import mamba_chunk_scan_combined
 from pallas_kernels.ssd.config import SsdConfig
 from tests.pallas_kernels.ssd.configs import (

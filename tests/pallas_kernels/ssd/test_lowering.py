@@ -62,9 +62,9 @@ from tests.pallas_kernels.ssd.configs import MOSAIC, MOSAIC_DX, MOSAIC_FORWARD, 
     ],
 )
 def test_kernels_lower_to_triton_for_an_h100(monkeypatch, config, kernels):
-    """Interpret mode never lowers the kernels to Triton: this does, for an H100 (compare.triton_ir), so that a
+    """Interpret mode never lowers the kernels to Triton: this does, for an H100 (compare.kernels.triton_ir), so that a
     kernel Pallas's Triton lowering refuses fails here and not first on the GPU."""
-    from compare.triton_ir import triton_modules
+    from compare.kernels.triton_ir import triton_modules
     from pallas_kernels.ssd import api
 
     monkeypatch.setattr(api, "interpret_mode", lambda: False)
