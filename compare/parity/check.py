@@ -64,7 +64,9 @@ def model_parity(
     largest graph's node count of graph models (``batch`` graphs).
 
     In bf16 (torch autocast vs our compute_dtype) the reference also runs in float32, and the bounds are relative to
-    its own bf16 error (see ``compare.parity.tolerances``)."""
+    its own bf16 error (see ``compare.parity.tolerances``). A gradient is compared relative to at least its floor:
+    GRAD_FLOOR x the whole gradient's norm and, for the bias of a Linear or convolution, the spread of the terms it
+    sums (``TorchModel.bias_gradient_spreads``), both from the reference's float32 run."""
     cfg = without_randomness(cfg)
     side = SIDES[cfg.family](ref, cfg, seed)
     task = task_for(dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, compute_dtype=compute_dtype)))
@@ -81,10 +83,13 @@ def model_parity(
     for mode in side.modes:
         smoothing = cfg.train.label_smoothing if mode == "train" else 0.0
         mode_data = batch_for(mode, data)
-        fp32 = (None, None, {}, {})
-        if compute_dtype != "float32":  # the reference's own bf16 error, measured against its float32 run
-            fp32 = side.torch_run(mode_data, "float32", mode, smoothing)
-        t_logits, t_loss, t_grads, t_state = side.torch_run(mode_data, compute_dtype, mode, smoothing)
+        with side.torch.bias_gradient_spreads() as spreads:  # the float32 run sets every gradient's floor
+            run32 = side.torch_run(mode_data, "float32", mode, smoothing)
+        if compute_dtype == "float32":
+            fp32, t_run = (None, None, {}, {}), run32
+        else:  # the reference's own bf16 error, measured against its float32 run
+            fp32, t_run = run32, side.torch_run(mode_data, compute_dtype, mode, smoothing)
+        t_logits, t_loss, t_grads, t_state = t_run
 
         def check(name, ours, theirs, theirs_fp32, floor=0.0):
             if compute_dtype == "float32":
@@ -115,8 +120,11 @@ def model_parity(
         ours = side.to_torch(
             {k: np.asarray(v) for k, v in grads.items()}, {k: np.asarray(v) for k, v in new_state.items()}
         )
-        floor = gradient_floor(fp32[2] or t_grads)
-        rows += [check(label(mode, f"grad {n}"), ours[n], g, fp32[2].get(n), floor) for n, g in t_grads.items()]
+        floor = gradient_floor(run32[2])
+        rows += [
+            check(label(mode, f"grad {n}"), ours[n], g, fp32[2].get(n), max(floor, spreads.get(n, 0.0)))
+            for n, g in t_grads.items()
+        ]
         if mode == "train":
             rows += [check(label(mode, f"state {n}"), ours[n], v, fp32[3].get(n)) for n, v in t_state.items()]
 

@@ -28,7 +28,10 @@ REFERENCE_FACTOR = 2.0
 # A parameter whose gradient is zero in exact arithmetic (a bias right before a batch norm in training, the last
 # block's output bias before it) gets rounding noise from both frameworks, uncorrelated: relative to itself that
 # noise differs by 100%. Gradient rows are therefore relative to max(own norm, GRAD_FLOOR x the whole gradient's
-# norm); a gradient of ordinary size is compared relative to itself as before.
+# norm); a gradient of ordinary size is compared relative to itself as before. Where the reference can tell, the
+# floor of a bias gradient is also the spread of the terms it sums (its layer's output gradient, every row: the
+# scale its rounding adds up to, however far they cancel; compare.parity.check): a float32 bias before a batch norm
+# in graph-mamba-tiny has a spread about 100x GRAD_FLOOR x the whole gradient's norm.
 GRAD_FLOOR = 1e-3
 
 
