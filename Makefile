@@ -1,5 +1,7 @@
 # make train        -> set up .venv (Python 3.12) and train the default model; CLI flags via ARGS="--key=value ..."
 # make test         -> set up .venv with the PyTorch side too, and run the test suite (parity tests included)
+# make test-quick   -> the quick tier (tests/tiers.py QUICK): every package and kernel path once, a few minutes
+# make test-seeds   -> the tolerance-heavy test files at SEEDS fresh random seeds (default 3)
 # make setup-torch  -> add PyTorch, mamba-ssm (from its sdist, CUDA build skipped) and NVlabs' mambavision to .venv
 # make lint         -> ruff
 VENV := .venv
@@ -8,12 +10,13 @@ CONFIG ?= default
 ARGS ?=
 # pytest-xdist processes for `make test`, each taking one test file at a time
 TEST_WORKERS ?= 2
+SEEDS ?= 3
 
 MAMBA_SSM := mamba-ssm==2.3.2.post1
 MAMBAVISION := mambavision==1.2.0
 MAMBA3_JAX := mamba3-jax==1.0.1
 
-.PHONY: setup setup-torch train test lint clean-venv
+.PHONY: setup setup-torch train test test-quick test-seeds lint clean-venv
 
 setup: $(VENV)/.installed
 
@@ -39,6 +42,12 @@ train: setup
 
 test: setup-torch
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=30 tests $(ARGS)
+
+test-quick: setup-torch
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=10 -m quick tests $(ARGS)
+
+test-seeds: setup-torch
+	$(PY) -m tests.seeds --count $(SEEDS) --workers $(TEST_WORKERS) -- $(ARGS)
 
 lint: setup
 	$(PY) -m ruff check .

@@ -1,12 +1,12 @@
 """Shared fixtures: fresh random inputs every run (reproducible through TEST_SEED), GPU-marker skipping, and the CPU
 suite's compile settings and file order (it is mostly XLA compiling small programs on 2 cores)."""
 
-import atexit
 import os
 import secrets
 import shutil
-import tempfile
 import zlib
+
+from tests import compile_cache
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # leave GPU memory for torch in the parity tests
 # Pallas's Mosaic GPU interpreter runs each warpgroup of a two-warpgroup program (SsdConfig.fwd_walk_warpgroups) as a
@@ -14,15 +14,11 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # leave GPU mem
 # with the pool's default of a thread a CPU, a 2-CPU machine can hang there (``interpreter_threads`` in
 # pallas_kernels/_triton.py). One thread to spare; read when JAX starts its CPU client, by xdist's workers too.
 os.environ.setdefault("PJRT_NPROC", str(max(4, len(os.sched_getaffinity(0)))))
-# Every compiled program is cached for the session and its subprocesses: many small trainings compile the same step
-# again (each part of a resumed run, one tiny config in several tests), and each of xdist's processes and each
-# subprocess would otherwise compile the same small eager operations again (caching those too took 9% off the CPU
-# time of five model test files on 2 cores). Each test still traces and runs its own; the cache is keyed by the
-# compiled program and starts empty every session.
-_COMPILATION_CACHE = tempfile.mkdtemp(prefix="jax-mamba-test-cache-")
-atexit.register(shutil.rmtree, _COMPILATION_CACHE, ignore_errors=True)
-os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", _COMPILATION_CACHE)
-os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+# Every compiled program is cached on disk for this session, its subprocesses and the next sessions
+# (tests/compile_cache.py): many small trainings compile the same step again, each of xdist's processes and each
+# subprocess the same small eager operations, and a second run of an unchanged suite compiles nothing. Each test
+# still traces and runs its own.
+_PERSISTENT_CACHE = compile_cache.configure()
 # Without a GPU, most tests' time is XLA compiling small CPU programs (eager ops one by one, tiny trainings of a few
 # steps): without LLVM's optimizations they compile about a quarter faster (this process and its subprocesses). Tests
 # marked ``slow`` spend their time running what they compiled (hundreds of training steps, 2.4-3.4x slower unoptimized)
@@ -35,7 +31,7 @@ import jax  # noqa: E402  (after the environment above, which JAX reads when imp
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from tests import interpreter_callbacks  # noqa: E402
+from tests import interpreter_callbacks, tiers  # noqa: E402
 
 # The Mosaic GPU kernels' tests are mostly the interpreter's callbacks: hand them their arguments the cheap way, and
 # run CPU computations inline so that their own eager operations don't queue behind the test's (before JAX starts).
@@ -47,12 +43,23 @@ SESSION_SEED = int(os.environ.setdefault("TEST_SEED", str(secrets.randbelow(2**3
 
 
 def pytest_report_header(config):
-    return f"TEST_SEED={SESSION_SEED} (set TEST_SEED to replay these random inputs)"
+    cache = (
+        f"compilation cache: {_PERSISTENT_CACHE} (JAX_MAMBA_TEST_CACHE=off: none kept between runs)"
+        if _PERSISTENT_CACHE is not None
+        else "compilation cache: this run only (JAX_MAMBA_TEST_CACHE=off)"
+    )
+    return [f"TEST_SEED={SESSION_SEED} (set TEST_SEED to replay these random inputs)", cache]
 
 
 def pytest_terminal_summary(terminalreporter):
     """Also at the end, where ``-q`` runs (CI) show it: a failure on random inputs can then be replayed."""
     terminalreporter.write_line(f"TEST_SEED={SESSION_SEED} (set TEST_SEED to replay these random inputs)")
+
+
+def pytest_sessionfinish(session):
+    """The run's controller (not an xdist worker) keeps the persistent cache within its bound."""
+    if _PERSISTENT_CACHE is not None and not hasattr(session.config, "workerinput"):
+        compile_cache.prune(_PERSISTENT_CACHE, compile_cache.max_bytes())
 
 
 def _has_gpu() -> bool:
@@ -69,7 +76,7 @@ LONGEST_FILES = (
     "jax_mamba/test_train_graph.py",
     "jax_mamba/test_multi_device.py",
     "pallas_kernels/ssd/test_kernels.py",
-    "compare/test_parity.py",
+    "compare/parity/test_check.py",
     "pallas_kernels/test_selective_scan_pallas.py",
     "jax_mamba/test_train.py",
     "jax_mamba/test_train_vision.py",
@@ -81,8 +88,24 @@ def _file_rank(item) -> int:
     return next((i for i, name in enumerate(LONGEST_FILES) if path.endswith(name)), len(LONGEST_FILES))
 
 
+def _mark_quick_tier(config, items) -> None:
+    """Mark ``tiers.QUICK``'s tests ``quick``. Where whole files were collected, a listed test missing from one of
+    them (renamed, or its parameters changed) stops the run: the tier cannot shrink unnoticed."""
+    wanted = set(tiers.QUICK)
+    for item in items:
+        if item.nodeid in wanted:
+            item.add_marker(pytest.mark.quick)
+    if any("::" in arg for arg in config.args):  # single tests asked for: the rest of their files is not collected
+        return
+    files = {item.nodeid.split("::")[0] for item in items}
+    missing = sorted(n for n in wanted.difference(item.nodeid for item in items) if n.split("::")[0] in files)
+    if missing:
+        raise pytest.UsageError(f"tests/tiers.py QUICK lists tests that do not exist: {', '.join(missing)}")
+
+
 def pytest_collection_modifyitems(config, items):
     items.sort(key=_file_rank)  # stable: the rest keep their order
+    _mark_quick_tier(config, items)
     if _has_gpu():
         return
     skip = pytest.mark.skip(reason="needs a GPU; JAX found none")
