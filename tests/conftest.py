@@ -44,7 +44,7 @@ SESSION_SEED = int(os.environ.setdefault("TEST_SEED", str(secrets.randbelow(2**3
 
 def pytest_report_header(config):
     cache = (
-        f"compilation cache: {_PERSISTENT_CACHE} (JAX_MAMBA_TEST_CACHE=off: none kept between runs)"
+        f"compilation cache: {_PERSISTENT_CACHE} (kept between runs; JAX_MAMBA_TEST_CACHE=off keeps none)"
         if _PERSISTENT_CACHE is not None
         else "compilation cache: this run only (JAX_MAMBA_TEST_CACHE=off)"
     )
@@ -112,6 +112,22 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _xla_flags_kept():
+    """Fail a test that leaves ``XLA_FLAGS`` changed (and put them back): they would change what every later test of
+    its process compiles, and JAX hashes them into the cache key of every program, so that none of those would be
+    found in the cache the next time (``monkeypatch.setenv`` restores them)."""
+    before = os.environ.get("XLA_FLAGS")
+    yield
+    after = os.environ.get("XLA_FLAGS")
+    if after != before:
+        if before is None:
+            del os.environ["XLA_FLAGS"]
+        else:
+            os.environ["XLA_FLAGS"] = before
+        pytest.fail(f"the test left XLA_FLAGS changed, {before!r} -> {after!r}: set them with monkeypatch.setenv")
 
 
 @pytest.fixture(autouse=True)

@@ -23,8 +23,9 @@ def test_the_folder_follows_the_environment(monkeypatch, tmp_path):
 
 
 def test_configure_points_jax_at_the_folder_or_at_one_folder_for_the_run(monkeypatch, tmp_path):
+    monkeypatch.setattr(os, "environ", dict(os.environ))  # what configure sets stays in this test
     for name in ("JAX_COMPILATION_CACHE_DIR", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", compile_cache.RUN_FOLDER):
-        monkeypatch.delenv(name, raising=False)
+        os.environ.pop(name, None)
     monkeypatch.delenv("JAX_MAMBA_TEST_CACHE", raising=False)
     monkeypatch.setenv("JAX_MAMBA_TEST_CACHE_DIR", str(tmp_path / "kept"))
     assert compile_cache.configure() == tmp_path / "kept"

@@ -2,6 +2,7 @@
 fixed when it starts): ``python -m tests.jax_mamba.multi_device_runs OUT_JSON``. Each run trains a tiny config for a
 few steps on a mesh and records its per-step losses and final parameters' digest."""
 
+import contextlib
 import json
 import os
 import re
@@ -13,6 +14,7 @@ os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_p
 
 import jax
 import numpy as np
+from jax.experimental.compilation_cache import compilation_cache
 
 from jax_mamba.checkpoints.run_dir import CHECKPOINT_DIR
 from jax_mamba.configs.loader import load_config
@@ -114,6 +116,19 @@ def data_parallel_collectives() -> dict[str, int]:
     return {"all_gathers": text.count(" all-gather("), "in_loops": in_loops}
 
 
+@contextlib.contextmanager
+def compiled_afresh():
+    """Compiles inside skip the persistent compilation cache: a program loaded from it runs none of XLA's passes, so
+    dumps them none (JAX leaves the dump options out of its cache key)."""
+    jax.config.update("jax_enable_compilation_cache", False)
+    compilation_cache.reset_cache()  # JAX decides once per process whether to use the cache: decide again
+    try:
+        yield
+    finally:
+        jax.config.update("jax_enable_compilation_cache", True)
+        compilation_cache.reset_cache()
+
+
 def partitioned_step(cfg) -> tuple[str, list[str]]:
     """``cfg``'s train step as XLA's SPMD partitioning leaves it (its dump: later CPU passes widen bf16 collectives
     and turn optimization barriers into control dependencies), and the shapes of the matmul weights the model
@@ -121,7 +136,8 @@ def partitioned_step(cfg) -> tuple[str, list[str]]:
     with mesh_training(cfg) as (_, _, setup, batches), tempfile.TemporaryDirectory() as dump:
         args = (setup.params, setup.opt_state, setup.state, batches(0), np.int32(0))
         options = {"xla_dump_to": dump, "xla_dump_hlo_pass_re": "spmd-partitioning"}
-        setup.train_step.lower(*args).compile(compiler_options=options)
+        with compiled_afresh():
+            setup.train_step.lower(*args).compile(compiler_options=options)
         (partitioned,) = Path(dump).glob("*after_spmd-partitioning*")
         text = partitioned.read_text()
     kernels = sorted({",".join(map(str, setup.params[name].shape)) for name, _ in setup.layout.compute_casts})

@@ -3,6 +3,7 @@
 no GPU kernels, so its sums are empty there; the command itself refuses to run without a GPU)."""
 
 import json
+import os
 
 import pytest
 
@@ -136,7 +137,8 @@ def test_torch_side_runs_in_its_execution_mode(monkeypatch, mode, side):
     assert result["framework"] == side and result["mode"] == mode and result["device_ms"] > 0
 
 
-def test_command_refuses_without_a_gpu_and_bad_steps():
+def test_command_refuses_without_a_gpu_and_bad_steps(monkeypatch):
+    monkeypatch.setenv("XLA_FLAGS", os.environ.get("XLA_FLAGS", ""))  # the command turns command buffers off
     with pytest.raises(SystemExit, match="JAX sees no GPU"):
         characterize.main(["--config", "mamba1-tiny"])
     with pytest.raises(SystemExit, match="--steps: expected a positive integer"):

@@ -1,6 +1,8 @@
 """compare.kernels.ssd_forward_variants on the CPU (its measurements need a GPU and ncu): the variants it compares, the
 report table from a result of the recorded shape, and the refusals."""
 
+import os
+
 import pytest
 
 from compare.kernels import ssd_forward_variants as variants
@@ -31,6 +33,7 @@ def test_markdown_totals_per_variant():
     assert "| fused | `ssd_fwd_fused` | 100.0 | 200.0 | 50.0 | 3.00 | 528 | 1.00 | 100.00 |" in text
 
 
-def test_refuses_without_a_gpu():
+def test_refuses_without_a_gpu(monkeypatch):
+    monkeypatch.setenv("XLA_FLAGS", os.environ.get("XLA_FLAGS", ""))  # the command turns command buffers off
     with pytest.raises(SystemExit, match="JAX sees no GPU"):
         variants.main([])
