@@ -2,6 +2,7 @@
 # make test         -> set up .venv with the PyTorch side too, and run the test suite (parity tests included)
 # make test-quick   -> the quick tier (tests/tiers.py QUICK): every package and kernel path once, a few minutes
 # make test-seeds   -> the tolerance-heavy test files at SEEDS fresh random seeds (default 3)
+# make clean-test-cache -> delete the compiled programs the tests keep between runs (tests/compile_cache.py)
 # make setup-torch  -> add PyTorch, mamba-ssm (from its sdist, CUDA build skipped) and NVlabs' mambavision to .venv
 # make lint         -> ruff
 VENV := .venv
@@ -16,7 +17,7 @@ MAMBA_SSM := mamba-ssm==2.3.2.post1
 MAMBAVISION := mambavision==1.2.0
 MAMBA3_JAX := mamba3-jax==1.0.1
 
-.PHONY: setup setup-torch train test test-quick test-seeds lint clean-venv
+.PHONY: setup setup-torch train test test-quick test-seeds clean-test-cache lint clean-venv
 
 setup: $(VENV)/.installed
 
@@ -48,6 +49,9 @@ test-quick: setup-torch
 
 test-seeds: setup-torch
 	$(PY) -m tests.seeds --count $(SEEDS) --workers $(TEST_WORKERS) -- $(ARGS)
+
+clean-test-cache: setup
+	$(PY) -m tests.compile_cache --clear
 
 lint: setup
 	$(PY) -m ruff check .

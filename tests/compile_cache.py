@@ -13,8 +13,11 @@ Environment (read by ``configure`` before JAX starts):
 - ``JAX_MAMBA_TEST_CACHE=off``: nothing kept between runs (a temporary folder for the one run, removed at its end);
 - ``JAX_MAMBA_TEST_CACHE_MAX_MB``: the folder's bound (default ``DEFAULT_MAX_MB``). At the end of a run, entries
   are deleted least recently used first (by access time, or write time where that is later) until it fits.
+
+``python -m tests.compile_cache`` prints the folder and its size; ``--clear`` deletes it (``make clean-test-cache``).
 """
 
+import argparse
 import atexit
 import os
 import shutil
@@ -86,3 +89,24 @@ def prune(path: Path, limit: int) -> tuple[int, int]:
         total -= size
         deleted += 1
     return deleted, total
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.compile_cache", description=__doc__)
+    parser.add_argument("--clear", action="store_true", help="delete the folder and everything in it")
+    args = parser.parse_args(argv)
+    path = folder()
+    if path is None:
+        print("JAX_MAMBA_TEST_CACHE=off: no folder is kept between runs")
+        return 0
+    files = [file for file in path.rglob("*") if file.is_file()] if path.is_dir() else []
+    size = sum(file.stat().st_size for file in files)
+    print(f"{path}: {len(files)} files, {size / 2**20:.1f} MB (bound {max_bytes() / 2**20:.0f} MB)")
+    if args.clear and path.is_dir():
+        shutil.rmtree(path)
+        print(f"deleted {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

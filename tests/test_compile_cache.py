@@ -75,3 +75,18 @@ def test_prune_deletes_the_least_recently_used_until_the_folder_fits(tmp_path, r
     assert left <= limit
     assert sorted(p for p in tmp_path.rglob("*") if p.is_file()) == sorted(kept)
     assert compile_cache.prune(tmp_path, limit) == (0, left)  # within its bound: nothing more to delete
+
+
+def test_the_command_reports_and_clears_the_folder(monkeypatch, tmp_path, capsys):
+    monkeypatch.delenv("JAX_MAMBA_TEST_CACHE", raising=False)
+    monkeypatch.setenv("JAX_MAMBA_TEST_CACHE_DIR", str(tmp_path / "kept"))
+    (tmp_path / "kept" / "sub").mkdir(parents=True)
+    (tmp_path / "kept" / "sub" / "entry-cache").write_bytes(b"x" * 2048)
+    assert compile_cache.main([]) == 0
+    assert f"{tmp_path / 'kept'}: 1 files, 0.0 MB" in capsys.readouterr().out
+    assert (tmp_path / "kept").is_dir()
+    assert compile_cache.main(["--clear"]) == 0
+    assert not (tmp_path / "kept").exists()
+    monkeypatch.setenv("JAX_MAMBA_TEST_CACHE", "off")
+    assert compile_cache.main(["--clear"]) == 0
+    assert "no folder is kept" in capsys.readouterr().out
