@@ -28,19 +28,19 @@ def segment_length(config: ScanConfig, seqlen: int, programs: int) -> int:
     return max(step, -(-length // step) * step)
 
 
-MOSAIC_MIN_SEGMENT = (
-    256  # steps: below that, a segment's boundary pass is a large share of its walk (a design estimate)
-)
+MOSAIC_MIN_SEGMENT = 256  # steps: below that, a boundary pass is a large share of a segment's walk (a design estimate)
+# One-warpgroup Mosaic GPU programs an SM to aim for: at one program an SM a walk is bound by its steps' latency,
+# not by the SM's units (H100, 130m: 4 segments, 384 programs, against 1 segment, 96 programs: forward kernel 225 +
+# 145 us for the boundary pass against 564, backward 2808 + 186 against 3765, fwd+bwd 3.42 against 4.39 ms;
+# reports/questions/selective-scan-mosaic-fill.md)
+MOSAIC_PROGRAMS_PER_SM = 3
 
 
 def mosaic_segments(programs: int, seqlen: int, sm_count: int = SM_COUNT) -> int:
     """Segments of L for the Mosaic GPU kernels (one warpgroup a program, ``programs`` = batch x dim / 128 per
-    segment): one where the programs fill half the SMs, else enough to fill them all, each segment at least
-    MOSAIC_MIN_SEGMENT steps. A rule from the kernels' design, not yet from measurements (they have not run on a
-    GPU)."""
-    if 2 * programs >= sm_count:
-        return 1
-    return max(1, min(-(-sm_count // programs), seqlen // MOSAIC_MIN_SEGMENT))
+    segment): about MOSAIC_PROGRAMS_PER_SM programs an SM in all, each segment at least MOSAIC_MIN_SEGMENT steps."""
+    wanted = round(MOSAIC_PROGRAMS_PER_SM * sm_count / programs)
+    return max(1, min(wanted, seqlen // MOSAIC_MIN_SEGMENT))
 
 
 MOSAIC_CHUNK = 8  # the Mosaic GPU backward's steps a block: registers hold about ten rows of each of its steps

@@ -186,13 +186,13 @@ def test_backend_chooses_the_default_configs_kernels(rng):
 
 
 def test_mosaic_segments_fill_the_sms_with_long_enough_walks():
-    """One segment where batch x dim / 128 programs fill half of 132 SMs; else up to one program an SM, each segment
-    at least 256 steps."""
-    assert mosaic_segments(96, 2048) == 1  # 130m: batch 8 x 12
-    assert mosaic_segments(12, 16384) == 11  # long: batch 1 x 12
+    """About 3 programs an SM of 132 (batch x dim / 128 programs a segment), each segment at least 256 steps."""
+    assert mosaic_segments(96, 2048) == 4  # 130m: batch 8 x 12, the measured point
+    assert mosaic_segments(12, 16384) == 33  # long: batch 1 x 12
     assert mosaic_segments(12, 300) == 1  # too short to split
-    assert mosaic_segments(1, 1024) == 4
-    assert mosaic_segments(12, 16384, sm_count=24) == 1 and mosaic_segments(12, 16384, sm_count=32) == 3
+    assert mosaic_segments(1, 1024) == 4  # as many 256-step segments as L holds
+    assert mosaic_segments(1024, 8192) == 1  # 2.7b-class batch: the programs fill the SMs already
+    assert mosaic_segments(12, 16384, sm_count=24) == 6 and mosaic_segments(12, 16384, sm_count=32) == 8
 
 
 def test_default_config_tiles_small_and_large_states():

@@ -12,8 +12,10 @@ block's states h_t[n] (registers), then runs the adjoint back over them:
     du_t = dt_t sum_n g_t B_t + D dy_t,    ddt_t = u_t sum_n g_t B_t + sum_n g_t h_{t-1} exp(dt_t A) A
     dA  += g_t h_{t-1} exp(dt_t A) dt_t,   dB_t = sum_d g_t dt_t u_t,   dC_t = sum_d dy_t h_t
 
-with dy = dout silu(z) (dout without z) and dz = dout y silu'(z). The carried adjoint exp(dt_t A) g_t and the dA
-sums per state live in shared memory between blocks (one (N, 128) row each, a thread its own column). dB and dC sum
+with dy = dout silu(z) (dout without z) and dz = dout y silu'(z). The carried adjoint exp(dt_t A) g_t, the dA
+sums, A2's rows and the state before the block live in shared memory (one (N, 128) row each, a thread its own
+column, so no barrier orders them); the next block's saved state is loaded from global memory at the start of a
+block and lands in shared memory at its end, so that no step waits on global memory. dB and dC sum
 over channels: each step's per-channel terms go to a (64, 128) shared tile, a round of states at a time, which the
 warpgroup reads back in the WGMMA layout (a row's 128 columns over a quad of threads) and sums along its rows, so
 that a block's (N, block_l) sums over the program's channels leave in one copy. Programs of the same group write
@@ -63,7 +65,7 @@ def _bwd_kernel(u_ref, delta_ref, a2_ref, b_ref, c_ref, states_ref, dout_ref, ca
     dz_ref = next(it) if dims.has_z else None
     dd_ref = next(it) if dims.has_D else None
     dbias_ref = next(it) if dims.has_bias else None
-    g_s, da_s, du_s, ddt_s, dz_s, sum_b, sum_c, sums_s = it
+    g_s, da_s, a2_s, h_s, du_s, ddt_s, dz_s, sum_b, sum_c, sums_s = it
     f32 = jnp.float32
     steps, nstate = dims.block_l, dims.dstate
     b, blk, seg = lax.axis_index("batch"), lax.axis_index("channels"), lax.axis_index("segments")
@@ -79,9 +81,19 @@ def _bwd_kernel(u_ref, delta_ref, a2_ref, b_ref, c_ref, states_ref, dout_ref, ca
     zero = plgpu.layout_cast(jnp.zeros((LANES,), f32), layout)
     dv = row(d_ref.at[cols]) if d_ref is not None else None
     bias = row(bias_ref.at[cols]) if bias_ref is not None else None
-    for n in range(nstate):
+    first = seg * dims.blocks_per_segment  # the segment's first block
+
+    def block_states(block) -> list[jax.Array]:
+        """The saved state rows before ``block`` (clamped into L and the segment): N global loads."""
+        at = jnp.maximum(clamped_block(block, dims), first)
+        return [row(states_ref.at[b, at, n, cols]) for n in range(nstate)]
+
+    # Every thread's own column of these shared rows: no barrier between its writes and its reads.
+    for n, h in enumerate(block_states(last)):
         g_s[n] = row(carries_ref.at[b, seg, n, cols])
         da_s[n] = zero
+        a2_s[n] = row(a2_ref.at[n, cols])
+        h_s[n] = h
     # Copies from shared to global memory a block issues: du, ddelta, dz, dB, dC.
     stores = 4 + dims.has_z
 
@@ -91,9 +103,9 @@ def _bwd_kernel(u_ref, delta_ref, a2_ref, b_ref, c_ref, states_ref, dout_ref, ca
         b_s, c_s, *keep_tiles = tiles[len(z_tiles) :]
         (j,) = indices
         block = last - j  # the segment's blocks, last to first
-        blk_l = clamped_block(block, dims)
         slot = j % 2
         plgpu.wait_smem_to_gmem(stores, wait_read_only=True)  # this slot's stores from two blocks ago have read it
+        upcoming = block_states(block - 1)  # the next block's start states: their loads overlap this block
         raw_dt, dt, valid = zip(*(step_dt(delta_s, r, bias, block, dims) for r in range(steps)), strict=True)
         keep = [step_keep(keep_tiles[0], r, valid[r]) for r in range(steps)] if keep_tiles else None
 
@@ -118,8 +130,8 @@ def _bwd_kernel(u_ref, delta_ref, a2_ref, b_ref, c_ref, states_ref, dout_ref, ca
             i * steps + r of the sum tiles."""
             n = rd * per_round + i
             y, sum_gb, sum_da = (list(x) for x in sums)
-            a2 = row(a2_ref.at[n, cols])
-            h = row(states_ref.at[b, blk_l, n, cols])
+            a2 = plgpu.load(a2_s.at[n], layout=layout)
+            h = plgpu.load(h_s.at[n], layout=layout)
             hs, decays = [h], []
             for r in range(steps):
                 decay = jnp.exp2(dt[r] * a2)
@@ -144,7 +156,7 @@ def _bwd_kernel(u_ref, delta_ref, a2_ref, b_ref, c_ref, states_ref, dout_ref, ca
 
         def round_step(rd, sums):
             """per_round states, then their dB and dC terms summed over the program's channels."""
-            sums = lax.fori_loop(0, per_round, functools.partial(state_step, rd), sums)
+            sums = lax.fori_loop(0, per_round, functools.partial(state_step, rd), sums, unroll=True)
             plgpu.commit_smem()  # every thread's rows of the sum tiles written
             for tile, i in ((sum_b, 0), (sum_c, 1)):
                 total = plgpu.load(tile, layout=plgpu.Layout.WGMMA, optimized=False).sum(axis=1)
@@ -169,6 +181,8 @@ def _bwd_kernel(u_ref, delta_ref, a2_ref, b_ref, c_ref, states_ref, dout_ref, ca
             if z_tiles:
                 yr = y[r] if dv is None else y[r] + dv * u[r]
                 dz_s[slot, r] = (yr * silu_grad[r]).astype(dz_s.dtype)
+        for n in range(nstate):
+            h_s[n] = upcoming[n]
         plgpu.commit_smem()  # every thread's rows of the outputs written
 
         def channel_target(ref):
@@ -229,6 +243,8 @@ def scan_backward(u, delta, a2, B, C, D, z, delta_bias, states, dout, carries, k
     scratch = [
         plgpu.SMEM((dims.dstate, LANES), f32),  # the adjoint g
         plgpu.SMEM((dims.dstate, LANES), f32),  # dA sums
+        plgpu.SMEM((dims.dstate, LANES), f32),  # A2's rows of the program's channels
+        plgpu.SMEM((dims.dstate, LANES), f32),  # the state before the block being walked
         plgpu.SMEM(tile, u.dtype),
         plgpu.SMEM(tile, delta.dtype),
         plgpu.SMEM(tile, u.dtype if z is None else z.dtype),
