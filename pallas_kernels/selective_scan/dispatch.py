@@ -25,7 +25,13 @@ from pallas_kernels.selective_scan.heuristics import mosaic_segments
 from pallas_kernels.selective_scan.layout import a2_transposed, padded_rows
 from pallas_kernels.selective_scan.mosaic_gpu import sequential_backward as mosaic_backward
 from pallas_kernels.selective_scan.mosaic_gpu import sequential_forward as mosaic_forward
-from pallas_kernels.selective_scan.mosaic_gpu.common import LANES, MosaicScanDims, segment_length
+from pallas_kernels.selective_scan.mosaic_gpu.common import (
+    KEEP_LANES,
+    LANES,
+    TMA_SLOT_BYTES,
+    MosaicScanDims,
+    segment_length,
+)
 from pallas_kernels.selective_scan.mosaic_gpu.segment_adjoints import segment_adjoints
 from pallas_kernels.selective_scan.state_passing import chunk_end_adjoints, segment_start_states
 from pallas_kernels.selective_scan.triton.block_sums import sum_block_partials
@@ -44,7 +50,7 @@ def scan_forward_pass(u, delta, A, B, C, D, z, delta_bias, keep, softplus, confi
         every = config.kept_every
         block = min(mosaic_forward.BLOCK_L, every)
         mdims = _mosaic_dims(u, B, D, z, delta_bias, softplus, config, interpret, block, every, keep)
-        a2, (B, C) = a2_transposed(A), _tma_rows(B, C)
+        a2, (B, C) = a2_transposed(A), _tma_rows(mdims.block_l, B, C)
         starts, keep_rows = None, _tma_keep(keep)
         if mdims.nsegments > 1:
             ends, dt_sums = mosaic_forward.segment_end_states(u, delta, a2, B, delta_bias, keep_rows, mdims)
@@ -79,18 +85,32 @@ def mosaic_refusal(dim: int, groups: int, dstate: int) -> str | None:
     return None
 
 
-def _tma_rows(*bc: jax.Array) -> tuple[jax.Array, ...]:
-    """B and C as the Mosaic GPU kernels' TMA copies take them: in float32 where their rows of N in their own dtype
-    do not fill a multiple of 16 bytes (bf16 with N = 4, 12, ...); a copy 1 / (dim / G) the size of u."""
-    return tuple(x if (x.shape[-1] * x.dtype.itemsize) % 16 == 0 else x.astype(jnp.float32) for x in bc)
+def _tma_rows(block_l: int, *bc: jax.Array) -> tuple[jax.Array, ...]:
+    """B and C as the Mosaic GPU kernels' TMA copies of blocks of ``block_l`` steps take them: as they are where a
+    row of N fills a multiple of 16 bytes and a block of rows a multiple of ``TMA_SLOT_BYTES`` (128); else in
+    float32, with N padded by zeros to a multiple of 8 where that is still short (the kernels read only the first
+    N). A copy 1 / (dim / G) the size of u, made only for those shapes (bf16 N 16 needs none)."""
+
+    def fits(x: jax.Array) -> bool:
+        row = x.shape[-1] * x.dtype.itemsize
+        return row % 16 == 0 and block_l * row % TMA_SLOT_BYTES == 0
+
+    def taken(x: jax.Array) -> jax.Array:
+        if fits(x):
+            return x
+        x = x.astype(jnp.float32)
+        return x if fits(x) else jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, -x.shape[-1] % 8)])
+
+    return tuple(taken(x) for x in bc)
 
 
 def _tma_keep(keep: jax.Array | None) -> jax.Array | None:
-    """The packed sequences' (batch, L) float32 keep mask as the Mosaic GPU kernels' TMA copies take it: its rows
-    padded with ones (no reset) to whole 16-byte units, L a multiple of 4; the kernels read only its first L steps."""
-    if keep is None or keep.shape[1] % 4 == 0:
-        return keep
-    return jnp.pad(keep, [(0, 0), (0, -keep.shape[1] % 4)], constant_values=1.0)
+    """The packed sequences' (batch, L) float32 keep mask as the Mosaic GPU kernels' TMA copies take it: each
+    step's value repeated over KEEP_LANES columns, (batch, L, KEEP_LANES), so that a block of any length fills whole
+    128-byte slots (``common.check_tma_slots``)."""
+    if keep is None:
+        return None
+    return jnp.broadcast_to(keep[..., None], (*keep.shape, KEEP_LANES))
 
 
 def _triton_takes(keep) -> None:
@@ -148,7 +168,7 @@ def rebuild_saved_states(u, delta, A, B, D, z, delta_bias, keep, softplus, confi
         block = config.save_every
         mdims = _mosaic_dims(u, B, D, z, delta_bias, softplus, config, interpret, block, block, keep)
         mdims = dataclasses.replace(mdims, segment_len=config.kept_every)
-        (Bt,) = _tma_rows(B)
+        (Bt,) = _tma_rows(mdims.block_l, B)
         return mosaic_forward.rebuild_states(u, delta, a2_transposed(A), Bt, delta_bias, kept, _tma_keep(keep), mdims)
     _triton_takes(keep)
     dims = scan_dims(u, B, A, D, z, delta_bias, softplus, config, interpret, bwd=False)
@@ -162,7 +182,7 @@ def scan_backward_pass(u, delta, A, B, C, D, z, delta_bias, keep, softplus, conf
     (batch, L, G, N), dA (dim, N), dD and d delta_bias (dim,) float32; None for absent inputs."""
     if config.bwd_backend == "mosaic_gpu":
         mdims = _mosaic_dims(u, B, D, z, delta_bias, softplus, config, interpret, config.chunk, config.chunk, keep)
-        a2, (Bt, Ct), dlast = a2_transposed(A), _tma_rows(B, C), padded_rows(dlast)
+        a2, (Bt, Ct), dlast = a2_transposed(A), _tma_rows(mdims.block_l, B, C), padded_rows(dlast)
         carries, keep_rows = dlast[:, None], _tma_keep(keep)
         if mdims.nsegments > 1:
             local, dt_sums = segment_adjoints(delta, a2, Ct, dout, z, delta_bias, keep_rows, mdims)

@@ -15,12 +15,14 @@ import pytest
 from compare.parity.tolerances import assert_close
 from pallas_kernels import selective_scan_fn
 from pallas_kernels.selective_scan.config import ScanConfig
+from pallas_kernels.selective_scan.dispatch import _tma_keep, _tma_rows
 from pallas_kernels.selective_scan.heuristics import (
     default_config,
     mosaic_segments,
     segment_length,
     sequential_bwd_unroll,
 )
+from pallas_kernels.selective_scan.mosaic_gpu.common import KEEP_LANES, TMA_SLOT_BYTES, check_tma_slots
 from tests.pallas_kernels.one_program import forward_and_backward
 from tests.pallas_kernels.test_selective_scan_reference import (
     assert_matches_oracle,
@@ -193,6 +195,35 @@ def test_mosaic_segments_fill_the_sms_with_long_enough_walks():
     assert mosaic_segments(1, 1024) == 4  # as many 256-step segments as L holds
     assert mosaic_segments(1024, 8192) == 1  # 2.7b-class batch: the programs fill the SMs already
     assert mosaic_segments(12, 16384, sm_count=24) == 6 and mosaic_segments(12, 16384, sm_count=32) == 8
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32])
+@pytest.mark.parametrize("block_l", [4, 8, 16, 32])
+def test_mosaic_b_and_c_blocks_fill_whole_tma_slots(rng, dtype, block_l):
+    """Every N the Mosaic GPU kernels take: B's and C's blocks of ``block_l`` steps fill 128-byte slots, their rows
+    16 bytes, and the first N columns are B itself (the padding zeros)."""
+    for dstate in (4, 8, 12, 16, 20, 32, 64):
+        x = jnp.asarray(rng.normal(size=(2, 3, 2, dstate)), dtype)
+        (taken,) = _tma_rows(block_l, x)
+        row = taken.shape[-1] * taken.dtype.itemsize
+        assert row % 16 == 0 and block_l * row % TMA_SLOT_BYTES == 0, (dstate, taken.shape, taken.dtype)
+        np.testing.assert_array_equal(np.asarray(taken[..., :dstate], np.float32), np.asarray(x, np.float32))
+        assert not np.asarray(taken[..., dstate:]).any()
+        if dtype == jnp.bfloat16 and dstate % 16 == 0:
+            assert taken is x  # the common case copies nothing
+
+
+def test_a_tma_slot_off_128_bytes_is_refused_while_tracing():
+    """The keep mask's blocks of 8 float32 steps (32 bytes) put the second slot's TMA copy off a 128-byte boundary:
+    a CUDA_ERROR_MISALIGNED_ADDRESS on an H100, nothing in interpret mode. The check names it before any kernel."""
+    keep = jax.ShapeDtypeStruct((301,), jnp.float32)
+    with pytest.raises(ValueError, match=r"slot of \(8,\) float32 fills 32 bytes, not a multiple of 128"):
+        check_tma_slots([keep], [(8,)])
+    check_tma_slots([keep], [(32,)])
+    wide = _tma_keep(jnp.ones((2, 301), jnp.float32))
+    assert wide.shape == (2, 301, KEEP_LANES)
+    for block_l in (4, 8, 16, 32):
+        check_tma_slots([wide], [(block_l, KEEP_LANES)])
 
 
 def test_default_config_tiles_small_and_large_states():

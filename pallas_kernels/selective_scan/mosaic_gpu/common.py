@@ -8,6 +8,7 @@ masked (``step_mask``), so that every grid is static.
 """
 
 import dataclasses
+import math
 
 import jax
 import jax.numpy as jnp
@@ -18,6 +19,10 @@ from pallas_kernels._mosaic_gpu import sigmoid
 
 LANES = 128  # threads of a warpgroup: a program's channels, one a thread
 STAGES = 2  # blocks' copies in flight
+# A TMA copy's shared-memory destination must start on a 128-byte boundary: every slot of a pipelined tile (one
+# block of it) must fill a multiple of that, or the second slot's copy faults (CUDA_ERROR_MISALIGNED_ADDRESS).
+TMA_SLOT_BYTES = 128
+KEEP_LANES = 32  # the keep mask's columns (each step's value repeated): a step's row fills 128 bytes in float32
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,7 +96,19 @@ def step_dt(delta_tile, r, bias, block, dims: MosaicScanDims) -> tuple[jax.Array
 def step_keep(keep_tile, r, mask) -> jax.Array:
     """Step r's factor on the state carried into it: the keep mask's value (0 where a packed sequence starts), 1 on
     a masked step past L (whatever the copy brought there), so that a walk passes through those unchanged."""
-    return 1.0 + (keep_tile[r] - 1.0) * mask
+    return 1.0 + (keep_tile[r, 0] - 1.0) * mask
+
+
+def check_tma_slots(refs: list, block_shapes: list[tuple[int, ...]]) -> None:
+    """Raises where a pipelined tile's slot (one block of it) does not fill a multiple of TMA_SLOT_BYTES: its copy
+    into the second slot would start off a 128-byte boundary. Checked while tracing, so interpret mode sees it."""
+    for ref, shape in zip(refs, block_shapes, strict=True):
+        size = math.prod(shape) * jnp.dtype(ref.dtype).itemsize
+        if size % TMA_SLOT_BYTES:
+            raise ValueError(
+                f"a Mosaic GPU pipeline slot of {shape} {jnp.dtype(ref.dtype).name} fills {size} bytes, not a multiple "
+                f"of {TMA_SLOT_BYTES}: its TMA copy would start off a {TMA_SLOT_BYTES}-byte boundary"
+            )
 
 
 def softplus(x: jax.Array) -> jax.Array:
@@ -102,13 +119,15 @@ def softplus(x: jax.Array) -> jax.Array:
 def walk_segment(body, dims: MosaicScanDims, block_of, channel_refs: list, state_refs: list, blk, init_carry):
     """``body`` over the program's segment, pipeline step j on block ``block_of(j)`` (clamped: ``clamped_block``):
     the (block_l, 128) tiles of ``channel_refs`` ((L, dim) views; the program's channels block ``blk``), the
-    (block_l, N) tiles of ``state_refs`` ((L, N) views) and, last of those, the (block_l,) tile of the keep mask
-    where ``dims.has_keep`` (an (L,) view) come into shared memory by TMA, STAGES blocks in flight, and reach
-    ``body(indices, *channel_tiles, *state_tiles, carry)`` in that order. Returns the last carry."""
-    channel = plgpu.BlockSpec((dims.block_l, LANES), lambda j: (clamped_block(block_of(j), dims), blk))
-    state = plgpu.BlockSpec((dims.block_l, dims.dstate), lambda j: (clamped_block(block_of(j), dims), 0))
-    step = plgpu.BlockSpec((dims.block_l,), lambda j: (clamped_block(block_of(j), dims),))
-    specs = [channel] * len(channel_refs) + [state] * (len(state_refs) - dims.has_keep) + [step] * dims.has_keep
+    (block_l, width) tiles of ``state_refs`` ((L, width) views, width N or B's and C's rows padded past it) and,
+    last of those, the (block_l, KEEP_LANES) tile of the keep mask where ``dims.has_keep`` come into shared memory
+    by TMA, STAGES blocks in flight, and reach ``body(indices, *channel_tiles, *state_tiles, carry)`` in that
+    order. Returns the last carry."""
+    shapes = [(dims.block_l, LANES)] * len(channel_refs) + [(dims.block_l, ref.shape[-1]) for ref in state_refs]
+    check_tma_slots([*channel_refs, *state_refs], shapes)
+    channel = plgpu.BlockSpec(shapes[0], lambda j: (clamped_block(block_of(j), dims), blk))
+    specs = [channel] * len(channel_refs)
+    specs += [plgpu.BlockSpec(shape, lambda j: (clamped_block(block_of(j), dims), 0)) for shape in shapes[len(specs) :]]
     return plgpu.emit_pipeline(
         body,
         grid=(dims.blocks_per_segment,),

@@ -82,7 +82,7 @@ def _adjoint_kernel(delta_ref, a2_ref, c_ref, dout_ref, *refs, dims: MosaicScanD
 
 def segment_adjoints(delta, a2, C, dout, z, delta_bias, keep, dims: MosaicScanDims):
     """Segments 1..'s carries from zero (batch, segments - 1, N, dim + 1) and dt sums (batch, segments - 1, dim),
-    float32. ``keep``: the (batch, L) keep mask of packed sequences where ``dims.has_keep``."""
+    float32. ``keep``: the packed sequences' keep mask (batch, L, KEEP_LANES) where ``dims.has_keep``."""
     inputs = [delta, a2, C, dout] + ([z] if z is not None else [])
     inputs += [delta_bias.astype(jnp.float32)] if delta_bias is not None else []
     inputs += [keep] if dims.has_keep else []

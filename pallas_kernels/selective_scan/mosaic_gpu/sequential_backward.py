@@ -215,7 +215,7 @@ def scan_backward(u, delta, a2, B, C, D, z, delta_bias, states, dout, carries, k
     """Gradients of (u, delta, A, B, C, D, z, delta_bias) from the states before every block (batch, L / block_l,
     N, dim + 1) float32, dout in u's dtype and the adjoint carried into every segment's last step (batch, segments,
     N, dim + 1) float32: d last_state for the last segment (``segment_adjoints`` composed for the others); ``keep``
-    the (batch, L) keep mask of packed sequences where ``dims.has_keep``.
+    the packed sequences' keep mask (batch, L, KEEP_LANES) where ``dims.has_keep``.
 
     Returns du, ddelta, dz in their inputs' dtypes and float32 partials: dB, dC (batch, L, G, dim / G / 128, N),
     dA (batch, segments, N, dim), dD and d delta_bias (batch, segments, dim); None for absent inputs.

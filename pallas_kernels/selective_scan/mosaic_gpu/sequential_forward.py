@@ -158,7 +158,8 @@ def _call(inputs: list, out_type: list, scratch: list, segments: int, name: str,
 
 def segment_end_states(u, delta, a2, B, delta_bias, keep, dims: MosaicScanDims):
     """Every segment's end state from zero (batch, segments - 1, N, dim + 1) and its dt sum (batch, segments - 1,
-    dim), float32, for all segments but the last. ``keep``: the (batch, L) keep mask where ``dims.has_keep``."""
+    dim), float32, for all segments but the last. ``keep``: the keep mask (batch, L, KEEP_LANES) where
+    ``dims.has_keep``."""
     inputs = [u, delta, a2, B] + ([delta_bias.astype(jnp.float32)] if delta_bias is not None else [])
     inputs += [keep] if dims.has_keep else []
     count = dims.nsegments - 1
@@ -173,7 +174,7 @@ def segment_end_states(u, delta, a2, B, delta_bias, keep, dims: MosaicScanDims):
 def rebuild_states(u, delta, a2, B, delta_bias, kept, keep, dims: MosaicScanDims):
     """The states before every block (batch, L / block_l, N, dim + 1) float32 from those kept every
     ``dims.segment_len`` steps (batch, L / segment_len, N, dim + 1): each kept interval a segment walked again from
-    its kept state, without outputs. ``keep``: the (batch, L) keep mask where ``dims.has_keep``."""
+    its kept state, without outputs. ``keep``: the keep mask (batch, L, KEEP_LANES) where ``dims.has_keep``."""
     inputs = [u, delta, a2, B] + ([delta_bias.astype(jnp.float32)] if delta_bias is not None else []) + [kept]
     inputs += [keep] if dims.has_keep else []
     shape = (dims.batch, dims.nblocks, dims.dstate, dims.dim + 1)
@@ -185,8 +186,8 @@ def rebuild_states(u, delta, a2, B, delta_bias, kept, keep, dims: MosaicScanDims
 def scan_forward(u, delta, a2, B, C, D, z, delta_bias, starts, keep, dims: MosaicScanDims, save_states: bool):
     """Returns out (batch, L, dim) u.dtype, the last state (batch, N, dim) float32 and the states before every
     ``keep_every``-th step (batch, L / keep_every, N, dim + 1) float32, or None. ``starts``: every segment's start
-    state (batch, segments, N, dim + 1) float32, or None for one segment; ``keep``: the (batch, L) keep mask where
-    ``dims.has_keep``."""
+    state (batch, segments, N, dim + 1) float32, or None for one segment; ``keep``: the keep mask (batch, L,
+    KEEP_LANES) where ``dims.has_keep``."""
     inputs = [u, delta, a2, B, C]
     inputs += [x.astype(jnp.float32) if x is D else x for x in (D, z) if x is not None]
     inputs += [delta_bias.astype(jnp.float32)] if delta_bias is not None else []
