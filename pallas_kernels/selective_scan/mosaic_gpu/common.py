@@ -123,11 +123,14 @@ def walk_segment(body, dims: MosaicScanDims, block_of, channel_refs: list, state
     last of those, the (block_l, KEEP_LANES) tile of the keep mask where ``dims.has_keep`` come into shared memory
     by TMA, STAGES blocks in flight, and reach ``body(indices, *channel_tiles, *state_tiles, carry)`` in that
     order. Returns the last carry."""
-    shapes = [(dims.block_l, LANES)] * len(channel_refs) + [(dims.block_l, ref.shape[-1]) for ref in state_refs]
-    check_tma_slots([*channel_refs, *state_refs], shapes)
-    channel = plgpu.BlockSpec(shapes[0], lambda j: (clamped_block(block_of(j), dims), blk))
-    specs = [channel] * len(channel_refs)
-    specs += [plgpu.BlockSpec(shape, lambda j: (clamped_block(block_of(j), dims), 0)) for shape in shapes[len(specs) :]]
+
+    def tile(shape: tuple[int, int], column_block) -> plgpu.BlockSpec:
+        return plgpu.BlockSpec(shape, lambda j: (clamped_block(block_of(j), dims), column_block))
+
+    channel_shape = (dims.block_l, LANES)
+    state_shapes = [(dims.block_l, ref.shape[-1]) for ref in state_refs]
+    check_tma_slots([*channel_refs, *state_refs], [channel_shape] * len(channel_refs) + state_shapes)
+    specs = [tile(channel_shape, blk)] * len(channel_refs) + [tile(shape, 0) for shape in state_shapes]
     return plgpu.emit_pipeline(
         body,
         grid=(dims.blocks_per_segment,),
