@@ -46,7 +46,8 @@ def _with_mamba3_mixers(ref: Reference, config: dict, cfg: ModelConfig) -> torch
     """mamba-ssm's ``MambaLMHeadModel`` with its own ``Mamba3`` mixers. Its ``create_block`` takes only Mamba1 and
     Mamba2 layers (mamba-ssm 2.3.2.post1 has no Mamba-3 language model), so the model is built with small Mamba2
     placeholders and each SSM layer's mixer is then replaced by a ``Mamba3``, initialized as ``MixerModel``
-    initializes its mixers (``_init_weights``: out_proj rescaled by 1 / sqrt(n_layer))."""
+    initializes its mixers (``_init_weights``: out_proj rescaled by 1 / sqrt(n_layer)). Its ``Mamba3`` computes A
+    with softplus only: a config with another ``A_activation`` is refused."""
     from mamba_ssm.models.mixer_seq_simple import _init_weights
     from mamba_ssm.modules.mamba3 import Mamba3
 
@@ -55,6 +56,11 @@ def _with_mamba3_mixers(ref: Reference, config: dict, cfg: ModelConfig) -> torch
     placeholder = {**config, "ssm_cfg": {"layer": "Mamba2", "d_state": 16, "headdim": 16, "expand": 1}}
     model = ref.MambaLMHeadModel(ref.MambaConfig(**placeholder), device=ref.device, dtype=torch.float32)
     kwargs = ssm_layer_kwargs(cfg.ssm_cfg)
+    activation = kwargs.pop("A_activation")
+    if activation != "softplus":
+        raise ValueError(
+            f"model.ssm_cfg.A_activation={activation!r}: mamba-ssm 2.3.2.post1's Mamba3 computes A with softplus only"
+        )
     for i, block in enumerate(model.backbone.layers):
         if i not in cfg.attn_layer_idx:
             block.mixer = Mamba3(cfg.d_model, **kwargs, layer_idx=i, device=ref.device, dtype=torch.float32)

@@ -3,12 +3,14 @@ config: ``python -m compare.parity.mamba3_jax_peer --config mamba3-130m``.
 
 Both models get the same weights (ours, random from ``--seed``, through the canonical mamba-ssm state dict that
 mamba3-jax loads strictly) and the same tokens. Agreement: the relative L2 distance of their logits, both in
-float32, as mamba3-jax is published and with its A activation set to mamba-ssm's: mamba3-jax 1.0.1 makes A =
--(1 + x) for x >= 0 and -1 / (1 - x) below (``heavy_tail_activation``) where mamba-ssm 2.3.2.post1's ``Mamba3``
-takes A = -softplus(x), both clamped to -A_floor. Speed: one training step each, the same loss (next-token cross
-entropy) and optimizer (optax AdamW), jitted, the median of ``--steps`` steps after two warm-up steps; ours in the
-config's compute dtype (``--model.compute_dtype``; bfloat16 on a GPU by default), mamba3-jax in float32, its only
-one. Writes ``<out>.json`` and ``<out>.md``. mamba3-jax is installed with ``--no-deps`` (``make setup-torch``).
+float32, at each A activation: ours with ``A_activation=heavy_tail`` against mamba3-jax as published (1.0.1 makes
+A = -(1 + x) for x >= 0 and -1 / (1 - x) below, ``heavy_tail_activation``, as mamba-ssm's main), ours with softplus
+(mamba-ssm 2.3.2.post1's ``Mamba3``) against mamba3-jax with its activation set to softplus; both clamp A to
+-A_floor. Speed: one training step each, the same loss (next-token cross entropy) and optimizer (optax AdamW),
+jitted, the median of ``--steps`` steps after two warm-up steps; ours in the config's compute dtype
+(``--model.compute_dtype``; bfloat16 on a GPU by default) and A activation, mamba3-jax in float32, its only one, and
+as published. Writes ``<out>.json`` and ``<out>.md``. mamba3-jax is installed with ``--no-deps`` (``make
+setup-torch``).
 """
 
 import argparse
@@ -29,7 +31,7 @@ from compare.outputs import output_path
 from compare.parity.tolerances import rel_l2
 from jax_mamba.checkpoints.convert import to_torch_state_dict
 from jax_mamba.configs import load_config
-from jax_mamba.configs.schema import ModelConfig
+from jax_mamba.configs.schema import MAMBA3_A_ACTIVATIONS, ModelConfig
 from jax_mamba.models import MambaLMHeadModel, ParamLayout
 from jax_mamba.modules.impl import compute_dtype_for
 
@@ -90,6 +92,25 @@ def softplus_A():
         modeling.heavy_tail_activation = published
 
 
+def as_peer(activation: str):
+    """mamba3-jax computing A with ``activation`` while in the block: as published for heavy_tail, through
+    ``softplus_A`` for softplus."""
+    return softplus_A() if activation == "softplus" else contextlib.nullcontext()
+
+
+def agreement(config: str, overrides: list[str], tokens: jax.Array, seed: int) -> dict[str, float]:
+    """A activation -> relative L2 of the float32 logits, mamba3-jax's against ours, with the same weights."""
+    result = {}
+    for activation in MAMBA3_A_ACTIVATIONS:
+        fixed = ["--model.compute_dtype=float32", f"--model.ssm_cfg.A_activation={activation}"]
+        ours, theirs = build_pair(load_config(config, [*overrides, *fixed]).model, seed)
+        want = np.asarray(nnx.jit(our_logits)(ours, tokens), np.float32)
+        with as_peer(activation):
+            got = np.asarray(nnx.jit(peer_logits)(theirs, tokens), np.float32)
+        result[activation] = float(rel_l2(got, want))
+    return result
+
+
 def our_logits(model, tokens):
     return model(tokens)
 
@@ -132,14 +153,10 @@ def median_step_ms(step, params, opt_state, tokens, steps: int) -> tuple[float, 
 def compare(config: str, overrides: list[str], batch: int, seqlen: int, steps: int, seed: int) -> dict:
     """Agreement in float32, then each side's step time (ours in the config's compute dtype)."""
     cfg = load_config(config, overrides).model
-    exact = load_config(config, [*overrides, "--model.compute_dtype=float32"]).model
-    ours32, theirs = build_pair(exact, seed)
     tokens = jnp.asarray(np.random.default_rng(seed).integers(0, cfg.vocab_size, (batch, seqlen)), jnp.int32)
-    a = np.asarray(nnx.jit(our_logits)(ours32, tokens), np.float32)
-    b = np.asarray(nnx.jit(peer_logits)(theirs, tokens), np.float32)
-    with softplus_A():
-        c = np.asarray(nnx.jit(peer_logits)(theirs, tokens), np.float32)
+    agree = agreement(config, overrides, tokens, seed)
     ours = MambaLMHeadModel(cfg, rngs=nnx.Rngs(seed))
+    _, theirs = build_pair(cfg, seed)
     rows = {}
     for name, model, fn in (("ours", ours, our_logits), (PEER, theirs, peer_logits)):
         step, params, opt_state = train_step(model, fn)
@@ -152,8 +169,8 @@ def compare(config: str, overrides: list[str], batch: int, seqlen: int, steps: i
         "seqlen": seqlen,
         "steps": steps,
         "our_compute_dtype": jnp.dtype(compute_dtype_for(cfg)).name,
-        "logits_rel_l2": float(rel_l2(b, a)),
-        "logits_rel_l2_with_softplus_A": float(rel_l2(c, a)),
+        "our_A_activation": cfg.ssm_cfg.A_activation,
+        "logits_rel_l2": agree,
         "sides": rows,
         "ours_vs_peer": round(rows[PEER]["step_ms"] / rows["ours"]["step_ms"], 3),
     }
@@ -166,11 +183,12 @@ def markdown(result: dict, meta: dict) -> str:
         "",
         f"`{meta['command']}`; jax {meta['jax']}, {PEER} {meta['peer_version']}. Batch {result['batch']} x "
         f"{result['seqlen']} tokens, median of {result['steps']} training steps (AdamW, next-token cross entropy) "
-        f"after two warm-up steps; ours in {result['our_compute_dtype']}, {PEER} in float32.",
+        f"after two warm-up steps; ours in {result['our_compute_dtype']} with A activation "
+        f"{result['our_A_activation']}, {PEER} in float32 as published (heavy_tail).",
         "",
-        f"Agreement (same weights and tokens, both float32): logits relative L2 {result['logits_rel_l2']:.2e} as "
-        f"{PEER} is published, {result['logits_rel_l2_with_softplus_A']:.2e} with its A activation set to "
-        "mamba-ssm's -softplus (it takes -(1 + x) above 0 and -1 / (1 - x) below).",
+        "Agreement (same weights and tokens, both float32), logits relative L2 at each A activation: "
+        + ", ".join(f"{name} {value:.2e}" for name, value in result["logits_rel_l2"].items())
+        + f" (heavy_tail: {PEER} as published; softplus: its activation set to mamba-ssm 2.3.2.post1's).",
         "",
         "| side | step ms | tokens/s | last loss |",
         "|---|---|---|---|",

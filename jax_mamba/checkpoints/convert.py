@@ -14,6 +14,10 @@ raise ``ConversionError`` listing them; values are copied exactly (float32), so 
 
 Configs: ``ModelConfig`` <-> the ``config.json`` dict of mamba-ssm's ``MambaConfig`` (Hugging Face layout of
 state-spaces/mamba-*). Loading a checkpoint folder needs torch only for ``pytorch_model.bin``.
+
+Mamba-3's A activation (``ssm_cfg.A_activation``) is not a ``MambaConfig`` field: mamba-ssm 2.3.2.post1's ``Mamba3``
+computes softplus and its main the heavy-tailed one, and neither writes which. We write it in ssm_cfg; a Mamba-3
+config.json without it loads only with the activation given by the caller (``a_activation``), else is refused.
 """
 
 import dataclasses
@@ -25,7 +29,7 @@ import numpy as np
 from flax import nnx
 
 from jax_mamba.checkpoints.convert_table import ConversionError, from_torch, rule_for, to_torch
-from jax_mamba.configs.schema import AttnConfig, ModelConfig, SSMConfig, validate_model
+from jax_mamba.configs.schema import MAMBA3_A_ACTIVATIONS, AttnConfig, ModelConfig, SSMConfig, validate_model
 from jax_mamba.models import MambaLMHeadModel, ParamLayout, ssm_layer_kwargs
 
 __all__ = [
@@ -34,6 +38,7 @@ __all__ = [
     "from_mamba_config",
     "from_torch_state_dict",
     "load_pretrained",
+    "resolve_a_activation",
     "save_pretrained",
     "to_mamba_config",
     "to_torch_state_dict",
@@ -92,8 +97,9 @@ def to_mamba_config(cfg: ModelConfig) -> dict:
     """``ModelConfig`` -> mamba-ssm ``MambaConfig`` fields (JSON-able; ssm_cfg lists the layer's non-default args)."""
     defaults = dataclasses.asdict(SSMConfig())
     ssm = {"layer": cfg.ssm_cfg.layer}
+    always = {"d_state", "A_activation"}  # A_activation: a Mamba-3 folder must say it (module docstring)
     for key, value in ssm_layer_kwargs(cfg.ssm_cfg).items():
-        if key == "d_state" or value != defaults.get(key):
+        if key in always or value != defaults.get(key):
             ssm[key] = list(value) if isinstance(value, tuple) else value
     attn = {k: v for k, v in dataclasses.asdict(cfg.attn_cfg).items() if v != getattr(AttnConfig(), k) or k == "causal"}
     return {
@@ -112,11 +118,12 @@ def to_mamba_config(cfg: ModelConfig) -> dict:
     }
 
 
-def from_mamba_config(config: Mapping, **runtime) -> ModelConfig:
+def from_mamba_config(config: Mapping, a_activation: str | None = None, **runtime) -> ModelConfig:
     """mamba-ssm ``MambaConfig`` fields (a config.json dict) -> ``ModelConfig``; ``runtime`` sets impl/dtype/remat.
 
     Unknown keys are errors; keys that only choose mamba-ssm kernels (use_fast_path, fused_add_norm, ...) are
-    ignored. mamba-ssm's MHA is non-causal unless attn_cfg says ``causal``, and the conversion keeps that."""
+    ignored. mamba-ssm's MHA is non-causal unless attn_cfg says ``causal``, and the conversion keeps that.
+    ``a_activation``: Mamba-3's A activation where ssm_cfg does not say it (``resolve_a_activation``)."""
     config = dict(config)
     model_fields = {f.name for f in dataclasses.fields(ModelConfig)}
     unknown = [k for k in config if k not in model_fields and k not in _RUNTIME_KEYS]
@@ -126,6 +133,8 @@ def from_mamba_config(config: Mapping, **runtime) -> ModelConfig:
     ssm_fields = {f.name for f in dataclasses.fields(SSMConfig)}
     if [k for k in ssm if k not in ssm_fields]:
         raise ConversionError(f"unknown ssm_cfg keys {[k for k in ssm if k not in ssm_fields]}")
+    if ssm.get("layer") == "Mamba3":
+        ssm["A_activation"] = resolve_a_activation(ssm.get("A_activation"), a_activation)
     for key in ("A_init_range", "dt_limit"):
         if key in ssm:
             ssm[key] = tuple(float(v) for v in ssm[key])
@@ -143,14 +152,34 @@ def from_mamba_config(config: Mapping, **runtime) -> ModelConfig:
         raise ConversionError(str(err)) from None
 
 
-def load_pretrained(path: str | Path, **runtime) -> tuple[ModelConfig, dict[str, np.ndarray]]:
+def resolve_a_activation(stated: str | None, given: str | None) -> str:
+    """Mamba-3's A activation from what a config.json states and what the caller gives: either alone, or both when
+    they agree. Raises ConversionError where neither says it or they differ."""
+    choices = " or ".join(MAMBA3_A_ACTIVATIONS)
+    for value in (stated, given):
+        if value is not None and value not in MAMBA3_A_ACTIVATIONS:
+            raise ConversionError(f"A_activation must be {choices}, got {value!r}")
+    if stated is None and given is None:
+        raise ConversionError(
+            "this Mamba-3 config.json does not say its A activation (softplus: mamba-ssm 2.3.2.post1; heavy_tail: "
+            f"mamba-ssm's main, mamba3-jax): give a_activation={choices}"
+        )
+    if stated is not None and given is not None and stated != given:
+        raise ConversionError(f"config.json's ssm_cfg.A_activation is {stated!r}, but {given!r} was asked for")
+    return stated or given
+
+
+def load_pretrained(
+    path: str | Path, a_activation: str | None = None, **runtime
+) -> tuple[ModelConfig, dict[str, np.ndarray]]:
     """A mamba-ssm checkpoint folder (config.json + model.safetensors or pytorch_model.bin, the Hugging Face layout
-    of state-spaces/mamba-*) -> (ModelConfig, our flat params). Offline; torch is needed only for the .bin file."""
+    of state-spaces/mamba-*) -> (ModelConfig, our flat params). Offline; torch is needed only for the .bin file.
+    ``a_activation``: a Mamba-3 model's A activation where config.json does not say it (``resolve_a_activation``)."""
     folder = Path(path)
     config_file = folder / "config.json"
     if not config_file.is_file():
         raise FileNotFoundError(f"{config_file} not found (expected a mamba-ssm checkpoint folder)")
-    cfg = from_mamba_config(json.loads(config_file.read_text()), **runtime)
+    cfg = from_mamba_config(json.loads(config_file.read_text()), a_activation, **runtime)
     if (folder / "model.safetensors").is_file():
         from safetensors.numpy import load_file
 
@@ -166,7 +195,8 @@ def load_pretrained(path: str | Path, **runtime) -> tuple[ModelConfig, dict[str,
 
 
 def save_pretrained(path: str | Path, cfg: ModelConfig, params: Mapping[str, np.ndarray]) -> None:
-    """Write config.json + pytorch_model.bin that mamba-ssm's ``MambaLMHeadModel.from_pretrained`` loads."""
+    """Write config.json + pytorch_model.bin that mamba-ssm's ``MambaLMHeadModel.from_pretrained`` loads (a Mamba-3
+    model's config.json also states its A activation, which mamba-ssm's ``Mamba3`` does not take as an argument)."""
     import torch
 
     folder = Path(path)

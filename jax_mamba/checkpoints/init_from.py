@@ -49,7 +49,7 @@ def _read(path: Path, family: str, model) -> StartingWeights:
     if family == "lm" and (path / "config.json").is_file():
         from jax_mamba.checkpoints.convert import load_pretrained
 
-        _, params = _converted(path, load_pretrained)
+        _, params = _converted(path, load_pretrained, a_activation=_a_activation(model))
         return StartingWeights(params, {}, {"kind": "mamba-ssm"})
     if family == "mamba_vision" and ((path / "config.json").is_file() or path.is_file()):
         from jax_mamba.checkpoints.convert_mamba_vision import load_pretrained
@@ -95,6 +95,13 @@ def fit_weights(
             )
         fitted[kind] = {n: np.asarray(have[n], dtype=np.dtype(wanted[n].dtype)) for n in wanted}
     return StartingWeights(fitted["params"], fitted["state"], {**weights.info, "skipped": skipped})
+
+
+def _a_activation(model) -> str | None:
+    """The run's Mamba-3 A activation (the weights of a folder that does not say its own are taken as trained with
+    it; a folder that says another is refused), None for other models."""
+    ssm = getattr(model, "ssm_cfg", None)
+    return ssm.A_activation if ssm is not None and ssm.layer == "Mamba3" else None
 
 
 def _names(names: list[str]) -> str:

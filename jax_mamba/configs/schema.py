@@ -14,6 +14,9 @@ MODEL_IMPLS = ("auto", "reference", "pallas", "mamba_ssm_triton")  # what each m
 SCAN_BACKENDS = ("triton", "mosaic_gpu", "auto")  # the Pallas selective scan's kernels: pallas_kernels' ``backend``
 
 SSM_LAYERS = ("Mamba1", "Mamba2", "Mamba3")
+# Mamba-3's A = -f(dd_A): softplus as mamba-ssm 2.3.2.post1's Mamba3; heavy_tail (1 + x above 0, 1 / (1 - x) below)
+# as mamba-ssm's main since its PR 962 and mamba3-jax
+MAMBA3_A_ACTIVATIONS = ("softplus", "heavy_tail")
 COMPUTE_DTYPES = ("auto", "float32", "bfloat16")
 FAMILIES = ("lm", "mamba_vision", "graph_mamba")
 DATA_KINDS = {  # family: the data kinds its task reads
@@ -67,6 +70,7 @@ class SSMConfig:
     # Mamba3 only
     rope_fraction: float = 0.5
     A_floor: float = 1e-4
+    A_activation: str = "softplus"  # one of MAMBA3_A_ACTIVATIONS
     is_outproj_norm: bool = False
     is_mimo: bool = False
     mimo_rank: int = 4
@@ -450,6 +454,12 @@ def validate_model(m: ModelConfig) -> ModelConfig:
     elif s.layer == "Mamba3":
         _require(s.rope_fraction in (0.5, 1.0), "model.ssm_cfg.rope_fraction", "0.5 or 1.0", s.rope_fraction)
         _require(s.A_floor > 0, "model.ssm_cfg.A_floor", "a float > 0", s.A_floor)
+        _require(
+            s.A_activation in MAMBA3_A_ACTIVATIONS,
+            "model.ssm_cfg.A_activation",
+            " or ".join(map(repr, MAMBA3_A_ACTIVATIONS)),
+            s.A_activation,
+        )
         if s.is_mimo:
             _require(
                 isinstance(s.mimo_rank, int) and s.mimo_rank >= 1, "model.ssm_cfg.mimo_rank", "an int >= 1", s.mimo_rank

@@ -5,6 +5,7 @@ import sys
 import time
 
 from jax_mamba.configs.loader import ConfigError
+from jax_mamba.configs.schema import MAMBA3_A_ACTIVATIONS
 from jax_mamba.data import DataError
 from jax_mamba.generate.decode import STATE_DTYPES, generate
 from jax_mamba.generate.load import LoadError, load_mamba_ssm_folder, load_run
@@ -14,11 +15,16 @@ from jax_mamba.generate.sampling import SamplingConfig
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m jax_mamba.generate",
-        description="Continue text prompts with a trained language model (Mamba-1, Mamba-2 or hybrid).",
+        description="Continue text prompts with a trained language model (Mamba-1, Mamba-2, Mamba-3 or hybrid).",
     )
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--run_dir", help="a jax_mamba.train run folder (its latest checkpoint unless --step)")
     source.add_argument("--pretrained", help="a mamba-ssm checkpoint folder (config.json + weights)")
+    parser.add_argument(
+        "--a_activation",
+        choices=MAMBA3_A_ACTIVATIONS,
+        help="a Mamba-3 --pretrained folder's A activation where its config.json does not say it",
+    )
     parser.add_argument("--step", type=int, help="checkpoint step of --run_dir (default: the latest)")
     parser.add_argument("--tokenizer", help="a tokenizer.json (default: the run's own; bytes if it had none)")
     parser.add_argument("--prompt", action="append", required=True, help="a prompt; repeat for a batch of prompts")
@@ -41,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.run_dir:
             loaded = load_run(args.run_dir, args.step, args.tokenizer)
         else:
-            loaded = load_mamba_ssm_folder(args.pretrained, args.tokenizer)
+            loaded = load_mamba_ssm_folder(args.pretrained, args.tokenizer, args.a_activation)
         tokenizer = loaded.tokenizer
         prompts = [tokenizer.encode(p) for p in args.prompt]
         if any(not p for p in prompts):

@@ -61,14 +61,18 @@ def load_run(run_dir: str | Path, step: int | None = None, tokenizer: str | None
     )
 
 
-def load_mamba_ssm_folder(folder: str | Path, tokenizer: str | None) -> LoadedModel:
+def load_mamba_ssm_folder(folder: str | Path, tokenizer: str | None, a_activation: str | None = None) -> LoadedModel:
     """A mamba-ssm checkpoint folder (e.g. state-spaces/mamba-130m, downloaded); its tokenizer (GPT-NeoX's for the
-    published ones) is not in the folder: ``tokenizer`` names a tokenizer.json, or the folder holds one."""
+    published ones) is not in the folder: ``tokenizer`` names a tokenizer.json, or the folder holds one.
+    ``a_activation``: a Mamba-3 model's A activation where its config.json does not say it."""
     from jax_mamba.checkpoints.convert import load_pretrained  # the conversion table lives with the PyTorch side
 
     path = Path(folder)
     tokenizer = tokenizer or (str(path / "tokenizer.json") if (path / "tokenizer.json").is_file() else None)
     if tokenizer is None:
         raise LoadError(f"{path} holds no tokenizer.json; pass --tokenizer PATH (GPT-NeoX's for state-spaces models)")
-    cfg, params = load_pretrained(path)
+    try:
+        cfg, params = load_pretrained(path, a_activation)
+    except ValueError as err:  # ConversionError: the folder's config or weights do not fit
+        raise LoadError(f"{path}: {err}") from None
     return LoadedModel(_model_with(cfg, params), load_tokenizer(tokenizer), str(path))

@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from jax_mamba.configs.schema import MAMBA3_A_ACTIVATIONS
 from jax_mamba.modules.impl import op_impl
 from jax_mamba.modules.init import dt_bias_init
 from jax_mamba.modules.layers import RMSNormGated, linear
@@ -17,12 +18,23 @@ from pallas_kernels.mamba3.api import SAVED_NAMES
 STATE_NAMES = ("angle", "ssm", "k", "v")  # the decoding cache, in the order the SISO ops take and return states
 
 
+def heavy_tail(x: jax.Array) -> jax.Array:
+    """1 + x for x >= 0, 1 / (1 - x) below: positive, continuous with slope 1 at 0, and with A = -heavy_tail(dd_A)
+    only polynomially small for very negative dd_A where softplus is exponentially small (mamba-ssm's main uses it
+    for stability at high learning rates)."""
+    return jnp.where(x >= 0, 1.0 + x, 1.0 / (1.0 - jnp.minimum(x, 0.0)))
+
+
+A_ACTIVATIONS = dict(zip(MAMBA3_A_ACTIVATIONS, (jax.nn.softplus, heavy_tail), strict=True))
+
+
 class Mamba3(nnx.Module):
-    """in_proj -> [z, x, B, C, dd_dt, dd_A, trap, angles]; A = min(-softplus(dd_A), -A_floor) and dt =
-    softplus(dd_dt + dt_bias) per token and head (no conv, no A_log); B and C RMS-normed over d_state; the SISO core
-    (``pallas_kernels.mamba3``, on its Mosaic GPU kernels where ``impl`` asks for kernels and the compute dtype is
-    16-bit: biases B_bias / C_bias, rotary angles, trapezoid, D, silu(z) gating); with
-    ``is_outproj_norm`` a gated RMSNorm with z (groups of headdim) instead of the gate; out_proj.
+    """in_proj -> [z, x, B, C, dd_dt, dd_A, trap, angles]; A = min(-f(dd_A), -A_floor) with f the
+    ``A_activation`` (``A_ACTIVATIONS``: softplus as mamba-ssm 2.3.2.post1, heavy_tail as its main and mamba3-jax)
+    and dt = softplus(dd_dt + dt_bias) per token and head (no conv, no A_log); B and C RMS-normed over d_state; the
+    SISO core (``pallas_kernels.mamba3``, on its Mosaic GPU kernels where ``impl`` asks for kernels and the compute
+    dtype is 16-bit: biases B_bias / C_bias, rotary angles, trapezoid, D, silu(z) gating); with ``is_outproj_norm``
+    a gated RMSNorm with z (groups of headdim) instead of the gate; out_proj.
 
     Parameters: in_proj.kernel (d_model, 2 d_inner + 2 R G N + 3 H + S), dt_bias (H,), B_bias and C_bias (H, R, N),
     B_norm.weight and C_norm.weight (N,), D (H,), norm.weight (d_inner,) with is_outproj_norm, out_proj.kernel
@@ -45,6 +57,7 @@ class Mamba3(nnx.Module):
         dt_max: float = 0.1,
         dt_init_floor: float = 1e-4,
         A_floor: float = 1e-4,
+        A_activation: str = "softplus",
         is_outproj_norm: bool = False,
         is_mimo: bool = False,
         mimo_rank: int = 4,
@@ -59,6 +72,9 @@ class Mamba3(nnx.Module):
             raise ValueError(f"Mamba3: mimo_rank must be a positive int, got {mimo_rank!r}")
         if rope_fraction not in (0.5, 1.0):
             raise ValueError(f"Mamba3: rope_fraction must be 0.5 or 1.0, got {rope_fraction}")
+        if A_activation not in A_ACTIVATIONS:
+            raise ValueError(f"Mamba3: A_activation must be one of {MAMBA3_A_ACTIVATIONS}, got {A_activation!r}")
+        self.A_activation = A_activation
         self.d_model, self.d_state, self.headdim, self.ngroups = d_model, d_state, headdim, ngroups
         self.d_inner = expand * d_model
         if self.d_inner % headdim:
@@ -101,7 +117,7 @@ class Mamba3(nnx.Module):
         heads = (batch, seqlen, self.nheads, self.headdim)
         groups = (batch, seqlen, *((self.rank,) if self.is_mimo else ()), self.ngroups, self.d_state)
         f32 = jnp.float32
-        A = jnp.minimum(-jax.nn.softplus(dd_A.astype(f32)), -self.A_floor)  # (batch, L, H)
+        A = jnp.minimum(-A_ACTIVATIONS[self.A_activation](dd_A.astype(f32)), -self.A_floor)  # (batch, L, H)
         dt = jax.nn.softplus(dd_dt.astype(f32) + self.dt_bias[...])
         by_head = lambda a: jnp.swapaxes(a, 1, 2)  # noqa: E731  (batch, L, H) -> (batch, H, L)
         z = z.reshape(heads)

@@ -62,7 +62,24 @@ def _rms(x, weight, eps=1e-5):
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * weight
 
 
-def mamba3(p: dict, hidden: np.ndarray, *, d_state: int, headdim: int, ngroups: int, angles: int, A_floor=1e-4):
+def a_activation(name: str, x: np.ndarray) -> np.ndarray:
+    """Mamba-3's A = -f(dd_A): softplus (mamba-ssm 2.3.2.post1) or the heavy tail (1 + x, 1 / (1 - x) below 0)."""
+    if name == "softplus":
+        return naive.softplus(x)
+    return np.where(x >= 0, 1.0 + x, 1.0 / (1.0 - np.minimum(x, 0.0)))
+
+
+def mamba3(
+    p: dict,
+    hidden: np.ndarray,
+    *,
+    d_state: int,
+    headdim: int,
+    ngroups: int,
+    angles: int,
+    A_floor=1e-4,
+    activation: str = "softplus",
+):
     """mamba-ssm's ``Mamba3.forward`` (SISO) on top of the Mamba-3 oracle."""
     d_inner = p["out_proj.kernel"].shape[0]
     heads = d_inner // headdim
@@ -71,7 +88,7 @@ def mamba3(p: dict, hidden: np.ndarray, *, d_state: int, headdim: int, ngroups: 
     cuts = np.cumsum([d_inner, d_inner, gn, gn, heads, heads, heads])
     z, x, B, C, dd_dt, dd_A, trap, ang = np.split(_linear(hidden, p, "in_proj"), cuts, axis=-1)
     assert ang.shape[-1] == angles
-    A = np.minimum(-naive.softplus(dd_A), -A_floor)
+    A = np.minimum(-a_activation(activation, dd_A), -A_floor)
     dt = naive.softplus(dd_dt + p["dt_bias"])
     by_head = lambda t: np.swapaxes(t, 1, 2)  # noqa: E731
     groups = (batch, seqlen, ngroups, d_state)
@@ -94,7 +111,17 @@ def mamba3(p: dict, hidden: np.ndarray, *, d_state: int, headdim: int, ngroups: 
     return _linear(y, p, "out_proj")
 
 
-def mamba3_mimo(p: dict, hidden: np.ndarray, *, d_state: int, headdim: int, ngroups: int, rank: int, angles: int):
+def mamba3_mimo(
+    p: dict,
+    hidden: np.ndarray,
+    *,
+    d_state: int,
+    headdim: int,
+    ngroups: int,
+    rank: int,
+    angles: int,
+    activation: str = "softplus",
+):
     """mamba-ssm's ``Mamba3.forward`` with ``is_mimo`` on top of the MIMO oracle: B and C per rank (rank outermost in
     in_proj's output), the ranks summed by mimo_o inside the op, or normed and gated per rank (z mimo_z_r) first."""
     d_inner = p["out_proj.kernel"].shape[0]
@@ -104,7 +131,7 @@ def mamba3_mimo(p: dict, hidden: np.ndarray, *, d_state: int, headdim: int, ngro
     cuts = np.cumsum([d_inner, d_inner, rgn, rgn, heads, heads, heads])
     z, x, B, C, dd_dt, dd_A, trap, ang = np.split(_linear(hidden, p, "in_proj"), cuts, axis=-1)
     assert ang.shape[-1] == angles
-    A = np.minimum(-naive.softplus(dd_A), -1e-4)
+    A = np.minimum(-a_activation(activation, dd_A), -1e-4)
     dt = naive.softplus(dd_dt + p["dt_bias"])
     by_head = lambda t: np.swapaxes(t, 1, 2)  # noqa: E731
     per_rank = (batch, seqlen, rank, ngroups, d_state)

@@ -102,6 +102,7 @@ BAD = [
     (["--train.batch_size=two"], "config field train.batch_size: expected int"),
     (["--model.ssm_cfg.layer=Mamba4"], "model.ssm_cfg.layer: expected one of"),
     (["--model.ssm_cfg.layer=Mamba3", "--model.ssm_cfg.rope_fraction=0.25"], "model.ssm_cfg.rope_fraction"),
+    (["--model.ssm_cfg.layer=Mamba3", "--model.ssm_cfg.A_activation=relu"], "model.ssm_cfg.A_activation"),
     (["--model.ssm_cfg.layer=Mamba3", "--model.ssm_cfg.is_mimo=true", "--model.ssm_cfg.mimo_rank=0"], "mimo_rank"),
     (["--model.ssm_cfg.layer=Mamba3", "--model.ssm_cfg.is_mimo=true", "--model.ssm_cfg.d_state=6"], "d_state"),
     (["--model.ssm_cfg.ngroups=3"], "model.ssm_cfg.ngroups"),

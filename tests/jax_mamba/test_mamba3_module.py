@@ -2,14 +2,16 @@
 NumPy re-derivation of mamba-ssm's ``Mamba3.forward`` (split order, A and dt, B/C norms and biases, the gate or the
 gated output norm) on top of the Mamba-3 oracle."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
 
 from compare.parity.tolerances import assert_close
+from jax_mamba.configs.schema import MAMBA3_A_ACTIVATIONS
 from jax_mamba.models import ParamLayout
-from jax_mamba.modules.mamba3 import Mamba3
+from jax_mamba.modules.mamba3 import Mamba3, heavy_tail
 from tests.jax_mamba import naive_mixers
 from tests.jax_mamba.test_modules import params64, perturb, run
 
@@ -37,25 +39,36 @@ def test_names_shapes_and_init():
 
 
 @pytest.mark.parametrize(
-    "d_model,d_state,headdim,ngroups,rope_fraction,outproj_norm,chunk",
-    [(16, 8, 4, 1, 0.5, False, 4), (12, 6, 6, 2, 1.0, True, 5)],
+    "d_model,d_state,headdim,ngroups,rope_fraction,outproj_norm,chunk,activation",
+    [(16, 8, 4, 1, 0.5, False, 4, "softplus"), (12, 6, 6, 2, 1.0, True, 5, "heavy_tail")],
 )
-def test_forward_matches_numpy_slow_path(rng, d_model, d_state, headdim, ngroups, rope_fraction, outproj_norm, chunk):
+def test_forward_matches_numpy_slow_path(
+    rng, d_model, d_state, headdim, ngroups, rope_fraction, outproj_norm, chunk, activation
+):
     kw = dict(d_state=d_state, headdim=headdim, ngroups=ngroups, rope_fraction=rope_fraction, chunk_size=chunk)
-    m = perturb(Mamba3(d_model, **kw, is_outproj_norm=outproj_norm, rngs=nnx.Rngs(1)), rng)
+    m = Mamba3(d_model, **kw, is_outproj_norm=outproj_norm, A_activation=activation, rngs=nnx.Rngs(1))
+    m = perturb(m, rng)
     x = rng.normal(size=(2, 11, d_model))
     want = naive_mixers.mamba3(
-        params64(m), x, d_state=d_state, headdim=headdim, ngroups=ngroups, angles=m.num_rope_angles
+        params64(m),
+        x,
+        d_state=d_state,
+        headdim=headdim,
+        ngroups=ngroups,
+        angles=m.num_rope_angles,
+        activation=activation,
     )
     assert_close("Mamba3 output", run(m, jnp.asarray(x, jnp.float32)), want, jnp.float32)
 
 
-@pytest.mark.parametrize("rope_fraction,outproj_norm,chunk", [(0.5, False, 4), (1.0, True, 3)])
-def test_mimo_names_shapes_and_forward_match_numpy_slow_path(rng, rope_fraction, outproj_norm, chunk):
+@pytest.mark.parametrize(
+    "rope_fraction,outproj_norm,chunk,activation", [(0.5, False, 4, "heavy_tail"), (1.0, True, 3, "softplus")]
+)
+def test_mimo_names_shapes_and_forward_match_numpy_slow_path(rng, rope_fraction, outproj_norm, chunk, activation):
     """is_mimo: B_bias and C_bias per rank, mimo_x / mimo_z / mimo_o (H, R, P) at 1/R, 1 and 1/R, in_proj's B and C
     R times wider; the forward against mamba-ssm's MIMO forward re-derived in NumPy on the MIMO oracle."""
     kw = dict(d_state=8, headdim=4, ngroups=1, rope_fraction=rope_fraction, chunk_size=chunk, mimo_rank=2)
-    m = Mamba3(16, **kw, is_mimo=True, is_outproj_norm=outproj_norm, rngs=nnx.Rngs(1))  # 8 heads
+    m = Mamba3(16, **kw, is_mimo=True, is_outproj_norm=outproj_norm, A_activation=activation, rngs=nnx.Rngs(1))
     p = {k: np.asarray(v) for k, v in ParamLayout.split(m)[1].items()}
     assert p["in_proj.kernel"].shape == (16, 2 * 32 + 2 * 2 * 8 + 3 * 8 + m.num_rope_angles)
     assert p["B_bias"].shape == p["C_bias"].shape == (8, 2, 8)
@@ -64,12 +77,17 @@ def test_mimo_names_shapes_and_forward_match_numpy_slow_path(rng, rope_fraction,
         np.testing.assert_array_equal(p[name], value)
     m = perturb(m, rng)
     x = rng.normal(size=(2, 7, 16))
-    want = naive_mixers.mamba3_mimo(params64(m), x, d_state=8, headdim=4, ngroups=1, rank=2, angles=m.num_rope_angles)
+    angles = m.num_rope_angles
+    want = naive_mixers.mamba3_mimo(
+        params64(m), x, d_state=8, headdim=4, ngroups=1, rank=2, angles=angles, activation=activation
+    )
     assert_close("Mamba3 MIMO output", run(m, jnp.asarray(x, jnp.float32)), want, jnp.float32)
 
 
-def test_mimo_prefill_continued_by_steps_is_the_whole_forward(rng):
-    m = perturb(Mamba3(16, d_state=8, headdim=4, chunk_size=4, is_mimo=True, mimo_rank=2, rngs=nnx.Rngs(2)), rng)
+@pytest.mark.parametrize("activation", MAMBA3_A_ACTIVATIONS)
+def test_mimo_prefill_continued_by_steps_is_the_whole_forward(rng, activation):
+    kw = dict(d_state=8, headdim=4, chunk_size=4, is_mimo=True, mimo_rank=2, A_activation=activation)
+    m = perturb(Mamba3(16, **kw, rngs=nnx.Rngs(2)), rng)
     x = jnp.asarray(rng.normal(size=(2, 9, 16)), jnp.float32)
     whole = m(x)
     out, cache = m.prefill(x[:, :5], max_len=9)
@@ -81,7 +99,23 @@ def test_mimo_prefill_continued_by_steps_is_the_whole_forward(rng):
     assert_close("prefill + steps", jnp.concatenate(outs, axis=1), whole, jnp.float32)
 
 
+def test_heavy_tail_values_and_slope():
+    """1 + x from 0 up, 1 / (1 - x) below, slope 1 on both sides of 0; positive and finite with finite slopes far
+    out on either side (where softplus underflows to 0 far below)."""
+    x = np.array([-1e15, -1e4, -3.0, -0.5, 0.0, 0.5, 3.0, 1e4], np.float32)
+    got = np.asarray(heavy_tail(jnp.asarray(x)))
+    np.testing.assert_allclose(got, np.where(x >= 0, 1 + x, 1 / (1 - x)), rtol=1e-6)
+    assert (got > 0).all()
+    slope = np.asarray(jax.vmap(jax.grad(heavy_tail))(jnp.asarray(x)))
+    np.testing.assert_allclose(slope, np.where(x >= 0, 1.0, 1 / (1 - x.astype(np.float64)) ** 2), rtol=1e-6)
+    assert np.isfinite(slope).all()
+    left, right = (float(jax.grad(heavy_tail)(jnp.float32(v))) for v in (-1e-4, 1e-4))
+    assert abs(left - 1) < 1e-3 and right == 1.0
+
+
 def test_unsupported_options_are_refused():
+    with pytest.raises(ValueError, match=r"A_activation must be one of \('softplus', 'heavy_tail'\), got 'relu'"):
+        Mamba3(16, A_activation="relu", rngs=nnx.Rngs(0))
     with pytest.raises(ValueError, match=r"mimo_rank must be a positive int, got 0"):
         Mamba3(16, is_mimo=True, mimo_rank=0, rngs=nnx.Rngs(0))
     with pytest.raises(ValueError, match=r"rope_fraction must be 0\.5 or 1\.0, got 0\.25"):

@@ -5,10 +5,13 @@ float64 loop over the recurrence and to central differences on the CPU, ``test_m
 must match it to float32's tolerance, mamba-ssm's, which keeps its cumulative angles and some products in bfloat16,
 bfloat16's, and our kernels (bfloat16 products) bfloat16's or twice mamba-ssm's distance, whichever is larger."""
 
+import json
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 
 from compare.parity.tolerances import REFERENCE_FACTOR, assert_close, rel_l2, tolerance
 from pallas_kernels.mamba3 import reference
@@ -88,3 +91,31 @@ def test_siso_step_against_mamba_ssm(cuda_triton_reference, rng):
     assert_close("out", out, theirs["out"], jnp.bfloat16)
     for name, got in zip(("ssm", "k", "v"), new_states[1:], strict=True):
         assert_close(f"new {name}", got, theirs[name], jnp.bfloat16)
+
+
+def test_a_mamba_ssm_checkpoint_folder_gives_its_logits(cuda_triton_reference, rng, tmp_path):
+    """A softplus checkpoint written by mamba-ssm's own ``Mamba3`` mixers (weights through torch.save, config.json in
+    mamba-ssm's layout, without an A activation): our model loaded from the folder with softplus, in float32, gives
+    the writer's logits to bfloat16's tolerance (the writer's Triton ops round q, k, v on entry)."""
+    import torch
+
+    from jax_mamba.checkpoints.convert import load_pretrained, to_mamba_config
+    from jax_mamba.configs import load_config
+    from jax_mamba.models import MambaLMHeadModel, ParamLayout
+    from torch_reference.lm import TorchLM
+
+    overrides = ["--model.ssm_cfg.headdim=64", "--model.ssm_cfg.d_state=64", "--model.d_model=128"]
+    cfg = load_config("mamba3-tiny", [*overrides, "--model.compute_dtype=float32"]).model
+    writer = TorchLM(cuda_triton_reference, cfg, seed=7)
+    folder = tmp_path / "mamba-ssm"
+    folder.mkdir()
+    config = to_mamba_config(cfg)
+    config["ssm_cfg"].pop("A_activation")
+    (folder / "config.json").write_text(json.dumps(config))
+    torch.save(writer.model.state_dict(), folder / "pytorch_model.bin")
+    tokens = rng.integers(0, cfg.vocab_size, (2, 96))
+    want, _, _ = writer.loss_and_grads(tokens, tokens)
+    loaded, params = load_pretrained(folder, "softplus", compute_dtype="float32", impl="reference")
+    layout, _, rest = ParamLayout.split(MambaLMHeadModel(loaded, rngs=nnx.Rngs(0)))
+    got = np.asarray(layout.merge(params, rest)(jnp.asarray(tokens, jnp.int32)), np.float32)
+    assert_close("logits", got[..., : want.shape[-1]], want, jnp.bfloat16)

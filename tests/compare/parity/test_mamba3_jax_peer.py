@@ -1,6 +1,6 @@
-"""compare.parity.mamba3_jax_peer on the CPU: mamba3-jax loads our weights strictly, its logits differ from ours only by
-its A activation (with mamba-ssm's softplus they agree to float32 rounding, SISO with groups and the output norm, and
-MIMO), and both training steps run; the report's files."""
+"""compare.parity.mamba3_jax_peer on the CPU: mamba3-jax loads our weights strictly and its logits equal ours at
+each A activation (heavy_tail as it is published, softplus with its activation swapped; SISO with groups and the
+output norm, and MIMO), differ at the other, and both training steps run; the report's files."""
 
 import json
 
@@ -11,6 +11,7 @@ import pytest
 from compare.parity import mamba3_jax_peer as peer
 from compare.parity.tolerances import rel_l2
 from jax_mamba.configs import load_config
+from jax_mamba.configs.schema import MAMBA3_A_ACTIVATIONS
 
 
 @pytest.mark.parametrize(
@@ -21,14 +22,18 @@ from jax_mamba.configs import load_config
     ],
     ids=["siso-norm-groups", "mimo"],
 )
-def test_the_peer_differs_from_ours_by_its_A_activation_alone(overrides):
-    cfg = load_config("mamba3-tiny", [*overrides, "--model.compute_dtype=float32"]).model
-    ours, theirs = peer.build_pair(cfg, seed=3)
-    tokens = jnp.asarray(np.random.default_rng(3).integers(0, cfg.vocab_size, (2, 37)), jnp.int32)
-    want = np.asarray(peer.our_logits(ours, tokens))
-    assert rel_l2(np.asarray(peer.peer_logits(theirs, tokens)), want) > 1e-2
-    with peer.softplus_A():
-        assert rel_l2(np.asarray(peer.peer_logits(theirs, tokens)), want) < 1e-5
+def test_the_peer_equals_ours_at_each_A_activation(overrides):
+    logits = {}
+    for activation in MAMBA3_A_ACTIVATIONS:
+        fixed = ["--model.compute_dtype=float32", f"--model.ssm_cfg.A_activation={activation}"]
+        cfg = load_config("mamba3-tiny", [*overrides, *fixed]).model
+        tokens = jnp.asarray(np.random.default_rng(3).integers(0, cfg.vocab_size, (2, 37)), jnp.int32)
+        ours, theirs = peer.build_pair(cfg, seed=3)
+        logits[activation] = np.asarray(peer.our_logits(ours, tokens))
+        with peer.as_peer(activation):
+            assert rel_l2(np.asarray(peer.peer_logits(theirs, tokens)), logits[activation]) < 1e-5
+    assert np.isfinite(logits["softplus"]).all()
+    assert rel_l2(logits["heavy_tail"], logits["softplus"]) > 1e-2
 
 
 def test_command_writes_both_sides(tmp_path):
@@ -40,6 +45,8 @@ def test_command_writes_both_sides(tmp_path):
         == 0
     )
     result = json.loads((tmp_path / "peer.json").read_text())
-    assert set(result["sides"]) == {"ours", "mamba3-jax"} and result["logits_rel_l2_with_softplus_A"] < 1e-5
+    assert set(result["sides"]) == {"ours", "mamba3-jax"}
+    assert set(result["logits_rel_l2"]) == set(MAMBA3_A_ACTIVATIONS)
+    assert all(value < 1e-5 for value in result["logits_rel_l2"].values())
     assert all(np.isfinite(side["loss"]) and side["step_ms"] > 0 for side in result["sides"].values())
-    assert "with its A activation set to" in (tmp_path / "peer.md").read_text()
+    assert "at each A activation: softplus" in (tmp_path / "peer.md").read_text()
