@@ -26,6 +26,15 @@ ROUNDED = ("Q", "K", "V", "Z", "Trap", "Angles")  # what the Triton ops round to
 BF16_SCALE = {"dAngles": 5.0}
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_config_each(cuda_triton_reference):
+    """mamba-ssm's Mamba-3 kernels at one config each: tuned, each compiles and times 27 to 54 configs for every new
+    shape (``torch_reference.autotune``)."""
+    from torch_reference.autotune import one_config_each
+
+    one_config_each()
+
+
 def _vjp(args: dict, states, dout, dtype, impl: str = "reference") -> dict:
     """Our outputs, final states and gradients of sum(out * dout), computed in ``dtype``, as numpy: the public
     function in float32, the reference beneath it in float64 (which the public function does not take); with
