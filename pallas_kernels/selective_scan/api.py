@@ -66,7 +66,7 @@ def selective_scan_fn(
     every state the backward reads, which spares the backward a rebuild at the cost of (batch, L / 8, N, dim)
     float32 kept per call); it has no effect on ``impl="reference"``.
     ``backend`` chooses the default's kernels: "triton", "mosaic_gpu" (both passes on Mosaic GPU; dim / G a multiple
-    of 128, N a multiple of 4, a Hopper GPU; anything else is refused) or "auto" (Mosaic GPU where it takes the call
+    of 128, a Hopper GPU; anything else is refused) or "auto" (Mosaic GPU where it takes the call
     and the kernels are compiled, else Triton). The default stays "triton" until the Mosaic GPU kernels have been
     measured against it (``docs/kernels.md#selective-scan-designs``).
     ``seq_idx`` (batch, L) integer: sequences packed along L, the state zeroed before each step whose index differs
@@ -118,10 +118,10 @@ def selective_scan_fn(
         if config is None:
             keep = KEEP_EVERY if checkpoint_every is None else checkpoint_every
             config = default_config(dstate, dim // groups, batch * groups, keep, gpu_sm_count())
-            if _takes_mosaic(backend, dim, groups, dstate, seq_idx is not None):
+            if _takes_mosaic(backend, dim, groups, seq_idx is not None):
                 config = mosaic_config(config)
             config.validate()
-        _check_mosaic_supported(config, dim, groups, dstate)
+        _check_mosaic_supported(config, dim, groups)
         if seq_idx is not None and not config.fwd_backend == config.bwd_backend == "mosaic_gpu":
             raise ValueError(
                 "seq_idx (packed sequences) with impl='pallas' runs on the Mosaic GPU kernels: pass "
@@ -139,19 +139,19 @@ def selective_scan_fn(
     return (out, last_state) if return_last_state else out
 
 
-def _takes_mosaic(backend: str, dim: int, groups: int, dstate: int, packed: bool) -> bool:
+def _takes_mosaic(backend: str, dim: int, groups: int, packed: bool) -> bool:
     """Whether ``backend`` puts the default config's passes on Mosaic GPU: "mosaic_gpu" always (a refusal is raised
     later), "auto" where nothing refuses the shape and the kernels are compiled or the sequences packed (which only
     the Mosaic GPU kernels take)."""
     if backend == "auto":
-        return (packed or not interpret_mode()) and dispatch.mosaic_refusal(dim, groups, dstate) is None
+        return (packed or not interpret_mode()) and dispatch.mosaic_refusal(dim, groups) is None
     return backend == "mosaic_gpu"
 
 
-def _check_mosaic_supported(config: ScanConfig, dim: int, groups: int, dstate: int) -> None:
+def _check_mosaic_supported(config: ScanConfig, dim: int, groups: int) -> None:
     """A config that puts a pass on Mosaic GPU where its kernels cannot take the shape raises, naming the fields."""
     mosaic = [name for name in ("fwd_backend", "bwd_backend") if getattr(config, name) == "mosaic_gpu"]
-    refusal = dispatch.mosaic_refusal(dim, groups, dstate) if mosaic else None
+    refusal = dispatch.mosaic_refusal(dim, groups) if mosaic else None
     if refusal:
         raise ValueError(f"ScanConfig({', '.join(mosaic)}='mosaic_gpu'): {refusal}")
 

@@ -72,14 +72,12 @@ def scan_forward_pass(u, delta, A, B, C, D, z, delta_bias, keep, softplus, confi
     return out, jnp.swapaxes(last, 1, 2), states
 
 
-def mosaic_refusal(dim: int, groups: int, dstate: int) -> str | None:
-    """Why the Mosaic GPU forward and backward cannot take this shape, or None where they can. Their TMA copies of
-    B and C blocks need B's and C's rows of N to fill a multiple of 16 bytes, which float32 does for N a multiple of
-    4 (``_tma_rows``)."""
+def mosaic_refusal(dim: int, groups: int) -> str | None:
+    """Why the Mosaic GPU forward and backward cannot take this shape, or None where they can: a program's 128
+    channels lie in one group, and the kernels use Hopper's TMA. Any N: B's and C's rows are widened where short
+    (``_tma_rows``)."""
     if (dim // groups) % LANES:
         return f"channels per group (dim / G = {dim // groups}) must be a multiple of {LANES}"
-    if dstate % 4:
-        return f"N (A.shape[1] = {dstate}) must be a multiple of 4 (B's and C's rows of N fill 16 bytes in float32)"
     if not gpu_has_wgmma():
         return "the GPU is not a Hopper (compute capability 9.x): use fwd_backend='triton'"
     return None

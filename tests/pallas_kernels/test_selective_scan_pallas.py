@@ -103,6 +103,9 @@ CASES = [  # batch, L, dim, N, G, dtype, D, z, delta_bias, softplus, config
     (1, 45, 128, 8, 1, jnp.float32, True, True, True, True, MOSAIC_SEGMENTS),  # 3 segments of 16 steps
     (1, 50, 256, 4, 2, jnp.bfloat16, False, True, False, True, MOSAIC_SEGMENTS),  # 3 of 20, the last partial
     (1, 33, 128, 16, 1, jnp.float32, True, False, True, True, MOSAIC_TWO_SEGMENTS),  # blocks wholly past L
+    (1, 19, 128, 5, 1, jnp.bfloat16, True, True, True, True, MOSAIC_BWD),  # odd N: B and C widened to 8 in float32
+    (2, 21, 256, 3, 2, jnp.float32, False, True, True, True, MOSAIC_SEGMENTS),  # 3 states, blocks of 4: sum rows padded
+    (1, 10, 128, 1, 1, jnp.float32, True, False, False, True, MOSAIC_BWD_KEPT),  # one state
 ]
 
 
@@ -314,10 +317,6 @@ def test_unsupported_inputs_are_refused_before_work(rng):
     both = ScanConfig(fwd_backend="mosaic_gpu", bwd_backend="mosaic_gpu")
     with pytest.raises(ValueError, match=r"ScanConfig\(fwd_backend, bwd_backend='mosaic_gpu'\): channels per group"):
         selective_scan_fn(u, delta, A, B, C, impl="pallas", config=both)
-    wide = [jnp.zeros((1, 3, 128), jnp.float32)] * 2 + [jnp.zeros((128, 7), jnp.float32)]
-    with pytest.raises(ValueError, match=r"ScanConfig\(bwd_backend='mosaic_gpu'\): N \(A.shape\[1\] = 7\) must be a"):
-        bc = jnp.zeros((1, 3, 7), jnp.float32)
-        selective_scan_fn(*wide, bc, bc, impl="pallas", config=ScanConfig(bwd_backend="mosaic_gpu"))
     with pytest.raises(ValueError, match=r"backend must be one of \('triton', 'mosaic_gpu', 'auto'\), got 'cuda'"):
         selective_scan_fn(u, delta, A, B, C, impl="pallas", backend="cuda")
     with pytest.raises(ValueError, match="pass either config or backend"):

@@ -79,6 +79,17 @@ def test_mosaic_kernels_match_oracle_on_gpu(rng, config):
     ss.assert_matches_oracle(rng, arrays, exact, True, impl="pallas", config=MOSAIC[config])
 
 
+@pytest.mark.parametrize(
+    "dstate,chunk,segments", [(12, 4, 1), (5, 8, 3), (1, 4, 2)], ids=["N12-blocks-of-4", "N5-segments", "N1"]
+)
+def test_mosaic_kernels_at_any_N_on_gpu(rng, dstate, chunk, segments):
+    """N not a multiple of 4 (B and C widened in float32) and blocks of 4 steps, where the dB and dC sums' rows
+    are padded to whole 128-byte TMA slots."""
+    arrays, exact = ss.make_inputs(rng, 1, 157, 256, dstate, 2, jnp.bfloat16)
+    config = ScanConfig(fwd_backend="mosaic_gpu", bwd_backend="mosaic_gpu", chunk=chunk, segments=segments)
+    ss.assert_matches_oracle(rng, arrays, exact, True, impl="pallas", config=config)
+
+
 @pytest.mark.parametrize("config", ["mosaic-both", "mosaic-segments"])
 def test_mosaic_kernels_run_packed_sequences_as_if_alone_on_gpu(rng, config):
     """seq_idx: every packed sequence against the oracle run on it alone, in one segment of L and in three."""

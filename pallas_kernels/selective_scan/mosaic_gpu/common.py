@@ -100,15 +100,23 @@ def step_keep(keep_tile, r, mask) -> jax.Array:
 
 
 def check_tma_slots(refs: list, block_shapes: list[tuple[int, ...]]) -> None:
-    """Raises where a pipelined tile's slot (one block of it) does not fill a multiple of TMA_SLOT_BYTES: its copy
-    into the second slot would start off a 128-byte boundary. Checked while tracing, so interpret mode sees it."""
+    """Raises where a slot (one block of a pipelined tile, or one row of a buffer whose rows TMA copies from their
+    starts) does not fill a multiple of TMA_SLOT_BYTES: the copy of the second would start off a 128-byte boundary.
+    Checked while tracing, so interpret mode sees it."""
     for ref, shape in zip(refs, block_shapes, strict=True):
         size = math.prod(shape) * jnp.dtype(ref.dtype).itemsize
         if size % TMA_SLOT_BYTES:
             raise ValueError(
-                f"a Mosaic GPU pipeline slot of {shape} {jnp.dtype(ref.dtype).name} fills {size} bytes, not a multiple "
+                f"a Mosaic GPU TMA slot of {shape} {jnp.dtype(ref.dtype).name} fills {size} bytes, not a multiple "
                 f"of {TMA_SLOT_BYTES}: its TMA copy would start off a {TMA_SLOT_BYTES}-byte boundary"
             )
+
+
+def tma_slot_elements(count: int, dtype) -> int:
+    """``count`` rounded up to whole TMA_SLOT_BYTES of ``dtype``: the length of a shared buffer's row whose rows are
+    copied by TMA from their starts, so that every row after the first starts on a 128-byte boundary too."""
+    per_slot = TMA_SLOT_BYTES // jnp.dtype(dtype).itemsize
+    return -(-count // per_slot) * per_slot
 
 
 def softplus(x: jax.Array) -> jax.Array:

@@ -39,9 +39,11 @@ from pallas_kernels._triton import LN_2
 from pallas_kernels.selective_scan.mosaic_gpu.common import (
     LANES,
     MosaicScanDims,
+    check_tma_slots,
     clamped_block,
     step_dt,
     step_keep,
+    tma_slot_elements,
     walk_segment,
 )
 
@@ -240,6 +242,10 @@ def scan_backward(u, delta, a2, B, C, D, z, delta_bias, states, dout, carries, k
         out_type.append(jax.ShapeDtypeStruct(z.shape, z.dtype))
     out_type += [jax.ShapeDtypeStruct((batch, nseg, dim), f32) for x in (D, delta_bias) if x is not None]
     tile = (2, dims.block_l, LANES)
+    # a round's SUM_ROWS sums land past the block's last when it has fewer rows (the next round's overwrite them);
+    # each (slot, dB or dC) row leaves by TMA from its start, so rows fill whole 128-byte slots
+    sums = jax.ShapeDtypeStruct((2, 2, tma_slot_elements(dims.dstate * dims.block_l + SUM_ROWS, f32)), f32)
+    check_tma_slots([sums], [sums.shape[-1:]])
     scratch = [
         plgpu.SMEM((dims.dstate, LANES), f32),  # the adjoint g
         plgpu.SMEM((dims.dstate, LANES), f32),  # dA sums
@@ -250,9 +256,7 @@ def scan_backward(u, delta, a2, B, C, D, z, delta_bias, states, dout, carries, k
         plgpu.SMEM(tile, u.dtype if z is None else z.dtype),
         plgpu.SMEM((SUM_ROWS, LANES), f32),  # dB terms of a round's states and the block's steps, a row each
         plgpu.SMEM((SUM_ROWS, LANES), f32),  # dC terms
-        # their sums over the program's channels (a round's SUM_ROWS sums land past the block's last when it has
-        # fewer rows; the next round's overwrite them)
-        plgpu.SMEM((2, 2, dims.dstate * dims.block_l + SUM_ROWS), f32),
+        plgpu.SMEM(sums.shape, f32),  # their sums over the program's channels, per pipeline slot
     ]
     results = call_kernel(
         functools.partial(_bwd_kernel, dims=dims),
