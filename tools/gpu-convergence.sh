@@ -37,7 +37,6 @@ fi
 CONFIG=${CONFIG:-mamba1-130m} STEPS=${STEPS:-200} TRIES=${TRIES:-3} REPEATS=${REPEATS:-3} JOBS=${JOBS:-6}
 ARGS=${ARGS:---warmup_steps=20 --batch_size=4 --seq_len=1024}
 TREES=${TREES:-current=.}
-cache=${JAX_MAMBA_TORCH_CACHE:-$HOME/.cache/jax-mamba/torch}
 runs=/tmp/convergence-runs
 mkdir -p "$out/logs" "$runs"
 build_pid=
@@ -64,11 +63,9 @@ for stage in "$@"; do
         build) python3 -m torch_reference.build --sdist-dir .sdist --jobs 12 > "$out/logs/build.log" 2>&1 &
                build_pid=$! ;;
         wait-build) [ -n "$build_pid" ] && wait "$build_pid"; echo "build: exit $?" ;;
-        export) (cd "$cache/build" && tar -cf - */manifest.json */*/*.so) | xz -T0 -6 \
-                    | split -b 15M - "$out/torch-build.tar.xz.part-" ;;
-        import:*) mkdir -p "$cache/build" && cat "${stage#import:}"/torch-build.tar.xz.part-* | xz -d \
-                      | tar -C "$cache/build" -xf - \
-                      && python3 -m torch_reference.build --sdist-dir .sdist > "$out/logs/build.log" 2>&1
+        export) python3 -m torch_reference.build_parts export "$out" ;;
+        import:*) python3 -m torch_reference.build --import "${stage#import:}" --sdist-dir .sdist \
+                      > "$out/logs/build.log" 2>&1
                   echo "import: exit $?" ;;
         tries) for tree in $TREES; do
                    for t in $(seq 1 "$TRIES"); do

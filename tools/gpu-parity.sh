@@ -25,7 +25,6 @@ if ls .whl/mambavision-*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/mambavision-site .whl/mambavision-*.whl \
         && export PYTHONPATH=.:/tmp/mambavision-site
 fi
-cache=${JAX_MAMBA_TORCH_CACHE:-$HOME/.cache/jax-mamba/torch}
 log="$out/gpu-parity.log"
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee -a "$log"
@@ -42,11 +41,9 @@ for stage in $stages; do
     case $stage in
         build) python3 -m torch_reference.build --sdist-dir "$sdist" ${EXTENSIONS:+--extensions $EXTENSIONS} \
                    >> "$log" 2>&1 ;;
-        export) (cd "$cache/build" && tar -cf - */manifest.json */*/*.so) | xz -T0 -6 \
-                    | split -b 15M - "$out/torch-build.tar.xz.part-" ;;
+        export) python3 -m torch_reference.build_parts export "$out" >> "$log" 2>&1 ;;
         unpack) python3 -m torch_reference.build --sdist-dir "$sdist" --unpack-only >> "$log" 2>&1 ;;
-        import:*) mkdir -p "$cache/build" && cat "${stage#import:}"/torch-build.tar.xz.part-* | xz -d \
-                    | tar -C "$cache/build" -xf - && python3 -m torch_reference.build --sdist-dir "$sdist" \
+        import:*) python3 -m torch_reference.build --import "${stage#import:}" --sdist-dir "$sdist" \
                     ${EXTENSIONS:+--extensions $EXTENSIONS} >> "$log" 2>&1 ;;
         triton) (cd "$HOME/.triton" && tar -cf - cache) | xz -T0 -6 | split -b 15M - "$out/triton-cache.tar.xz.part-" ;;
         triton-import:*) mkdir -p "$HOME/.triton" && cat "${stage#triton-import:}"/triton-cache.tar.xz.part-* | xz -d \

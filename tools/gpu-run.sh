@@ -28,13 +28,11 @@ if ls .whl/mambavision-*.whl >/dev/null 2>&1; then
         $(ls .whl/mamba3_jax-*.whl 2>/dev/null) \
         && export PYTHONPATH=.:/tmp/mambavision-site
 fi
-cache=${JAX_MAMBA_TORCH_CACHE:-$HOME/.cache/jax-mamba/torch}
 case ${BUILD_PARTS:-} in
     none) ;;
     "") python3 -m torch_reference.build --sdist-dir .sdist ${EXTENSIONS:+--extensions $EXTENSIONS} \
             > "$out/logs/build.log" 2>&1; echo "build: exit $?" ;;
-    *) mkdir -p "$cache/build" && cat "$BUILD_PARTS"/torch-build.tar.xz.part-* | xz -d | tar -C "$cache/build" -xf - \
-           && python3 -m torch_reference.build --sdist-dir .sdist > "$out/logs/build.log" 2>&1
+    *) python3 -m torch_reference.build --import "$BUILD_PARTS" --sdist-dir .sdist > "$out/logs/build.log" 2>&1
        echo "import of the build: exit $?" ;;
 esac
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader

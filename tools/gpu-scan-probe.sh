@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Selective-scan probes on the GPU machine, stage by stage: tools/gpu-scan-probe.sh OUT STAGE ...
-#   import:DIR    mamba-ssm's exported CUDA build (xz parts, tools/gpu-convergence.sh export) unpacked from DIR
+#   import:DIR    mamba-ssm's exported CUDA build (xz parts, torch_reference.build --export) unpacked from DIR
 #   build         mamba-ssm's selective scan built from .sdist/ and exported to OUT (about 100 s)
 #   bench:S:CFG;CFG...   compare.kernels --no-torch --profile at shapes S (comma-separated) with each CFG as a
 #                 --pallas-config (S seconds at most: BENCH_S)
@@ -12,7 +12,6 @@ out=${1:?}
 shift
 export PYTHONPATH=. PYTHONUNBUFFERED=1
 mkdir -p "$out"
-cache=${JAX_MAMBA_TORCH_CACHE:-$HOME/.cache/jax-mamba/torch}
 stalls=smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio,smsp__average_warps_issue_stalled_branch_resolving_per_issue_active.ratio,smsp__average_warps_issue_stalled_dispatch_stall_per_issue_active.ratio,smsp__average_warps_issue_stalled_drain_per_issue_active.ratio,smsp__average_warps_issue_stalled_imc_miss_per_issue_active.ratio,smsp__average_warps_issue_stalled_lg_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_membar_per_issue_active.ratio,smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_misc_per_issue_active.ratio,smsp__average_warps_issue_stalled_no_instruction_per_issue_active.ratio,smsp__average_warps_issue_stalled_not_selected_per_issue_active.ratio,smsp__average_warps_issue_stalled_selected_per_issue_active.ratio,smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_sleeping_per_issue_active.ratio,smsp__average_warps_issue_stalled_tex_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_wait_per_issue_active.ratio
 sections="--section SpeedOfLight --section Occupancy --section LaunchStats --section SchedulerStats \
 --section WarpStateStats --section ComputeWorkloadAnalysis --section InstructionStats --section MemoryWorkloadAnalysis \
@@ -22,13 +21,10 @@ sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active,smsp__inst_executed.
 for stage in "$@"; do
     start=$(date +%s)
     case $stage in
-        import:*) mkdir -p "$cache/build" && cat "${stage#import:}"/torch-build.tar.xz.part-* | xz -d \
-                      | tar -C "$cache/build" -xf - && python3 -m torch_reference.build --sdist-dir .sdist \
+        import:*) python3 -m torch_reference.build --import "${stage#import:}" --sdist-dir .sdist \
                       --extensions selective_scan_cuda > "$out/import.log" 2>&1; echo "import exit $?" ;;
         build) python3 -m torch_reference.build --sdist-dir .sdist --extensions selective_scan_cuda --jobs 8 \
-                   > "$out/build.log" 2>&1; echo "build exit $?"
-               (cd "$cache/build" && tar -cf - */manifest.json */*/*.so) | xz -T0 -6 \
-                   | split -b 15M - "$out/torch-build.tar.xz.part-" ;;
+                   --export "$out" > "$out/build.log" 2>&1; echo "build exit $?" ;;
         bench:*) rest=${stage#bench:}; shapes=${rest%%:*}; configs=${rest#*:}; args=()
                  IFS=';' read -ra cfgs <<< "$configs"
                  for c in "${cfgs[@]}"; do args+=(--pallas-config "$c"); done

@@ -4,7 +4,7 @@ Compiles ``selective_scan_cuda`` and ``causal_conv1d_cuda`` from the PyPI sdists
 causal-conv1d 1.7.0) for the local GPU architecture only, both at once, into a fixed cache folder
 (``torch_reference.paths.build_dir``), and writes a manifest that ``torch_reference.backend.load("cuda")`` reads.
 A build that exists for this torch/CUDA/GPU is reused. The sdists come from ``--sdist-dir`` (offline) or from
-``pip download``.
+``pip download``. ``--export DIR`` / ``--import DIR`` carry builds between machines (``build_parts``).
 """
 
 import argparse
@@ -18,6 +18,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from torch_reference import build_parts
 from torch_reference.paths import CAUSAL_CONV1D_VERSION, MAMBA_SSM_VERSION, SDISTS, build_dir, cache_dir, source_dir
 
 _NVCC_FLAGS = [
@@ -181,12 +182,25 @@ def main(argv: list[str] | None = None) -> int:
         help="only unpack the sdists into the cache, so that mamba-ssm imports there without its CUDA extensions "
         "(for comparisons of its Triton kernels: compare.kernels --op ssd); no GPU needed",
     )
+    parser.add_argument(
+        "--import",
+        dest="import_dir",
+        type=Path,
+        help="first unpack a build exported by --export from this folder (then reused where it fits this machine)",
+    )
+    parser.add_argument(
+        "--export", type=Path, help="after the build, write every build in the cache to this folder as xz parts"
+    )
     args = parser.parse_args(argv)
+    if args.import_dir:
+        print(f"imported {len(build_parts.import_parts(args.import_dir))} files from {args.import_dir}")
     if args.unpack_only:
         prepare_sources(args.sdist_dir)
         print(f"unpacked into {source_dir('mamba_ssm').parent}")
         return 0
     build(args.sdist_dir, args.jobs, args.force, tuple(args.extensions))
+    if args.export:
+        print(f"exported {len(build_parts.export_parts(args.export))} parts to {args.export}")
     return 0
 
 

@@ -1,8 +1,10 @@
 """The CUDA builder's machine-independent half: fetching and unpacking the pinned sdists, and refusing to build
 without a GPU. (The build itself runs on the GPU machine: python -m torch_reference.build.)"""
 
+import io
 import re
 
+import numpy as np
 import pytest
 
 pytest.importorskip("torch", reason="the PyTorch side is not installed (make setup-torch)")
@@ -67,3 +69,34 @@ def test_unpack_only_needs_no_gpu_and_makes_mamba_ssm_importable_from_the_cache(
     assert (source_dir("mamba_ssm") / "mamba_ssm" / "__init__.py").is_file()
     assert "unpacked into" in capsys.readouterr().out
     assert not any((tmp_path / "cache").glob("build"))  # nothing compiled
+
+
+def test_builds_carried_as_xz_parts(tmp_path, monkeypatch):
+    """--export's parts hold every build folder's manifest and .so files, read back by --import's unpacking and
+    by ``cat parts | xz -d | tar -x``; a folder without parts is a clear error."""
+    import lzma
+    import tarfile
+
+    from torch_reference import build_parts
+
+    monkeypatch.setenv("JAX_MAMBA_TORCH_CACHE", str(tmp_path / "cache"))
+    folder = tmp_path / "cache" / "build" / "torch2.9.0-cu12.8-sm90"
+    (folder / "selective_scan_cuda").mkdir(parents=True)
+    (folder / "manifest.json").write_text('{"extensions": {}}')
+    payload = np.random.default_rng(0).bytes(300_000)  # incompressible: several parts of 100 kB
+    (folder / "selective_scan_cuda" / "selective_scan_cuda.so").write_bytes(payload)
+    (folder / "selective_scan_cuda" / "build.ninja").write_text("not carried")
+    parts = build_parts.export_parts(tmp_path / "out", part_bytes=100_000)
+    assert [p.name[-2:] for p in parts] == ["aa", "ab", "ac", "ad"][: len(parts)] and len(parts) >= 3
+    whole = lzma.decompress(b"".join(p.read_bytes() for p in parts))
+    with tarfile.open(fileobj=io.BytesIO(whole)) as tar:
+        assert sorted(tar.getnames()) == [
+            "torch2.9.0-cu12.8-sm90/manifest.json",
+            "torch2.9.0-cu12.8-sm90/selective_scan_cuda/selective_scan_cuda.so",
+        ]
+    monkeypatch.setenv("JAX_MAMBA_TORCH_CACHE", str(tmp_path / "elsewhere"))
+    assert len(build_parts.import_parts(tmp_path / "out")) == 2
+    copied = tmp_path / "elsewhere" / "build" / "torch2.9.0-cu12.8-sm90"
+    assert (copied / "selective_scan_cuda" / "selective_scan_cuda.so").read_bytes() == payload
+    with pytest.raises(FileNotFoundError, match=re.escape("no torch-build.tar.xz.part-* files in")):
+        build_parts.import_parts(tmp_path)
