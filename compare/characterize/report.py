@@ -6,7 +6,9 @@ For any training config of any family, on the same config, precision and batches
 
 - JAX: the training loop's own jit step, compiled once, warmed up, timed, then traced
   (``compare.characterize.step_profile``), with XLA's command buffers off so that each kernel names the HLO
-  instruction that launched it. A
+  instruction that launched it. The step is also timed as the training loop runs it, command buffers on, in a
+  process of its own (``compare.throughput.step_timing``): the difference is what the profile's separate launches
+  cost. A
   kernel's pass is backward when its launching instruction's op scope is under JAX's ``transpose(...)`` (or a
   Pallas kernel is named ``*_bwd*``), optimizer under the train step's ``optimizer`` scope, else forward.
 - PyTorch: ``torch_reference.step_profile`` in its own process (``train_bench``'s runner at the reference's best
@@ -42,7 +44,7 @@ from compare.characterize.counters import HEADLINE_FIGURES, headline, measure_ce
 from compare.characterize.kernel_classes import CATEGORIES, UNCLASSIFIED, classify
 from compare.characterize.plots import bandwidth_histogram, breakdown_bars, roofline
 from compare.characterize.step_profile import StepProfile, common_shape_batches, profile_steps
-from compare.kernels.launches import name_every_launch
+from compare.kernels.launches import environment_as_trained, name_every_launch
 from compare.throughput.plain_step import plain_step_overrides
 from compare.throughput.steps import json_line
 from jax_mamba.configs.loader import load_config, parse_args_with_overrides
@@ -141,9 +143,21 @@ def characterize_jax(
         "device": getattr(device, "device_kind", str(device)),
         "steps_profiled": profile.steps,
         "step_wall_ms": profile.step_wall_ms,
+        "step_wall_ms_as_trained": wall_ms_as_trained(config, overrides, steps),
         "launches": profile.launches,
         **summarize(jax_rows(profile)),
     }
+
+
+def wall_ms_as_trained(config: str, overrides: list[str], steps: int) -> float | None:
+    """Wall time per step of the same step, dispatched back to back with XLA's command buffers on (as the training
+    loop runs it), in its own process; None (with the reason printed) where that process fails."""
+    command = [sys.executable, "-m", "compare.throughput.step_timing", "--config", config, f"--steps={max(steps, 2)}"]
+    result = json_line([*command, *overrides], env=environment_as_trained())
+    if result["returncode"] != 0:
+        print(f"the as-trained timing failed: {result['cause']}", flush=True)
+        return None
+    return result["step_ms"]
 
 
 def characterize_torch(
@@ -199,10 +213,15 @@ def counters_table(counters: dict) -> list[str]:
 
 def _launch_note(side: dict) -> str:
     """JAX's wall time is taken with XLA's command buffers off (as profiled): every kernel launched on its own, so a
-    step of many small kernels is slower than in training, where they run as CUDA graphs."""
+    step of many small kernels is slower than in training, where they run as CUDA graphs; the step's wall time as
+    trained follows where it was measured."""
     if not side["framework"].startswith("jax") or not side.get("launches"):
         return ""
-    return f" (XLA command buffers off: {sum(side['launches'].values()):,.0f} kernel launches a step)"
+    note = f" (XLA command buffers off: {sum(side['launches'].values()):,.0f} kernel launches a step"
+    trained = side.get("step_wall_ms_as_trained")
+    if trained:
+        note += f"; {trained:.2f} ms as trained, command buffers on"
+    return note + ")"
 
 
 def markdown(config: str, sides: list[dict], command: str, ceilings: dict | None = None) -> str:

@@ -42,7 +42,8 @@ def report_rows(paths: list[Path]) -> list[dict]:
             figures = dict(side.get("headline") or headline(side))
             counted = (side.get("counters") or {}).get("kernels", [])
             if record.get("schema", 1) < 2 and side["framework"] == "torch":
-                figures["step_wall_ms"] = None  # timed under the profiler then: not a step time
+                # timed under the profiler then: not a step time
+                figures["step_wall_ms"] = figures["step_wall_ms_as_trained"] = None
             rows.append(
                 {
                     "report": path.parent,

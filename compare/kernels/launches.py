@@ -31,6 +31,18 @@ def name_every_launch() -> None:
         os.environ["XLA_FLAGS"] = f"{flags} {NO_COMMAND_BUFFERS}".strip()
 
 
+def environment_as_trained() -> dict[str, str]:
+    """This process's environment with ``name_every_launch``'s flag taken out of XLA_FLAGS: a process started with it
+    runs XLA's command buffers as the training loop does."""
+    env = dict(os.environ)
+    flags = " ".join(f for f in env.get("XLA_FLAGS", "").split() if f != NO_COMMAND_BUFFERS)
+    if flags:
+        env["XLA_FLAGS"] = flags
+    else:
+        env.pop("XLA_FLAGS", None)
+    return env
+
+
 def per_call_us(profile, calls: int, plane_prefix: str = DEVICE_PLANE_PREFIX) -> dict[str, float]:
     """Sum of each event's duration over the device planes of a ``jax.profiler.ProfileData``, per call, in us,
     largest first."""

@@ -80,6 +80,7 @@ def test_torch_rows_keep_their_passes():
 def test_report_files(tmp_path):
     side = {"framework": "jax", "version": "jax x", "device": "NVIDIA H100 80GB HBM3", "steps_profiled": 4}
     side |= {"step_wall_ms": 1.2, **summarize(jax_rows(synthetic_profile())), "launches": {"a": 3.0, "b": 1200.0}}
+    side["step_wall_ms_as_trained"] = 0.9
     out = report_dir(tmp_path, "mamba1-tiny", side["device"])
     assert out.parent == tmp_path / "mamba1-tiny" and out.name.startswith("nvidia-h100-80gb-hbm3-20")
     write_report("mamba1-tiny", [side, {**side, "framework": "torch"}], out, "python -m compare.characterize", [])
@@ -90,15 +91,16 @@ def test_report_files(tmp_path):
     assert "| SSM | 0.400 | 44.4% | 0.400 | 44.4% |" in report and f"| {UNCLASSIFIED} |" in report
     assert "| SSM | 0.100 | 0.300 | 0.000 | 0.000 |" in report  # by pass
     jax_line, torch_line = (line for line in report.splitlines() if line.startswith("- "))
-    assert "wall 1.20 ms per step (XLA command buffers off: 1,203 kernel launches a step)" in jax_line
+    assert "wall 1.20 ms per step (XLA command buffers off: 1,203 kernel launches a step; 0.90 ms as" in jax_line
     assert "command buffers" not in torch_line  # PyTorch's wall is its own execution mode's
+    assert "| wall per step as trained (ms; JAX: command buffers on) | 0.90 | 1.20 |" in report
     png = (out / "breakdown.png").read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 10_000
 
 
 def test_the_jax_path_runs_end_to_end_on_the_cpu():
     result = characterize_jax("mamba1-tiny", ["--batch_size=2", "--seq_len=16"], steps=2)
-    assert result["steps_profiled"] == 2 and result["step_wall_ms"] > 0
+    assert result["steps_profiled"] == 2 and result["step_wall_ms"] > 0 and result["step_wall_ms_as_trained"] > 0
     assert result["device_ms"] == 0.0 and result["unclassified_share"] == 0.0  # a CPU trace has no GPU kernels
 
 
