@@ -57,7 +57,7 @@ QUICK: tuple[str, ...] = (
     "tests/jax_mamba/test_train.py::test_resume_on_fewer_devices_fits_the_saved_mesh",
     # the command-line entry points' argument errors
     "tests/jax_mamba/test_configs.py::test_invalid_configs_fail_at_load_naming_the_field[overrides5-unknown config key model.foo]",
-    "tests/jax_mamba/test_configs.py::test_invalid_configs_fail_at_load_naming_the_field[overrides20-must look like --key=value]",
+    "tests/jax_mamba/test_configs.py::test_invalid_configs_fail_at_load_naming_the_field[overrides21-must look like --key=value]",
     "tests/torch_reference/test_generate_pretrained.py::test_generate_from_a_mamba_ssm_folder",
     "tests/jax_mamba/test_memory_plan.py::test_cli_prints_json_and_checks_its_arguments",
     "tests/jax_mamba/test_tokenized_data.py::test_tokenize_command_writes_a_token_folder",

@@ -113,7 +113,7 @@ def test_a_mamba_ssm_checkpoint_folder_gives_its_logits(cuda_triton_reference, r
     from jax_mamba.models import MambaLMHeadModel, ParamLayout
     from torch_reference.lm import TorchLM
 
-    overrides = ["--model.ssm_cfg.headdim=64", "--model.ssm_cfg.d_state=64", "--model.d_model=128"]
+    overrides = ["--model.ssm_cfg.headdim=64", "--model.ssm_cfg.d_state=64", "--model.d_model=128", "--chunk_size=64"]
     cfg = load_config("mamba3-tiny", [*overrides, "--model.compute_dtype=float32"]).model
     writer = TorchLM(cuda_triton_reference, cfg, seed=7)
     folder = tmp_path / "mamba-ssm"
