@@ -112,13 +112,6 @@ def check_tma_slots(refs: list, block_shapes: list[tuple[int, ...]]) -> None:
             )
 
 
-def tma_slot_elements(count: int, dtype) -> int:
-    """``count`` rounded up to whole TMA_SLOT_BYTES of ``dtype``: the length of a shared buffer's row whose rows are
-    copied by TMA from their starts, so that every row after the first starts on a 128-byte boundary too."""
-    per_slot = TMA_SLOT_BYTES // jnp.dtype(dtype).itemsize
-    return -(-count // per_slot) * per_slot
-
-
 def softplus(x: jax.Array) -> jax.Array:
     """log(1 + exp(x)) = max(x, 0) + log(1 + exp(-|x|)) = max(x, 0) - log(sigmoid(|x|)): finite for any x."""
     return jnp.maximum(x, 0.0) - jnp.log(sigmoid(jnp.abs(x)))

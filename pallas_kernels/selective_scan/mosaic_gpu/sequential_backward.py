@@ -16,14 +16,17 @@ with dy = dout silu(z) (dout without z) and dz = dout y silu'(z). The carried ad
 sums, A2's rows and the state before the block live in shared memory (one (N, 128) row each, a thread its own
 column, so no barrier orders them); the next block's saved state is loaded from global memory at the start of a
 block and lands in shared memory at its end, so that no step waits on global memory. dB and dC sum
-over channels: each step's per-channel terms go to a (64, 128) shared tile, a round of states at a time, which the
-warpgroup reads back in the WGMMA layout (a row's 128 columns over a quad of threads) and sums along its rows, so
-that a block's (N, block_l) sums over the program's channels leave in one copy. Programs of the same group write
-side by side; the caller sums those partials, in a fixed order: deterministic.
+over channels: each step's per-channel terms go to one (64, 128) shared tile, dB's to its first 32 rows and dC's
+to the rest, a round of states at a time, which the warpgroup reads back in the WGMMA layout (a row's 128 columns
+over a quad of threads) and sums along its rows, so that a block's sums over the program's channels, 64 a round,
+leave in one copy. One tile for both, not one each, takes a program's shared memory at N 16 from about 127 to 95
+KiB by count, under half an SM's. Programs of the same group write side by side; the caller sums those partials, in
+a fixed order: deterministic.
 Layouts: u, delta, z, dout, du, ddelta, dz (batch, L, dim); B, C (batch, L, G, N); A2 = A log2(e) as (N, dim + 1)
 float32; D, delta_bias (dim,) float32; states (batch, L / block_l, N, dim + 1) float32, the state before each
-block; carries (batch, segments, N, dim + 1) float32; partials dB, dC (batch, G, dim / G / 128, blocks N block_l)
-float32, dA (batch, segments, N, dim), dD, d delta_bias (batch, segments, dim) float32.
+block; carries (batch, segments, N, dim + 1) float32; the kernel's dB and dC partials (batch, G, dim / G / 128,
+blocks x rounds x 64) float32, per block and round of states 32 sums of dB's rows then 32 of dC's (``sum_rounds``);
+dA (batch, segments, N, dim), dD, d delta_bias (batch, segments, dim) float32.
 """
 
 import functools
@@ -43,18 +46,24 @@ from pallas_kernels.selective_scan.mosaic_gpu.common import (
     clamped_block,
     step_dt,
     step_keep,
-    tma_slot_elements,
     walk_segment,
 )
 
-SUM_ROWS = 64  # rows of the dB / dC tiles summed at once: the WGMMA layout's tile height
+SUM_ROWS = 64  # rows of the sum tile summed at once: the WGMMA layout's tile height
+HALF_ROWS = SUM_ROWS // 2  # a round's dB terms fill the tile's first half, its dC terms the second
 
 
 def states_per_round(dims: MosaicScanDims) -> int:
-    """States whose dB and dC terms fill the sum tiles between two sums: the largest divisor of N with at most
-    SUM_ROWS rows (block_l each)."""
-    fit = max(1, SUM_ROWS // dims.block_l)
+    """States whose dB and dC terms fill the sum tile between two sums: the largest divisor of N with at most
+    HALF_ROWS rows (block_l each) of each."""
+    fit = max(1, HALF_ROWS // dims.block_l)
     return max(d for d in range(1, min(fit, dims.dstate) + 1) if dims.dstate % d == 0)
+
+
+def sum_rounds(dims: MosaicScanDims) -> int:
+    """Rounds of states a block: each leaves SUM_ROWS sums, HALF_ROWS of dB's then HALF_ROWS of dC's (the rows past
+    a round's states x block_l unused)."""
+    return dims.dstate // states_per_round(dims)
 
 
 def _bwd_kernel(u_ref, delta_ref, a2_ref, b_ref, c_ref, states_ref, dout_ref, carries_ref, *refs, dims: MosaicScanDims):
@@ -63,11 +72,11 @@ def _bwd_kernel(u_ref, delta_ref, a2_ref, b_ref, c_ref, states_ref, dout_ref, ca
     z_ref = next(it) if dims.has_z else None
     bias_ref = next(it) if dims.has_bias else None
     keep_ref = next(it) if dims.has_keep else None
-    du_ref, ddelta_ref, db_ref, dc_ref, da_ref = (next(it) for _ in range(5))
+    du_ref, ddelta_ref, dbc_ref, da_ref = (next(it) for _ in range(4))
     dz_ref = next(it) if dims.has_z else None
     dd_ref = next(it) if dims.has_D else None
     dbias_ref = next(it) if dims.has_bias else None
-    g_s, da_s, a2_s, h_s, du_s, ddt_s, dz_s, sum_b, sum_c, sums_s = it
+    g_s, da_s, a2_s, h_s, du_s, ddt_s, dz_s, sum_bc, sums_s = it
     f32 = jnp.float32
     steps, nstate = dims.block_l, dims.dstate
     b, blk, seg = lax.axis_index("batch"), lax.axis_index("channels"), lax.axis_index("segments")
@@ -75,7 +84,7 @@ def _bwd_kernel(u_ref, delta_ref, a2_ref, b_ref, c_ref, states_ref, dout_ref, ca
     last = (seg + 1) * dims.blocks_per_segment - 1  # the segment's last block (past L in the last segment maybe)
     cols = pl.ds(blk * LANES, LANES)
     layout = dims.row_layout
-    per_round = states_per_round(dims)
+    per_round, rounds = states_per_round(dims), sum_rounds(dims)
 
     def row(ref) -> jax.Array:
         return plgpu.load(ref, layout=layout, optimized=False).astype(f32)
@@ -96,8 +105,8 @@ def _bwd_kernel(u_ref, delta_ref, a2_ref, b_ref, c_ref, states_ref, dout_ref, ca
         da_s[n] = zero
         a2_s[n] = row(a2_ref.at[n, cols])
         h_s[n] = h
-    # Copies from shared to global memory a block issues: du, ddelta, dz, dB, dC.
-    stores = 4 + dims.has_z
+    # Copies from shared to global memory a block issues: du, ddelta, dz, the dB and dC sums.
+    stores = 3 + dims.has_z
 
     def block_step(indices, u_s, delta_s, dout_s, *tiles_and_carry):
         *tiles, (dd_acc, dbias_acc) = tiles_and_carry
@@ -128,8 +137,8 @@ def _bwd_kernel(u_ref, delta_ref, a2_ref, b_ref, c_ref, states_ref, dout_ref, ca
         dtu = [dt[r] * u[r] for r in range(steps)]
 
         def state_step(rd, i, sums):
-            """State n = rd * per_round + i of the block: its recompute and adjoint; its dB and dC terms go to row
-            i * steps + r of the sum tiles."""
+            """State n = rd * per_round + i of the block: its recompute and adjoint; its dB and dC terms go to rows
+            i * steps + r and HALF_ROWS + i * steps + r of the sum tile."""
             n = rd * per_round + i
             y, sum_gb, sum_da = (list(x) for x in sums)
             a2 = plgpu.load(a2_s.at[n], layout=layout)
@@ -149,8 +158,8 @@ def _bwd_kernel(u_ref, delta_ref, a2_ref, b_ref, c_ref, states_ref, dout_ref, ca
                 da = adj * hs[r] * decays[r]
                 sum_da[r] = sum_da[r] + da * (a2 * LN_2)
                 da_n = da_n + da * dt[r]
-                sum_b[i * steps + r] = adj * dtu[r]
-                sum_c[i * steps + r] = dy[r] * hs[r + 1]
+                sum_bc[i * steps + r] = adj * dtu[r]
+                sum_bc[HALF_ROWS + i * steps + r] = dy[r] * hs[r + 1]
                 adj = decays[r] * adj
             g_s[n] = adj
             da_s[n] = plgpu.load(da_s.at[n], layout=layout) + da_n
@@ -159,15 +168,14 @@ def _bwd_kernel(u_ref, delta_ref, a2_ref, b_ref, c_ref, states_ref, dout_ref, ca
         def round_step(rd, sums):
             """per_round states, then their dB and dC terms summed over the program's channels."""
             sums = lax.fori_loop(0, per_round, functools.partial(state_step, rd), sums, unroll=True)
-            plgpu.commit_smem()  # every thread's rows of the sum tiles written
-            for tile, i in ((sum_b, 0), (sum_c, 1)):
-                total = plgpu.load(tile, layout=plgpu.Layout.WGMMA, optimized=False).sum(axis=1)
-                sums_s.at[slot, i, pl.ds(rd * per_round * steps, SUM_ROWS)][...] = total
-            plgpu.commit_smem()  # the sum tiles read before the next round writes them
+            plgpu.commit_smem()  # every thread's rows of the sum tile written
+            total = plgpu.load(sum_bc, layout=plgpu.Layout.WGMMA, optimized=False).sum(axis=1)
+            sums_s.at[slot, pl.ds(rd * SUM_ROWS, SUM_ROWS)][...] = total
+            plgpu.commit_smem()  # the sum tile read before the next round writes it
             return sums
 
         sums = tuple((zero,) * steps for _ in range(3))
-        y, sum_gb, sum_da = lax.fori_loop(0, dims.dstate // per_round, round_step, sums)
+        y, sum_gb, sum_da = lax.fori_loop(0, rounds, round_step, sums)
         for r in range(steps):
             du = dt[r] * sum_gb[r]
             ddt = u[r] * sum_gb[r] + sum_da[r]
@@ -195,9 +203,8 @@ def _bwd_kernel(u_ref, delta_ref, a2_ref, b_ref, c_ref, states_ref, dout_ref, ca
             outputs = [(du_s, du_ref), (ddt_s, ddelta_ref)] + ([(dz_s, dz_ref)] if z_tiles else [])
             for tile, ref in outputs:
                 store_steps(tile.at[slot], channel_target(ref), block, steps, dims.seqlen)
-            for i, ref in enumerate((db_ref, dc_ref)):
-                block_sums = pl.ds(block * steps * nstate, steps * nstate)
-                plgpu.copy_smem_to_gmem(sums_s.at[slot, i, pl.ds(0, steps * nstate)], ref.at[b, g, k, block_sums])
+            block_sums = pl.ds(block * rounds * SUM_ROWS, rounds * SUM_ROWS)
+            plgpu.copy_smem_to_gmem(sums_s.at[slot], dbc_ref.at[b, g, k, block_sums])
 
         return dd_acc, dbias_acc
 
@@ -230,11 +237,11 @@ def scan_backward(u, delta, a2, B, C, D, z, delta_bias, states, dout, carries, k
     if delta_bias is not None:
         inputs.append(delta_bias.astype(f32))
     inputs += [keep] if dims.has_keep else []
-    partial_bc = (batch, dims.groups, dims.blocks_per_group, dims.nblocks * dims.dstate * dims.block_l)
+    rounds = sum_rounds(dims)
+    partial_bc = (batch, dims.groups, dims.blocks_per_group, dims.nblocks * rounds * SUM_ROWS)
     out_type = [
         jax.ShapeDtypeStruct(u.shape, u.dtype),
         jax.ShapeDtypeStruct(delta.shape, delta.dtype),
-        jax.ShapeDtypeStruct(partial_bc, f32),
         jax.ShapeDtypeStruct(partial_bc, f32),
         jax.ShapeDtypeStruct((batch, nseg, dims.dstate, dim), f32),
     ]
@@ -242,9 +249,8 @@ def scan_backward(u, delta, a2, B, C, D, z, delta_bias, states, dout, carries, k
         out_type.append(jax.ShapeDtypeStruct(z.shape, z.dtype))
     out_type += [jax.ShapeDtypeStruct((batch, nseg, dim), f32) for x in (D, delta_bias) if x is not None]
     tile = (2, dims.block_l, LANES)
-    # a round's SUM_ROWS sums land past the block's last when it has fewer rows (the next round's overwrite them);
-    # each (slot, dB or dC) row leaves by TMA from its start, so rows fill whole 128-byte slots
-    sums = jax.ShapeDtypeStruct((2, 2, tma_slot_elements(dims.dstate * dims.block_l + SUM_ROWS, f32)), f32)
+    # each slot's sums leave by TMA from its start: a slot of whole 128-byte rows (rounds of 64 floats) starts on one
+    sums = jax.ShapeDtypeStruct((2, rounds * SUM_ROWS), f32)
     check_tma_slots([sums], [sums.shape[-1:]])
     scratch = [
         plgpu.SMEM((dims.dstate, LANES), f32),  # the adjoint g
@@ -254,8 +260,7 @@ def scan_backward(u, delta, a2, B, C, D, z, delta_bias, states, dout, carries, k
         plgpu.SMEM(tile, u.dtype),
         plgpu.SMEM(tile, delta.dtype),
         plgpu.SMEM(tile, u.dtype if z is None else z.dtype),
-        plgpu.SMEM((SUM_ROWS, LANES), f32),  # dB terms of a round's states and the block's steps, a row each
-        plgpu.SMEM((SUM_ROWS, LANES), f32),  # dC terms
+        plgpu.SMEM((SUM_ROWS, LANES), f32),  # dB, then dC terms of a round's states and the block's steps, a row each
         plgpu.SMEM(sums.shape, f32),  # their sums over the program's channels, per pipeline slot
     ]
     results = call_kernel(
@@ -268,12 +273,15 @@ def scan_backward(u, delta, a2, B, C, D, z, delta_bias, states, dout, carries, k
         name="selective_scan_bwd",
         interpret=dims.interpret,
     )
-    du, ddelta, dB, dC, dA, *rest = results
+    du, ddelta, dbc, dA, *rest = results
     dz = rest.pop(0) if z is not None else None
     dD = rest.pop(0) if D is not None else None
     dbias = rest.pop(0) if delta_bias is not None else None
+    per_round = states_per_round(dims)
+    rows = (batch, dims.groups, dims.blocks_per_group, dims.nblocks, rounds, 2, HALF_ROWS)
+    dbc = dbc.reshape(rows)[..., : per_round * dims.block_l]
     blocks = (batch, dims.groups, dims.blocks_per_group, dims.nblocks, dims.dstate, dims.block_l)
-    dB, dC = (_steps_first(x.reshape(blocks), seqlen) for x in (dB, dC))
+    dB, dC = (_steps_first(dbc[..., i, :].reshape(blocks), seqlen) for i in (0, 1))
     return du, ddelta, dz, dB, dC, dA, dD, dbias
 
 
