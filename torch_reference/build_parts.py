@@ -37,11 +37,14 @@ def export_parts(out: Path, part_bytes: int = PART_BYTES) -> list[Path]:
         for file in files:
             tar.add(file, arcname=str(file.relative_to(root)))
     data = buffer.getvalue()
+    suffixes = list(_suffixes())
+    if len(data) > len(suffixes) * part_bytes:
+        raise ValueError(f"{len(data)} bytes need more than {len(suffixes)} parts of {part_bytes} bytes")
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob(PREFIX + "*"):
         old.unlink()
     parts = []
-    for start, suffix in zip(range(0, len(data), part_bytes), _suffixes(), strict=False):
+    for start, suffix in zip(range(0, len(data), part_bytes), suffixes, strict=False):
         parts.append(out / (PREFIX + suffix))
         parts[-1].write_bytes(data[start : start + part_bytes])
     return parts

@@ -155,8 +155,7 @@ def compare(config: str, overrides: list[str], batch: int, seqlen: int, steps: i
     cfg = load_config(config, overrides).model
     tokens = jnp.asarray(np.random.default_rng(seed).integers(0, cfg.vocab_size, (batch, seqlen)), jnp.int32)
     agree = agreement(config, overrides, tokens, seed)
-    ours = MambaLMHeadModel(cfg, rngs=nnx.Rngs(seed))
-    _, theirs = build_pair(cfg, seed)
+    ours, theirs = build_pair(cfg, seed)
     rows = {}
     for name, model, fn in (("ours", ours, our_logits), (PEER, theirs, peer_logits)):
         step, params, opt_state = train_step(model, fn)
