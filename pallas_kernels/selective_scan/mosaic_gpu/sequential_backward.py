@@ -19,8 +19,8 @@ block and lands in shared memory at its end, so that no step waits on global mem
 over channels: each step's per-channel terms go to one (64, 128) shared tile, dB's to its first 32 rows and dC's
 to the rest, a round of states at a time, which the warpgroup reads back in the WGMMA layout (a row's 128 columns
 over a quad of threads) and sums along its rows, so that a block's sums over the program's channels, 64 a round,
-leave in one copy. One tile for both, not one each, takes a program's shared memory at N 16 from about 127 to 95
-KiB by count, under half an SM's. Programs of the same group write side by side; the caller sums those partials, in
+leave in one copy. One tile for both keeps a program's shared memory at N 16 near 95 KiB by count, under half an
+SM's (a tile each would take 127 KiB). Programs of the same group write side by side; the caller sums those partials, in
 a fixed order: deterministic.
 Layouts: u, delta, z, dout, du, ddelta, dz (batch, L, dim); B, C (batch, L, G, N); A2 = A log2(e) as (N, dim + 1)
 float32; D, delta_bias (dim,) float32; states (batch, L / block_l, N, dim + 1) float32, the state before each
