@@ -29,6 +29,9 @@ import jax.numpy as jnp
 from jax import lax
 
 TWO_PI = 2 * jnp.pi
+# float32 products exactly as written on every device: a GPU's default would take float32 matmuls in TF32 (measured
+# 1.8e-4 relative L2 from the float64 answer on an H100, over float32's tolerance)
+HIGHEST = lax.Precision.HIGHEST
 
 
 def arithmetic_dtype(dtype) -> jnp.dtype:
@@ -118,13 +121,13 @@ def scan_chunks(q, k, u, dt, sigma, adt, state, chunk: int) -> tuple[jax.Array, 
     causal = jnp.tril(jnp.ones((chunk, chunk), bool), -1)
     gap = jnp.where(causal, cum[..., :, None] - cum[..., None, :], 0.0)
     weight = jnp.where(causal, jnp.exp(gap), 0.0) * sc[..., None, :]  # [t, j]: exp(ADT_{j+1..t}) scale_j, j < t
-    scores = jnp.einsum("bhctrn,bhcjsn->bhctrjs", qc, kc) * weight[..., :, None, :, None]
-    within = jnp.einsum("bhctrjs,bhcjsp->bhctrp", scores, uc)
-    same = jnp.einsum("bhctrn,bhctsn->bhctrs", qc, kc) * gc[..., None, None]  # the step's own inputs
-    within = within + jnp.einsum("bhctrs,bhctsp->bhctrp", same, uc)
+    scores = jnp.einsum("bhctrn,bhcjsn->bhctrjs", qc, kc, precision=HIGHEST) * weight[..., :, None, :, None]
+    within = jnp.einsum("bhctrjs,bhcjsp->bhctrp", scores, uc, precision=HIGHEST)
+    same = jnp.einsum("bhctrn,bhctsn->bhctrs", qc, kc, precision=HIGHEST) * gc[..., None, None]  # the step's own inputs
+    within = within + jnp.einsum("bhctrs,bhctsp->bhctrp", same, uc, precision=HIGHEST)
 
     to_end = jnp.exp(cum[..., -1:] - cum) * sc  # weight of each input in the state the chunk hands on
-    handed = jnp.einsum("bhct,bhctsp,bhctsn->bhcpn", to_end, uc, kc)
+    handed = jnp.einsum("bhct,bhctsp,bhctsn->bhcpn", to_end, uc, kc, precision=HIGHEST)
 
     def walk(s, chunk_inputs):
         chunk_decay, added = chunk_inputs
@@ -132,7 +135,7 @@ def scan_chunks(q, k, u, dt, sigma, adt, state, chunk: int) -> tuple[jax.Array, 
 
     final, starts = lax.scan(walk, state, (jnp.moveaxis(jnp.exp(cum[..., -1]), 2, 0), jnp.moveaxis(handed, 2, 0)))
     starts = jnp.moveaxis(starts, 0, 2)  # (batch, H, chunks, P, N): the state before each chunk
-    carried = jnp.exp(cum)[..., None, None] * jnp.einsum("bhcpn,bhctrn->bhctrp", starts, qc)
+    carried = jnp.exp(cum)[..., None, None] * jnp.einsum("bhcpn,bhctrn->bhctrp", starts, qc, precision=HIGHEST)
     out = (within + carried).reshape(batch, heads, chunks * chunk, *within.shape[-2:])[:, :, :seqlen]
     return jnp.transpose(out, (0, 2, 3, 1, 4)), final
 
@@ -144,7 +147,9 @@ def _start_state(states, u0, dt, sigma, shape, compute):
         return jnp.zeros(shape, compute)
     _, ssm0, k0, _ = states
     before = (dt * (1 - sigma))[..., 0]  # (batch, H)
-    return ssm0.astype(compute) + before[..., None, None] * jnp.einsum("brhp,brhn->bhpn", u0, k0.astype(compute))
+    return ssm0.astype(compute) + before[..., None, None] * jnp.einsum(
+        "brhp,brhn->bhpn", u0, k0.astype(compute), precision=HIGHEST
+    )
 
 
 def _gate(y, Z, zproj, compute):
@@ -253,11 +258,11 @@ def step_state(ssm0, q, k, u, u0, k0, ADT, DT, Trap, compute) -> tuple[jax.Array
     P)."""
     sigma, dt = jax.nn.sigmoid(Trap.astype(compute)), DT.astype(compute)
     alpha = jnp.exp(ADT.astype(compute))
-    previous = jnp.einsum("brhp,brhn->bhpn", u0, k0.astype(compute))
-    current = jnp.einsum("brhp,brhn->bhpn", u, k)
+    previous = jnp.einsum("brhp,brhn->bhpn", u0, k0.astype(compute), precision=HIGHEST)
+    current = jnp.einsum("brhp,brhn->bhpn", u, k, precision=HIGHEST)
     state = alpha[..., None, None] * ssm0.astype(compute)
     state = state + (alpha * dt * (1 - sigma))[..., None, None] * previous + (dt * sigma)[..., None, None] * current
-    return state, jnp.einsum("bhpn,brhn->brhp", state, q)
+    return state, jnp.einsum("bhpn,brhn->brhp", state, q, precision=HIGHEST)
 
 
 def _zero_states(V, rank: int | None, pairs: int, dstate: int, compute) -> tuple:

@@ -22,8 +22,9 @@ pytestmark = pytest.mark.gpu
 ROUNDED = ("Q", "K", "V", "Z", "Trap", "Angles")  # what the Triton ops round to bfloat16
 # mamba-ssm stores the cumulative angles in bfloat16 (steps of 2^-5 rad above 4) and the rotated q and k too; the
 # angle gradient, a reverse cumulative sum over the sequence with cancellation, came 3.4% (relative L2) from ours at
-# L 256 on an H200, over bfloat16's 1%.
-BF16_SCALE = {"dAngles": 5.0}
+# L 256 on an H200, over bfloat16's 1%; the input angle state's gradient, that sum over the whole sequence, 4.2% at L
+# 200 with input states on an H100.
+BF16_SCALE = {"dAngles": 5.0, "d input angle": 8.0}
 
 
 @pytest.fixture(autouse=True, scope="module")
