@@ -4,8 +4,8 @@
 #   build         mamba-ssm's selective scan built from .sdist/ and exported to OUT (about 100 s)
 #   bench:S:CFG;CFG...   compare.kernels --no-torch --profile at shapes S (comma-separated) with each CFG as a
 #                 --pallas-config (S seconds at most: BENCH_S)
-#   ncu:NAME:ARGS  ncu's sections of one forward+backward: compare.kernels.ncu_target ARGS (commas for spaces),
-#                 condensed by tools/ncu_table.py
+#   ncu:NAME:ARGS  ncu's sections of one forward+backward: compare.kernels.ncu_target ARGS (one quoted word, its
+#                 arguments split at spaces, so that a --pallas-config keeps its commas), condensed by tools/ncu_table.py
 #   tests:ARGS    tools/pytest_until_crash.py on ARGS (commas for spaces), TEST_S seconds at most
 set -u
 out=${1:?}
@@ -35,7 +35,7 @@ for stage in "$@"; do
         ncu:*) rest=${stage#ncu:}; name=${rest%%:*}; targs=${rest#*:}
                timeout "${NCU_S:-200}" ncu --profile-from-start off --clock-control none \
                    --kernel-name regex:selective_scan --launch-count 8 $sections --csv --page details \
-                   python3 -m compare.kernels.ncu_target ${targs//,/ } > "$out/ncu-$name.csv" 2> "$out/ncu-$name.err"
+                   python3 -m compare.kernels.ncu_target $targs > "$out/ncu-$name.csv" 2> "$out/ncu-$name.err"
                echo "ncu $name exit $?"; tail -2 "$out/ncu-$name.err"
                python3 tools/ncu_table.py "$out/ncu-$name.csv" ;;
         tests:*) a=${stage#tests:}

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 
 from pallas_kernels._triton import gpu_has_wgmma, gpu_sm_count
 from pallas_kernels.selective_scan.dims import ScanDims, scan_dims
-from pallas_kernels.selective_scan.heuristics import mosaic_segments
+from pallas_kernels.selective_scan.heuristics import mosaic_backward_resident, mosaic_segments
 from pallas_kernels.selective_scan.layout import a2_transposed, padded_rows
 from pallas_kernels.selective_scan.mosaic_gpu import sequential_backward as mosaic_backward
 from pallas_kernels.selective_scan.mosaic_gpu import sequential_forward as mosaic_forward
@@ -130,7 +130,8 @@ def _mosaic_dims(u, B, D, z, delta_bias, softplus, config, interpret, block_l, e
     """The Mosaic GPU kernels' problem: blocks of ``block_l`` steps, the state kept before every ``every``-th, L in
     ``config.segments`` segments (0: ``heuristics.mosaic_segments``), packed sequences where ``keep`` is given."""
     batch, seqlen, dim = u.shape
-    segments = config.segments or mosaic_segments(batch * dim // LANES, seqlen, gpu_sm_count())
+    resident = mosaic_backward_resident(B.shape[3])
+    segments = config.segments or mosaic_segments(batch * dim // LANES, seqlen, gpu_sm_count(), resident)
     return MosaicScanDims(
         batch=batch,
         seqlen=seqlen,

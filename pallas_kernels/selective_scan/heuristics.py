@@ -29,18 +29,35 @@ def segment_length(config: ScanConfig, seqlen: int, programs: int) -> int:
 
 
 MOSAIC_MIN_SEGMENT = 256  # steps: below that, a boundary pass is a large share of a segment's walk (a design estimate)
-# One-warpgroup Mosaic GPU programs an SM to aim for: at one program an SM a walk is bound by its steps' latency,
-# not by the SM's units (H100, 130m: 4 segments, 384 programs, against 1 segment, 96 programs: forward kernel 225 +
-# 145 us for the boundary pass against 564, backward 2808 + 186 against 3765, fwd+bwd 3.42 against 4.39 ms;
-# reports/questions/selective-scan-mosaic-fill.md)
-MOSAIC_PROGRAMS_PER_SM = 3
+# The Mosaic GPU backward, the longest pass, decides the segments. ncu on an H100 (130m, N 16, blocks of 8 steps):
+# 255 registers a thread and 100,368 bytes of shared memory, so 2 one-warpgroup programs an SM by either. Its walk
+# is bound by stalls, not by the SM's units (21% of issue slots busy at 2 an SM), so a wave takes as long with one
+# program on an SM as with two: the time is waves x steps a segment (at 130m, 4, 5, 8 and 11 segments: 1024, 820,
+# 768 and 748 step-times by that count against 2183, 1768, 1654 and 1664 us measured, 2.13-2.22 us a step-time;
+# docs/kernels.md#selective-scan-what-bounds-each-pass).
+MOSAIC_BWD_RESIDENT = 2  # by registers, measured at N 16; other N assumed the same (the kernel loops over states)
+MOSAIC_BWD_SMEM_AT_16 = 100_368  # bytes a program at N 16; each state adds four (128,) float32 rows
+SM_SHARED_BYTES = 228 * 1024  # an H100's / H200's shared memory an SM, 1 KiB of it reserved a program
+MOSAIC_WAVE_SLACK = 0.05  # fewer segments win within this share of the shortest walk: each adds boundary work
 
 
-def mosaic_segments(programs: int, seqlen: int, sm_count: int = SM_COUNT) -> int:
-    """Segments of L for the Mosaic GPU kernels (one warpgroup a program, ``programs`` = batch x dim / 128 per
-    segment): about MOSAIC_PROGRAMS_PER_SM programs an SM in all, each segment at least MOSAIC_MIN_SEGMENT steps."""
-    wanted = round(MOSAIC_PROGRAMS_PER_SM * sm_count / programs)
-    return max(1, min(wanted, seqlen // MOSAIC_MIN_SEGMENT))
+def mosaic_backward_resident(dstate: int) -> int:
+    """One-warpgroup Mosaic GPU backward programs an SM holds at N = ``dstate``: MOSAIC_BWD_RESIDENT by registers,
+    fewer where its shared memory (counted from the N 16 measurement) does not fit."""
+    smem = MOSAIC_BWD_SMEM_AT_16 + (dstate - 16) * 4 * 128 * 4
+    return max(1, min(MOSAIC_BWD_RESIDENT, SM_SHARED_BYTES // (smem + 1024)))
+
+
+def mosaic_segments(programs: int, seqlen: int, sm_count: int = SM_COUNT, resident: int = MOSAIC_BWD_RESIDENT) -> int:
+    """Segments of L for the Mosaic GPU kernels (``programs`` = batch x dim / 128 a segment, ``resident`` programs
+    an SM): of the counts whose segments have at least MOSAIC_MIN_SEGMENT steps, the one with the shortest walk,
+    waves of resident x ``sm_count`` programs times steps a segment (a wave walks a whole segment however few
+    programs it holds), or the fewest segments within MOSAIC_WAVE_SLACK of it."""
+    slots = resident * sm_count
+    counts = range(1, max(1, seqlen // MOSAIC_MIN_SEGMENT) + 1)
+    walk = {count: -(-programs * count // slots) * -(-seqlen // count) for count in counts}
+    shortest = min(walk.values())
+    return min(count for count in counts if walk[count] <= shortest * (1 + MOSAIC_WAVE_SLACK))
 
 
 MOSAIC_CHUNK = 8  # the Mosaic GPU backward's steps a block: registers hold about ten rows of each of its steps

@@ -18,6 +18,7 @@ from pallas_kernels.selective_scan.config import ScanConfig
 from pallas_kernels.selective_scan.dispatch import _tma_keep, _tma_rows
 from pallas_kernels.selective_scan.heuristics import (
     default_config,
+    mosaic_backward_resident,
     mosaic_segments,
     segment_length,
     sequential_bwd_unroll,
@@ -190,14 +191,23 @@ def test_backend_chooses_the_default_configs_kernels(rng):
     assert_matches_oracle(rng, arrays, exact, True, impl="pallas", backend="mosaic_gpu")
 
 
-def test_mosaic_segments_fill_the_sms_with_long_enough_walks():
-    """About 3 programs an SM of 132 (batch x dim / 128 programs a segment), each segment at least 256 steps."""
-    assert mosaic_segments(96, 2048) == 4  # 130m: batch 8 x 12, the measured point
-    assert mosaic_segments(12, 16384) == 33  # long: batch 1 x 12
+def test_mosaic_segments_give_the_fewest_wave_steps_with_long_enough_walks():
+    """The count of segments (each at least 256 steps) whose waves of 2 programs an SM on 132 SMs walk the fewest
+    steps, the fewest segments within 5% of that."""
+    assert mosaic_segments(96, 2048) == 8  # 130m: 768 programs, 3 waves of 256 steps (4 segments: 2 waves of 512)
+    assert mosaic_segments(96, 2048, resident=1) == 4  # 3 waves of 512 steps (8 segments: 6 of 256, the same)
+    assert mosaic_segments(12, 16384) == 21  # long: 252 programs in one wave of 781 steps (22: 745, within 5%)
+    assert mosaic_segments(96, 4096) == 8  # 3 waves of 512 (11 segments: 4 of 373, 3% fewer steps)
     assert mosaic_segments(12, 300) == 1  # too short to split
     assert mosaic_segments(1, 1024) == 4  # as many 256-step segments as L holds
-    assert mosaic_segments(1024, 8192) == 1  # 2.7b-class batch: the programs fill the SMs already
-    assert mosaic_segments(12, 16384, sm_count=24) == 6 and mosaic_segments(12, 16384, sm_count=32) == 8
+    assert mosaic_segments(1024, 8192) == 1  # 2.7b-class batch: more segments only divide the same waves' steps
+    assert mosaic_segments(12, 16384, sm_count=24) == 4  # 48 programs fill 24 SMs twice: one wave
+    assert mosaic_segments(12, 16384, sm_count=32) == 16  # 3 waves of 1024 steps; 5 segments: 1 of 3277
+
+
+def test_mosaic_backward_residency_falls_to_one_where_its_shared_memory_does_not_fit_two():
+    assert [mosaic_backward_resident(n) for n in (1, 8, 16, 23)] == [2] * 4
+    assert [mosaic_backward_resident(n) for n in (24, 32, 64)] == [1] * 3
 
 
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32])
