@@ -25,6 +25,7 @@ class KernelCalls:
     sync: Callable[[object], None]  # sync(output): waits until the device has finished
     output: np.ndarray  # the forward's output, channels-last float32
     saved_bytes: int  # what autograd keeps for the backward beyond the inputs
+    steps_per_call: int = 1  # a decoding step's calls: the steps one ``forward()`` runs (its time is divided by it)
 
 
 def saved_beyond_inputs(run: Callable[[], object], inputs: list[torch.Tensor]) -> int:
@@ -162,48 +163,82 @@ def mamba3_siso_calls(ref: Reference, arrays: dict, dtypes: dict, cotangent: np.
 
 
 def mamba3_siso_step_calls(
-    ref: Reference, arrays: dict, dtypes: dict, arg_names: tuple, state_names: tuple
+    ref: Reference, arrays: dict, dtypes: dict, arg_names: tuple, state_names: tuple, inputs: dict | None = None
 ) -> KernelCalls:
     """mamba-ssm's Triton ``mamba3_siso_step`` on the ``arg_names`` arrays (Q, K (batch, G, N); V, Z (batch, H, P);
-    ADT, DT, Trap (batch, H); ...) and the ``state_names`` ones (angle, ssm, k, v), as a decode loop calls it: each
-    call takes the states the previous call returned. Forward only."""
+    ADT, DT, Trap (batch, H); ...) and the ``state_names`` ones (angle, ssm, k, v), as a decode loop calls it:
+    ``forward()`` runs one step for each leading index of ``inputs`` ({name: (steps, ...)}: those arguments' values
+    step by step; one step of ``arrays`` without), each on the states the one before returned (a CUDA graph of it
+    holds them all). Forward only; ``output`` is the first step's from ``arrays``."""
     if ref.device != "cuda":
         raise RuntimeError("mamba-ssm's Mamba-3 step is a Triton kernel: it needs a GPU")
     from mamba_ssm.ops.triton.mamba3.mamba3_siso_step import mamba3_siso_step
 
     args = {k: to_torch(arrays[k], dtypes[k], ref.device) for k in arg_names}
-    carried = [tuple(to_torch(arrays[k], "float32", ref.device) for k in state_names)]
+    states = tuple(to_torch(arrays[k], "float32", ref.device) for k in state_names)
+    stacks = _step_stacks(inputs, dtypes, ref.device)
+    with torch.no_grad():
+        output = to_numpy(mamba3_siso_step(**args, Input_States=states)[0])
 
     def forward():
+        carried = states
         with torch.no_grad():
-            out, states = mamba3_siso_step(**args, Input_States=carried[0])
-        carried[0] = tuple(states)
+            for step_inputs in stacks:
+                out, carried = mamba3_siso_step(**(args | step_inputs), Input_States=tuple(carried))
         return out
 
-    return KernelCalls(forward, None, _sync_cuda, to_numpy(forward()), 0)
+    return KernelCalls(forward, None, _sync_cuda, output, 0, len(stacks))
 
 
-def selective_state_update_calls(ref: Reference, arrays: dict, dtypes: dict, arg_names: tuple) -> KernelCalls:
+def selective_state_update_calls(
+    ref: Reference, arrays: dict, dtypes: dict, arg_names: tuple, inputs: dict | None = None
+) -> KernelCalls:
     """mamba-ssm's Triton ``selective_state_update`` on the ``arg_names`` arrays and the float32 "state", which it
     updates in place, as a decode loop calls it (Mamba-2's per-head dt expanded over the head dims as a stride-0 view,
-    as its layer passes it). Forward only."""
+    as its layer passes it): ``forward()`` runs one step for each leading index of ``inputs`` (as
+    ``mamba3_siso_step_calls``). Forward only; ``output`` is the first step's from ``arrays``."""
     if ref.device != "cuda":
         raise RuntimeError("mamba-ssm's selective_state_update is a Triton kernel: it needs a GPU")
     from mamba_ssm.ops.triton.selective_state_update import selective_state_update
 
-    args = {k: to_torch(arrays[k], dtypes[k], ref.device) for k in arg_names}
     state = to_torch(arrays["state"], "float32", ref.device)
+    args = {k: to_torch(arrays[k], dtypes[k], ref.device) for k in arg_names}
+    stacks = _step_stacks(inputs, dtypes, ref.device)
     if state.dim() == 4:  # per-head values as the Mamba-2 layer passes them: views over the head dims
-        headdim = state.shape[2]
-        args["dt"] = args["dt"].expand(-1, -1, headdim)
-        args["A"] = args["A"].expand(-1, headdim, state.shape[3])
-        args["D"], args["dt_bias"] = args["D"].expand(-1, headdim), args["dt_bias"].expand(-1, headdim)
+        headdim, dstate = state.shape[2], state.shape[3]
+        args, stacks = _per_head(args, headdim, dstate), [_per_head(x, headdim, dstate) for x in stacks]
+    with torch.no_grad():
+        output = to_numpy(selective_state_update(state.clone(), **args, dt_softplus=True))
 
     def forward():
         with torch.no_grad():
-            return selective_state_update(state, **args, dt_softplus=True)
+            for step_inputs in stacks:
+                out = selective_state_update(state, **(args | step_inputs), dt_softplus=True)
+        return out
 
-    return KernelCalls(forward, None, _sync_cuda, to_numpy(forward()), 0)
+    return KernelCalls(forward, None, _sync_cuda, output, 0, len(stacks))
+
+
+def _step_stacks(inputs: dict | None, dtypes: dict, device) -> list[dict]:
+    """``inputs`` ({name: (steps, ...) array}) as one {name: tensor} a step (views of one tensor a name, so that a
+    CUDA graph of the steps reads them in place); [{}] (one step of the plain arguments) without."""
+    if not inputs:
+        return [{}]
+    tensors = {k: to_torch(v, dtypes[k], device) for k, v in inputs.items()}
+    steps = len(next(iter(tensors.values())))
+    return [{k: t[i] for k, t in tensors.items()} for i in range(steps)]
+
+
+def _per_head(args: dict, headdim: int, dstate: int) -> dict:
+    """Mamba-2's per-head dt, A, D and dt_bias (those of them in ``args``) expanded over the head dims as stride-0
+    views, as its layer passes them to ``selective_state_update``."""
+    views = {
+        "dt": lambda t: t.expand(-1, -1, headdim),
+        "A": lambda t: t.expand(-1, headdim, dstate),
+        "D": lambda t: t.expand(-1, headdim),
+        "dt_bias": lambda t: t.expand(-1, headdim),
+    }
+    return {k: views[k](v) if k in views else v for k, v in args.items()}
 
 
 def _sync_cuda(_output) -> None:

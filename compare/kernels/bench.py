@@ -4,7 +4,9 @@ For each shape it times the forward and the forward+backward of every JAX impl (
 ``--pallas-config`` tiling variants) and of mamba-ssm's kernel (``--torch``) on the same input values, each in its
 native layout. A time is the median over ``--reps`` samples of ``back-to-back calls / count`` after warm-up
 (compilation and autotuning excluded), each sample as many calls as fill ``--sample-ms`` (``SAMPLE_MS``), then one
-sync. ``--profile`` adds each kernel's device time and the GPU's idle stretches from a trace. Also printed:
+sync. A decoding step is timed as a compiled decoding loop runs it: ``ops.DECODE_LOOP_STEPS`` steps a call (ours in
+one jit-compiled loop, mamba-ssm's captured as one CUDA graph), per step. ``--profile`` adds each kernel's device
+time and the GPU's idle stretches from a trace. Also printed:
 speed-up over mamba-ssm, effective bandwidth (compulsory bytes / time), achieved TFLOP/s and the floor:
 max(compulsory bytes / measured copy bandwidth, FLOPs / measured bf16 matmul rate, exps / SFU rate) and, on
 forward+backward rows, the memory the forward keeps for the backward beyond its inputs (JAX: the vjp's residuals;
@@ -73,6 +75,11 @@ def time_passes(forward, forward_backward, sync, reps: int, sample_ms: float = S
     ``median_ms`` over samples of ``sample_ms`` or more."""
     passes = {"forward": forward, "forward+backward": forward_backward}
     return {name: median_ms(fn, sync, reps, sample_ms) for name, fn in passes.items() if fn is not None}
+
+
+def per_step(passes: dict[str, float], steps: int) -> dict[str, float]:
+    """``time_passes``'s ms per call as ms per step, for calls that run ``steps`` steps (a decoding step's loop)."""
+    return {name: ms / steps for name, ms in passes.items()}
 
 
 TORCH_GRAPHED = "mamba-ssm CUDA graph"  # mamba-ssm's calls captured once and replayed: no launch overhead
@@ -252,26 +259,29 @@ def run_op(op: KernelOp, args, variants: list[Variant], ceiling: dict) -> list[d
         saved = {}  # bytes the forward keeps for the backward beyond its inputs
         kernels, gaps = {}, {}
         graph_failures = {}
+        steps = {}  # steps a timed call runs, where more than one (a decoding step's loop)
         if torch_ref is not None:
             calls = op.torch_calls(torch_ref, arrays, dtypes, cotangent, shape)
             outputs["mamba-ssm"] = outputs[TORCH_GRAPHED] = calls.output  # the same kernels: one output
             saved["mamba-ssm"] = saved[TORCH_GRAPHED] = calls.saved_bytes
-            timed["mamba-ssm"] = time_passes(
+            eager = time_passes(calls.forward, calls.forward_backward, calls.sync, args.reps, args.sample_ms)
+            graphed, graph_failures = time_replayed(
                 calls.forward, calls.forward_backward, calls.sync, args.reps, args.sample_ms
             )
-            timed[TORCH_GRAPHED], graph_failures = time_replayed(
-                calls.forward, calls.forward_backward, calls.sync, args.reps, args.sample_ms
-            )
+            timed["mamba-ssm"], timed[TORCH_GRAPHED] = (per_step(t, calls.steps_per_call) for t in (eager, graphed))
+            steps["mamba-ssm"] = steps[TORCH_GRAPHED] = calls.steps_per_call
             print(f"{shape_name} mamba-ssm eager: {timed['mamba-ssm']}, replayed: {timed[TORCH_GRAPHED]}", flush=True)
             for pass_name, error in graph_failures.items():
                 print(f"{shape_name} mamba-ssm {pass_name} not captured as a CUDA graph: {error}", flush=True)
             if args.profile and calls.forward_backward is not None:
                 torch_profiles[shape_name] = calls.forward_backward
         for variant in variants:
-            forward, forward_backward, outputs[variant.label], saved[variant.label] = op.jax_calls(
-                for_shape(variant, op, shape, args.dtype), arrays, dtypes, cotangent, shape
-            )
-            timed[variant.label] = time_passes(forward, forward_backward, jax_sync, args.reps, args.sample_ms)
+            jax_calls = op.jax_calls(for_shape(variant, op, shape, args.dtype), arrays, dtypes, cotangent, shape)
+            forward, forward_backward = jax_calls.forward, jax_calls.forward_backward
+            outputs[variant.label], saved[variant.label] = jax_calls.output, jax_calls.saved_bytes
+            passes = time_passes(forward, forward_backward, jax_sync, args.reps, args.sample_ms)
+            timed[variant.label] = per_step(passes, jax_calls.steps_per_call)
+            steps[variant.label] = jax_calls.steps_per_call
             print(f"{shape_name} {variant.label}: {timed[variant.label]}", flush=True)
             if args.profile and forward_backward is not None:
                 kernels[variant.label], gaps[variant.label] = profiled_kernels(forward_backward)
@@ -303,6 +313,8 @@ def run_op(op: KernelOp, args, variants: list[Variant], ceiling: dict) -> list[d
                         "out_rel_l2_vs_" + base: error,
                     }
                 )
+                if steps.get(label, 1) > 1:
+                    rows[-1]["steps_per_call"] = steps[label]
                 if label == "mamba-ssm" and pass_name in graph_failures:
                     rows[-1]["cuda_graph_failure"] = graph_failures[pass_name]
                 if pass_name == "forward+backward" and label in kernels:
@@ -336,6 +348,14 @@ def markdown(rows: list[dict], meta: dict) -> str:
         "| saved MiB | out rel L2 |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    looped = sorted({r["steps_per_call"] for r in rows if "steps_per_call" in r})
+    if looped:
+        note = (
+            f"A decoding step's ms is one step's share of calls of {', '.join(map(str, looped))} steps, each step's "
+            "input the step before's output: ours one jit-compiled loop, mamba-ssm's a Python loop (eager) or one "
+            "CUDA graph of all of them (replayed)."
+        )
+        lines[4:4] = [note, ""]
     for r in rows:
         err = next((v for k, v in r.items() if k.startswith("out_rel_l2")), None)
         speed = "" if r["speedup_vs_mamba_ssm"] is None else f"{r['speedup_vs_mamba_ssm']:.2f}x"

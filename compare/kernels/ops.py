@@ -54,6 +54,7 @@ class JaxCalls(NamedTuple):
     forward_backward: Callable[[], object] | None  # None for an op without a backward (a decoding step)
     output: np.ndarray  # the forward's output, float32
     saved_bytes: int  # what the forward keeps for the backward beyond its inputs
+    steps_per_call: int = 1  # a decoding step's calls: the steps one ``forward()`` runs (its time is divided by it)
 
 
 def saved_beyond_inputs(call: Callable, inputs: list) -> int:
@@ -87,6 +88,43 @@ def _jax_calls(fn: Callable, arrays: dict, dtypes: dict, cotangent: np.ndarray, 
     output = np.asarray(forward(*inputs).astype(jnp.float32))
     saved = saved_beyond_inputs(call, inputs)
     return JaxCalls(lambda: forward(*inputs), lambda: forward_backward(*inputs), output, saved)
+
+
+# A decoding step is timed as a compiled decoding loop runs it: this many steps a call, both sides (mamba-ssm's as
+# one CUDA graph of them), so that neither pays a host dispatch a step, as no user decoding at speed does.
+DECODE_LOOP_STEPS = 64
+
+
+def over_steps(arrays: dict, names: tuple[str, ...], steps: int = DECODE_LOOP_STEPS) -> dict[str, np.ndarray]:
+    """{name: (steps, ...) float32} for each of ``names`` in ``arrays`` (None skipped): step k's inputs scaled by
+    1 + k / (4 steps), so that every step of a timed loop has inputs of its own, as a model's steps do, and no
+    compiler can hoist their work out of the loop."""
+    scales = 1 + np.arange(steps) / (4 * steps)
+    return {
+        k: np.stack([np.asarray(arrays[k], np.float32) * f for f in scales]) for k in names if arrays.get(k) is not None
+    }
+
+
+def decode_loop(step: Callable, inputs: dict, states) -> Callable[[], jax.Array]:
+    """A callable running ``step(step_inputs, states) -> (out, states)`` once for each leading index of the arrays in
+    ``inputs`` ((steps, ...) each, ``over_steps``) in one jit-compiled loop, each step on the states the one before
+    returned (kept in their dtypes), as a compiled decoding loop runs it: no host dispatch between steps. Every call
+    starts from ``states``; returns the last step's out."""
+    steps = len(next(iter(inputs.values())))
+    out_type = jax.eval_shape(step, {k: v[0] for k, v in inputs.items()}, states)[0]
+
+    @jax.jit
+    def run(inputs, states):
+        def body(i, carry):
+            out, carried = step(
+                {k: jax.lax.dynamic_index_in_dim(v, i, keepdims=False) for k, v in inputs.items()}, carry[1]
+            )
+            return out, jax.tree.map(lambda new, old: new.astype(old.dtype), carried, carry[1])
+
+        init = (jnp.zeros(out_type.shape, out_type.dtype), states)
+        return jax.lax.fori_loop(0, steps, body, init)[0]
+
+    return lambda: run(inputs, states)
 
 
 # ---- selective scan (Mamba-1): shape (batch, L, dim, N, G)
@@ -368,6 +406,7 @@ def mamba3_torch(ref, arrays, dtypes, cotangent, shape):
 # ---- Mamba-3 SISO decoding step: shape (batch, H, P, N, G, S)
 
 MAMBA3_STATES = ("angle", "ssm", "k", "v")
+MAMBA3_STEP_INPUTS = ("Q", "K", "V", "ADT", "DT", "Trap", "Angles", "Z")  # new every step; the rest are weights
 
 
 def mamba3_step_inputs(shape, dtype: str, seed: int) -> tuple[dict, dict, None]:
@@ -408,27 +447,25 @@ def mamba3_step_costs(shape, dtype: str) -> dict:
 
 
 def mamba3_step_jax(variant: Variant, arrays, dtypes, cotangent, shape) -> JaxCalls:
-    """The jit'ed step as a decode loop calls it: each call takes the previous call's states, donated."""
-    step = jax.jit(functools.partial(mamba3_siso_step, impl=variant.impl), donate_argnames="Input_States")
+    """The step as a compiled decoding loop runs it (``decode_loop``); ``output`` is one step's."""
+    run = functools.partial(mamba3_siso_step, impl=variant.impl)
     args = {k: jnp.asarray(arrays[k], dtypes[k]) for k in MAMBA3_ARGS}
+    states = tuple(jnp.asarray(arrays[k], jnp.float32) for k in MAMBA3_STATES)
+    output = np.asarray(jax.jit(run)(**args, Input_States=states)[0].astype(jnp.float32))
+    inputs = {k: jnp.asarray(v, dtypes[k]) for k, v in over_steps(arrays, MAMBA3_STEP_INPUTS).items()}
 
-    def fresh_states():
-        return tuple(jnp.asarray(arrays[k], jnp.float32) for k in MAMBA3_STATES)
+    def step(step_inputs, carried):
+        out, new = run(**(args | step_inputs), Input_States=carried)
+        return out, tuple(new)
 
-    output = np.asarray(step(**args, Input_States=fresh_states())[0].astype(jnp.float32))
-    carried = [fresh_states()]
-
-    def forward():
-        out, carried[0] = step(**args, Input_States=carried[0])
-        return out
-
-    return JaxCalls(forward, None, output, 0)
+    return JaxCalls(decode_loop(step, inputs, states), None, output, 0, DECODE_LOOP_STEPS)
 
 
 def mamba3_step_torch(ref, arrays, dtypes, cotangent, shape):
     from torch_reference.kernel_calls import mamba3_siso_step_calls
 
-    return mamba3_siso_step_calls(ref, arrays, dtypes, MAMBA3_ARGS, MAMBA3_STATES)
+    inputs = over_steps(arrays, MAMBA3_STEP_INPUTS)
+    return mamba3_siso_step_calls(ref, arrays, dtypes, MAMBA3_ARGS, MAMBA3_STATES, inputs)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -449,6 +486,7 @@ class KernelOp:
 # ---- selective state update (Mamba-1 and Mamba-2 decoding step): shape (batch, H, P, N, G, family)
 
 STATE_UPDATE_ARGS = ("x", "dt", "A", "B", "C", "D", "z", "dt_bias")
+STATE_UPDATE_STEP_INPUTS = ("x", "dt", "B", "C", "z")  # new every step; the rest are weights
 
 
 def state_update_inputs(shape, dtype: str, seed: int) -> tuple[dict, dict, None]:
@@ -493,24 +531,24 @@ def state_update_costs(shape, dtype: str) -> dict:
 
 
 def state_update_jax(variant: Variant, arrays, dtypes, cotangent, shape) -> JaxCalls:
-    """The jit'ed step as a decode loop calls it: each call takes the state the previous call returned, donated."""
+    """The step as a compiled decoding loop runs it (``decode_loop``); ``output`` is one step's."""
     run = functools.partial(selective_state_update, dt_softplus=True, impl=variant.impl, config=variant.config)
-    step = jax.jit(run, donate_argnums=0)
-    args = [jnp.asarray(arrays[k], dtypes[k]) for k in STATE_UPDATE_ARGS]
-    output = np.asarray(step(jnp.asarray(arrays["state"]), *args)[0].astype(jnp.float32))
-    carried = [jnp.asarray(arrays["state"])]
+    args = {k: jnp.asarray(arrays[k], dtypes[k]) for k in STATE_UPDATE_ARGS}
+    state = jnp.asarray(arrays["state"])
+    output = np.asarray(jax.jit(run)(state, **args)[0].astype(jnp.float32))
+    inputs = {k: jnp.asarray(v, dtypes[k]) for k, v in over_steps(arrays, STATE_UPDATE_STEP_INPUTS).items()}
 
-    def forward():
-        out, carried[0] = step(carried[0], *args)
-        return out
+    def step(step_inputs, carried):
+        return run(carried, **(args | step_inputs))
 
-    return JaxCalls(forward, None, output, 0)
+    return JaxCalls(decode_loop(step, inputs, state), None, output, 0, DECODE_LOOP_STEPS)
 
 
 def state_update_torch(ref, arrays, dtypes, cotangent, shape):
     from torch_reference.kernel_calls import selective_state_update_calls
 
-    return selective_state_update_calls(ref, arrays, dtypes, STATE_UPDATE_ARGS)
+    inputs = over_steps(arrays, STATE_UPDATE_STEP_INPUTS)
+    return selective_state_update_calls(ref, arrays, dtypes, STATE_UPDATE_ARGS, inputs)
 
 
 OPS = {

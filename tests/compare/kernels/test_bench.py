@@ -268,11 +268,11 @@ def test_mamba3_op_costs_inputs_and_refusals():
         kernels.parse_config("block_l=32", op)
 
 
-def test_mamba3_step_op_carries_its_states_and_times_the_forward_only():
-    """The decoding step: its first output is the reference step's from the given states; each timed call carries
-    the previous call's states on (a decode loop), so the next output differs; no backward is timed."""
+def test_mamba3_step_op_times_a_compiled_decoding_loop_forward_only():
+    """The decoding step: its output is the reference step's from the given states; a timed call runs
+    DECODE_LOOP_STEPS steps in one compiled loop, each on the states and (as V) the output of the step before, and
+    its time is divided by them; no backward is timed."""
     import jax.numpy as jnp
-    import numpy as np
 
     from compare.parity.tolerances import assert_close
     from pallas_kernels.mamba3 import reference
@@ -286,14 +286,43 @@ def test_mamba3_step_op_carries_its_states_and_times_the_forward_only():
     states = tuple(jnp.asarray(arrays[k]) for k in kernel_ops.MAMBA3_STATES)
     expected, _ = reference.mamba3_siso_step(**args, states=states)
     calls = op.jax_calls(kernel_ops.Variant("reference", "reference"), arrays, dtypes, cotangent, shape)
-    assert calls.forward_backward is None
+    assert calls.forward_backward is None and calls.steps_per_call == kernel_ops.DECODE_LOOP_STEPS
     assert_close("step output", calls.output, expected.astype(jnp.float32), jnp.bfloat16)
-    first, second = (np.asarray(calls.forward().astype(jnp.float32)) for _ in range(2))
-    assert np.abs(second - first).max() > 0
+    assert calls.forward().shape == args["V"].shape
     timed = kernels.time_passes(calls.forward, calls.forward_backward, kernels.jax_sync, reps=2, sample_ms=1.0)
     assert set(timed) == {"forward"} and timed["forward"] > 0
+    assert kernels.per_step(timed, calls.steps_per_call) == {"forward": timed["forward"] / calls.steps_per_call}
     costs = op.costs(op.shapes["130m-b1"], "bfloat16")["forward"]
     assert costs["bytes"] > 2 * 24 * 64 * 128 * 4  # the float32 ssm state read and written
+
+
+def test_decode_loop_runs_each_steps_inputs_on_the_states_before():
+    """``decode_loop`` over three steps of their own inputs (``over_steps``) equals the steps one after another,
+    each from the states the one before returned; the steps' inputs differ."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    from pallas_kernels.mamba3 import reference
+
+    op = kernel_ops.OPS["mamba3_step"]
+    arrays, dtypes, _ = op.inputs((2, 2, 8, 16, 1, 4), "float32", seed=3)
+    args = {k: jnp.asarray(arrays[k], dtypes[k]) for k in kernel_ops.MAMBA3_ARGS}
+    states = tuple(jnp.asarray(arrays[k]) for k in kernel_ops.MAMBA3_STATES)
+    inputs = kernel_ops.over_steps(arrays, kernel_ops.MAMBA3_STEP_INPUTS, steps=3)
+    assert set(inputs) == set(kernel_ops.MAMBA3_STEP_INPUTS) and inputs["V"].shape == (3, *arrays["V"].shape)
+    assert np.abs(inputs["V"][2] - inputs["V"][0]).max() > 0
+
+    def step(step_inputs, carried):
+        out, new = reference.mamba3_siso_step(**(args | step_inputs), states=carried)
+        return out, tuple(new)
+
+    carried = states
+    for i in range(3):
+        out, carried = step({k: jnp.asarray(v[i]) for k, v in inputs.items()}, carried)
+    looped = kernel_ops.decode_loop(step, {k: jnp.asarray(v) for k, v in inputs.items()}, states)()
+    np.testing.assert_allclose(np.asarray(looped), np.asarray(out), rtol=1e-5, atol=1e-6)
+    first = step({k: jnp.asarray(v[0]) for k, v in inputs.items()}, states)[0]
+    assert np.abs(np.asarray(out) - np.asarray(first)).max() > 1e-3  # three steps, not one
 
 
 def test_jax_forward_backward_returns_the_output_with_the_gradients():
@@ -420,8 +449,8 @@ def test_results_go_to_the_device_folder():
 @pytest.mark.parametrize("family", [1, 2])
 def test_state_update_op_carries_its_state_and_both_kernels_agree(family):
     """The selective state update op: the layers' layouts (Mamba-1 without heads, Mamba-2 with per-head values),
-    its first output the reference step's from the given state, the Mosaic GPU kernel (a --pallas-config variant)
-    beside it, each timed call carrying the state on; the float32 state dominates the bytes."""
+    its output the reference step's from the given state, the Mosaic GPU kernel (a --pallas-config variant) beside
+    it, a timed call a compiled loop of steps; the float32 state dominates the bytes."""
     import jax.numpy as jnp
     import numpy as np
 
@@ -438,10 +467,9 @@ def test_state_update_op_carries_its_state_and_both_kernels_agree(family):
         ("mosaic", "pallas", StateUpdateConfig(backend="mosaic_gpu")),
     ):
         calls = op.jax_calls(kernel_ops.Variant(label, impl, config), arrays, dtypes, cotangent, shape)
-        assert calls.forward_backward is None
+        assert calls.forward_backward is None and calls.steps_per_call == kernel_ops.DECODE_LOOP_STEPS
         outputs[label] = calls.output
-        first, second = (np.asarray(calls.forward().astype(jnp.float32)) for _ in range(2))
-        assert np.abs(second - first).max() > 0
+        assert np.isfinite(np.asarray(calls.forward().astype(jnp.float32))).all()
     assert_close("mosaic step", outputs["mosaic"], outputs["reference"], jnp.bfloat16)
     costs = op.costs(op.shapes["mamba2-780m-b64"], "bfloat16")["forward"]
     assert costs["bytes"] > 2 * 64 * 48 * 64 * 128 * 4
