@@ -1,5 +1,6 @@
 """Helpers shared by the Mosaic GPU kernels of every op: the kernel call (compiled, or in Pallas's GPU interpreter),
-a sigmoid that lowers to few instructions, and the store of a block of time steps that ends at L."""
+a sigmoid that lowers to few instructions, the store of a block of time steps that ends at L, and Hopper's shared
+memory an SM, which the ops' heuristics count programs an SM by."""
 
 from collections.abc import Callable
 
@@ -8,6 +9,9 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
+
+SM_SHARED_BYTES = 228 * 1024  # Hopper: shared memory an SM shares among its programs, less 1 KB for each
+PROGRAM_RESERVED_BYTES = 1024  # ... the 1 KB each program's share loses
 
 
 def call_kernel(

@@ -351,9 +351,9 @@ def markdown(rows: list[dict], meta: dict) -> str:
     looped = sorted({r["steps_per_call"] for r in rows if "steps_per_call" in r})
     if looped:
         note = (
-            f"A decoding step's ms is one step's share of calls of {', '.join(map(str, looped))} steps, each step's "
-            "input the step before's output: ours one jit-compiled loop, mamba-ssm's a Python loop (eager) or one "
-            "CUDA graph of all of them (replayed)."
+            f"A decoding step's ms is one step's share of calls of {', '.join(map(str, looped))} steps, each step on "
+            "inputs of its own and the states the step before returned: ours one jit-compiled loop, mamba-ssm's a "
+            "Python loop (eager) or one CUDA graph of all of them (replayed)."
         )
         lines[4:4] = [note, ""]
     for r in rows:

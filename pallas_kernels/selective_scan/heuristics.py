@@ -5,6 +5,7 @@ chunked design use: steps per forward segment (``segment_length``), the sequenti
 
 import dataclasses
 
+from pallas_kernels._mosaic_gpu import PROGRAM_RESERVED_BYTES, SM_SHARED_BYTES
 from pallas_kernels._triton import next_pow2
 from pallas_kernels.selective_scan.config import ScanConfig
 
@@ -37,7 +38,6 @@ MOSAIC_MIN_SEGMENT = 256  # steps: below that, a boundary pass is a large share 
 # docs/kernels.md#selective-scan-what-bounds-each-pass).
 MOSAIC_BWD_RESIDENT = 2  # by registers, measured at N 16; other N assumed the same (the kernel loops over states)
 MOSAIC_BWD_SMEM_AT_16 = 100_368  # bytes a program at N 16; each state adds four (128,) float32 rows
-SM_SHARED_BYTES = 228 * 1024  # an H100's / H200's shared memory an SM, 1 KiB of it reserved a program
 MOSAIC_WAVE_SLACK = 0.05  # fewer segments win within this share of the shortest walk: each adds boundary work
 
 
@@ -45,7 +45,7 @@ def mosaic_backward_resident(dstate: int) -> int:
     """One-warpgroup Mosaic GPU backward programs an SM holds at N = ``dstate``: MOSAIC_BWD_RESIDENT by registers,
     fewer where its shared memory (counted from the N 16 measurement) does not fit."""
     smem = MOSAIC_BWD_SMEM_AT_16 + (dstate - 16) * 4 * 128 * 4
-    return max(1, min(MOSAIC_BWD_RESIDENT, SM_SHARED_BYTES // (smem + 1024)))
+    return max(1, min(MOSAIC_BWD_RESIDENT, SM_SHARED_BYTES // (smem + PROGRAM_RESERVED_BYTES)))
 
 
 def mosaic_segments(programs: int, seqlen: int, sm_count: int = SM_COUNT, resident: int = MOSAIC_BWD_RESIDENT) -> int:

@@ -6,6 +6,7 @@ Each rule is one line of ``default_config``'s docstring; the measurements behind
 
 import dataclasses
 
+from pallas_kernels._mosaic_gpu import PROGRAM_RESERVED_BYTES, SM_SHARED_BYTES
 from pallas_kernels._triton import next_pow2
 from pallas_kernels.ssd.config import SsdConfig
 
@@ -27,8 +28,6 @@ MOSAIC_ONE_LEVEL_PROGRAMS_PER_SM = 0.9  # Mosaic state passes: the backward's on
 WIDE_TILE_MAX_DSTATE = 128  # the fused forward, 32- or 64-dim sequential tiles and dB/dC head splits only up to this N
 ONE_DBC_PROGRAM_PER_SM = 0.9  # dB/dC: one program per block and group where these many per SM remain without splits
 MOSAIC_DBC_MAX_HEADDIM = 64  # dB/dC on Mosaic GPU up to this P (one pipeline step a head; N up to WIDE_TILE_MAX_DSTATE)
-SM_SHARED_BYTES = 228 * 1024  # Hopper: shared memory an SM shares among its programs, less 1 KB for each
-PROGRAM_RESERVED_BYTES = 1024  # ... the 1 KB each program's share loses
 PAIRED_WALK_SLOWDOWN = 1.85  # a Mosaic walk program's time with a second one on its SM (130m's, measured)
 WALK_WARPGROUPS = 2  # the Mosaic walk's state in halves of N on this many warpgroups past N = WIDE_TILE_MAX_DSTATE
 WALK_PIECES = 2  # ... else (one warpgroup) its B and C in this many pieces of N's columns
